@@ -1,0 +1,74 @@
+/* A compiled decode-step program (megakernel/abi.h instructions) and the compiler that makes it. */
+#ifndef MK_PROGRAM_H
+#define MK_PROGRAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "megakernel/abi.h"
+#include "runtime/model.h"
+#include "runtime/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum mk_schedule {
+    MK_SCHED_DYNAMIC = 0, /* workers take tasks from one atomic work counter */
+    MK_SCHED_STATIC = 1,  /* per-worker task lists fixed by the compiler */
+};
+
+struct mk_compile_params {
+    uint32_t n_workers;      /* workers (GPU blocks or CPU threads) the tiling aims at */
+    uint32_t n_ctx;          /* KV-cache length the program is built for */
+    enum mk_schedule schedule;
+    uint32_t attn_block;     /* sequence positions per attention task; 0 = auto */
+    uint32_t tasks_per_worker; /* matvec tiling target; 0 = auto */
+    bool barriers;           /* let the compiler replace wide joins by grid barriers */
+};
+struct mk_compile_params mk_compile_default_params(void);
+
+struct mk_program {
+    struct mk_instr *instrs;          /* (n_instr) */
+    char (*labels)[40];               /* (n_instr) e.g. "blk.3.attn_qkv" */
+    uint32_t n_instr;
+    uint32_t *task_base;              /* (n_instr + 1) first task of each instruction */
+    uint32_t n_tasks;                 /* tasks per step */
+    uint32_t n_counters;
+    struct mk_weight_ref *weights;    /* (n_weights) ptr = host address inside the model map */
+    uint32_t n_weights;
+    uint32_t arena_floats;
+    uint32_t n_ctx, n_layer, kv_dim, n_embd, vocab;
+    uint32_t logits_off;              /* arena offset of the (vocab) logits */
+    enum mk_schedule schedule;
+    uint32_t n_workers;
+    uint32_t *sched_offsets;          /* (n_workers + 1), static schedule only */
+    uint32_t *sched_tasks;            /* (n_tasks), static schedule only */
+};
+
+/* Lowers one decode step of m into a program. */
+enum mk_status mk_program_compile(const struct mk_model *m, const struct mk_compile_params *p,
+                                  struct mk_program **out, struct mk_error *err);
+void mk_program_free(struct mk_program *p);
+
+/* Proves every wait can be met by earlier tasks, nothing waits on itself, every read of the arena
+ * or KV cache is ordered after its write and every overwrite after the reads before it, and the
+ * static schedule (if any) lists every task once in program order. */
+enum mk_status mk_program_validate(const struct mk_program *p, struct mk_error *err);
+
+/* Human-readable (or JSON) listing with per-op tasks, bytes, counters, barriers and totals. */
+void mk_program_dump(const struct mk_program *p, FILE *f, bool json);
+
+/* Weight bytes the program reads per step (each weight table entry once). */
+uint64_t mk_program_weight_bytes(const struct mk_program *p);
+
+/* Instruction index of global task t (binary search over task_base). */
+uint32_t mk_program_instr_of_task(const struct mk_program *p, uint32_t t);
+
+const char *mk_opcode_name(uint32_t op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

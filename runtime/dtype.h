@@ -1,0 +1,77 @@
+/* Weight formats (ggml type ids), their block layouts, and CPU dequantize/dot/quantize routines. */
+#ifndef MK_DTYPE_H
+#define MK_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Values are ggml's type ids, as stored in GGUF tensor infos. */
+enum mk_dtype {
+    MK_DTYPE_F32 = 0,
+    MK_DTYPE_F16 = 1,
+    MK_DTYPE_Q8_0 = 8,
+    MK_DTYPE_Q4_K = 12,
+    MK_DTYPE_Q6_K = 14,
+    MK_DTYPE_BF16 = 30,
+};
+
+#define MK_QK8_0 32
+#define MK_QK_K 256
+#define MK_K_SCALE_SIZE 12
+
+/* Block layouts, bit-compatible with ggml. fp16 fields are raw IEEE half bits. */
+struct mk_block_q8_0 {
+    uint16_t d;        /* scale, fp16 */
+    int8_t qs[MK_QK8_0];
+};
+struct mk_block_q4_k {
+    uint16_t d;        /* super-block scale for quantized scales, fp16 */
+    uint16_t dmin;     /* super-block scale for quantized mins, fp16 */
+    uint8_t scales[MK_K_SCALE_SIZE]; /* 8 scales and 8 mins, 6 bits each */
+    uint8_t qs[MK_QK_K / 2];         /* 4-bit quants */
+};
+struct mk_block_q6_k {
+    uint8_t ql[MK_QK_K / 2];     /* low 4 bits */
+    uint8_t qh[MK_QK_K / 4];     /* high 2 bits */
+    int8_t scales[MK_QK_K / 16]; /* 8-bit scales */
+    uint16_t d;                  /* super-block scale, fp16 */
+};
+_Static_assert(sizeof(struct mk_block_q8_0) == 34, "q8_0 block");
+_Static_assert(sizeof(struct mk_block_q4_k) == 144, "q4_k block");
+_Static_assert(sizeof(struct mk_block_q6_k) == 210, "q6_k block");
+
+struct mk_dtype_info {
+    const char *name;    /* "f32", "q4_k", ... */
+    uint32_t block_size; /* elements per block (1 for plain floats) */
+    uint32_t type_size;  /* bytes per block */
+};
+
+/* Info for a ggml type id mk supports; NULL for any other id (known to ggml or not). */
+const struct mk_dtype_info *mk_dtype_get(uint32_t type);
+/* Name of any ggml type id, including ones mk does not support ("q4_0", ...), or NULL. */
+const char *mk_dtype_ggml_name(uint32_t type);
+/* Parses "f32", "q4_k", ... into a dtype; returns 0 on success, -1 when unknown. */
+int mk_dtype_parse(const char *name, enum mk_dtype *out);
+/* Bytes of a row of n elements; n must be a multiple of the block size. */
+size_t mk_dtype_row_bytes(enum mk_dtype type, int64_t n);
+
+float mk_fp16_to_fp32(uint16_t h);
+uint16_t mk_fp32_to_fp16(float f);  /* round to nearest even */
+float mk_bf16_to_fp32(uint16_t h);
+uint16_t mk_fp32_to_bf16(float f);  /* round to nearest even, NaN stays NaN */
+
+/* n elements (a multiple of the block size) of src in format type into dst floats. */
+void mk_dequantize_row(enum mk_dtype type, const void *src, float *dst, int64_t n);
+/* Dot product of a weight row in format type with float activations x, fp32 accumulation. */
+float mk_dot_row(enum mk_dtype type, const void *row, const float *x, int64_t n);
+/* Quantizes n floats into dst (F32, F16, BF16, Q8_0, Q4_K, Q6_K); returns bytes written. */
+size_t mk_quantize_row(enum mk_dtype type, const float *src, void *dst, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

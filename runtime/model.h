@@ -1,0 +1,93 @@
+/* The Llama-family model description: config from GGUF metadata, checked against the tensors. */
+#ifndef MK_MODEL_H
+#define MK_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/dtype.h"
+#include "runtime/gguf.h"
+#include "runtime/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct mk_llama_config {
+    char arch[32];        /* "llama" or "mistral" */
+    uint32_t n_embd;      /* hidden size */
+    uint32_t n_ff;        /* FFN inner size */
+    uint32_t n_layer;
+    uint32_t n_head;
+    uint32_t n_head_kv;   /* default n_head */
+    uint32_t head_dim;    /* n_embd / n_head */
+    uint32_t n_rot;       /* rope.dimension_count, default head_dim */
+    uint32_t n_vocab;
+    uint32_t n_ctx_train; /* context_length, default 2048 */
+    float rope_base;      /* rope.freq_base, default 10000 */
+    float rms_eps;        /* attention.layer_norm_rms_epsilon, default 1e-5 */
+    bool tied_output;     /* no output.weight: the LM head is token_embd */
+};
+
+/* A 2-D weight in ggml orientation: rows of `cols` contiguous elements (ne[0] = cols, ne[1] = rows).
+ * A matvec y = W x has len(y) = rows, len(x) = cols. 1-D weights (norms) have rows = 1. */
+struct mk_weight {
+    const char *name;      /* tensor name, NUL-terminated (owned by the model) */
+    const void *data;      /* inside the GGUF map */
+    enum mk_dtype type;
+    int64_t rows, cols;
+    uint64_t row_bytes;
+    uint64_t n_bytes;
+};
+
+struct mk_layer_weights {
+    struct mk_weight attn_norm; /* (n_embd) */
+    struct mk_weight wq;        /* (n_head*head_dim, n_embd) */
+    struct mk_weight wk;        /* (n_head_kv*head_dim, n_embd) */
+    struct mk_weight wv;        /* (n_head_kv*head_dim, n_embd) */
+    struct mk_weight wo;        /* (n_embd, n_head*head_dim) */
+    struct mk_weight ffn_norm;  /* (n_embd) */
+    struct mk_weight w_gate;    /* (n_ff, n_embd) */
+    struct mk_weight w_up;      /* (n_ff, n_embd) */
+    struct mk_weight w_down;    /* (n_embd, n_ff) */
+};
+
+/* Vocabulary as stored in the file (pointers into the map). */
+struct mk_vocab_data {
+    char model[16];           /* "llama", "gpt2", or "" when the file has none */
+    uint32_t n_tokens;
+    const struct mk_gguf_str *tokens;
+    const float *scores;      /* n_tokens, or NULL */
+    const int32_t *types;     /* n_tokens, or NULL */
+    uint64_t n_merges;
+    const struct mk_gguf_str *merges; /* gpt2 only */
+    int32_t bos, eos, unk;    /* -1 when absent */
+    bool add_bos;             /* tokenizer.ggml.add_bos_token, default true for llama, false for gpt2 */
+};
+
+struct mk_model {
+    struct mk_gguf *gguf;     /* owned */
+    struct mk_llama_config cfg;
+    bool vocab_only;          /* no tensors: only the tokenizer is usable */
+    struct mk_vocab_data vocab;
+    struct mk_weight token_embd;  /* (n_vocab, n_embd) */
+    struct mk_weight output_norm; /* (n_embd) */
+    struct mk_weight output;      /* (n_vocab, n_embd); equals token_embd when tied */
+    struct mk_layer_weights *layers; /* n_layer */
+};
+
+/* Opens and validates a model file. Errors name the file and the key or tensor at fault. */
+enum mk_status mk_model_load(const char *path, struct mk_model **out, struct mk_error *err);
+/* Same, from an already open GGUF (ownership moves to the model, even on failure). */
+enum mk_status mk_model_from_gguf(struct mk_gguf *g, struct mk_model **out, struct mk_error *err);
+void mk_model_free(struct mk_model *m);
+
+/* Parameter count and the weight bytes one decode step reads (every matrix once, the embedding
+ * row, the norms, the LM head). */
+uint64_t mk_model_param_count(const struct mk_model *m);
+uint64_t mk_model_bytes_per_token(const struct mk_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
