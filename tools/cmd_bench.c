@@ -1,9 +1,273 @@
-/* Placeholder for 'mk bench' until its implementation lands; replaced by tools/cmd_bench.c proper. */
+/* mk bench: llama-bench-style decode timings per backend, against the memory-bandwidth floor. */
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "runtime/backend.h"
+#include "runtime/bandwidth.h"
+#include "runtime/gen.h"
+#include "runtime/model.h"
 #include "tools/cmds.h"
 
+struct mk_bench_opts {
+    const char *model;
+    const char *backends; /* comma list or "all" */
+    const char *presets;  /* comma list, used without -m */
+    const char *dtype;
+    uint32_t n, ctx, threads, warmup;
+    bool json;
+};
+
+struct mk_bench_row {
+    char model[64];
+    uint64_t size;
+    const char *backend;
+    char test[16];
+    double p50_ms, p99_ms, mean_ms, dev_p50_ms;
+    double bw_gbs, bw_ratio, floor_ms;
+    double device_bw_gbs;
+};
+
+static void mk_bench_usage(FILE *f) {
+    fprintf(f,
+            "usage: mk bench [-m FILE] [--backend all|ref,cpu,megakernel,perop,graph] [-n 128] [--ctx 512]\n"
+            "                [--threads N] [--preset llama-1b,llama-8b] [--dtype bf16] [--json]\n"
+            "  Times -n greedy decode steps (tg<n>) from an empty context on each backend and prints\n"
+            "  ms/token p50 and p99, tokens/s, the weight bandwidth achieved (weight bytes per token over\n"
+            "  the p50 time) and its ratio to the read bandwidth the same run measures on that device.\n"
+            "  Without -m it generates synthetic presets (cached in $TMPDIR) and benchmarks them.\n"
+            "  'all' means every GPU backend when a GPU is present, else cpu.\n");
+}
+
+static double mk_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int mk_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double mk_percentile(double *v, uint32_t n, double q) {
+    qsort(v, n, sizeof *v, mk_cmp_double);
+    uint32_t i = (uint32_t)ceil(q * n) - 1;
+    return v[i < n ? i : n - 1];
+}
+
+/* Times one backend on one model; 0 on success, else prints why and returns -1. */
+static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_backend_kind kind,
+                        const struct mk_bench_opts *o, struct mk_bench_row *row) {
+    struct mk_backend_params bp = {0};
+    bp.kind = kind;
+    bp.n_ctx = o->ctx;
+    bp.n_threads = o->threads;
+    struct mk_error err = {0};
+    struct mk_backend *b = NULL;
+    if (mk_backend_create(m, &bp, &b, &err) != MK_OK) {
+        fprintf(stderr, "mk bench: %s on %s: %s\n", mk_backend_kind_name(kind), name, err.msg);
+        return -1;
+    }
+    double *ms = calloc(o->n, sizeof *ms), *dev = calloc(o->n, sizeof *dev);
+    int rc = -1;
+    if (!ms || !dev) goto done;
+    struct mk_step_cmd cmd = {0};
+    cmd.cmd = MK_CMD_STEP;
+    int32_t tok = m->vocab.bos >= 0 ? m->vocab.bos : 1;
+    /* Warm up (module load, first touches), then start over from an empty context. */
+    for (uint32_t i = 0; i < o->warmup; i++) {
+        cmd.token = tok;
+        cmd.pos = (int32_t)i;
+        if (b->vt->step(b, &cmd, &tok, &err) != MK_OK) goto fail;
+    }
+    if (b->vt->reset(b, &err) != MK_OK) goto fail;
+    tok = m->vocab.bos >= 0 ? m->vocab.bos : 1;
+    uint32_t n_dev = 0;
+    for (uint32_t i = 0; i < o->n; i++) {
+        cmd.token = tok;
+        cmd.pos = (int32_t)i;
+        double t0 = mk_now_ms();
+        if (b->vt->step(b, &cmd, &tok, &err) != MK_OK) goto fail;
+        ms[i] = mk_now_ms() - t0;
+        if (b->last_step_ns) dev[n_dev++] = b->last_step_ns / 1e6;
+    }
+    double sum = 0;
+    for (uint32_t i = 0; i < o->n; i++) sum += ms[i];
+    row->mean_ms = sum / o->n;
+    row->p99_ms = mk_percentile(ms, o->n, 0.99);
+    row->p50_ms = mk_percentile(ms, o->n, 0.50);
+    row->dev_p50_ms = n_dev ? mk_percentile(dev, n_dev, 0.50) : 0;
+    row->backend = b->vt->name;
+    uint64_t bytes = mk_model_bytes_per_token(m);
+    row->size = bytes;
+    row->bw_gbs = bytes / (row->p50_ms * 1e-3) / 1e9;
+    snprintf(row->test, sizeof row->test, "tg%u", o->n);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "mk bench: %s on %s: %s\n", mk_backend_kind_name(kind), name, err.msg);
+done:
+    free(ms);
+    free(dev);
+    b->vt->free(b);
+    return rc;
+}
+
+static void mk_bench_print(const struct mk_bench_row *r, bool json, bool *first) {
+    if (json) {
+        printf("%s{\"model\":\"%s\",\"weight_bytes\":%" PRIu64 ",\"backend\":\"%s\",\"test\":\"%s\","
+               "\"ms_p50\":%.4f,\"ms_p99\":%.4f,\"ms_mean\":%.4f,\"device_ms_p50\":%.4f,\"tokens_per_s\":%.2f,"
+               "\"weight_gb_s\":%.1f,\"device_read_gb_s\":%.1f,\"ratio_to_read_bw\":%.3f,\"floor_ms\":%.4f}",
+               *first ? "" : ",\n", r->model, r->size, r->backend, r->test, r->p50_ms, r->p99_ms, r->mean_ms,
+               r->dev_p50_ms, 1e3 / r->mean_ms, r->bw_gbs, r->device_bw_gbs, r->bw_ratio, r->floor_ms);
+    } else {
+        printf("| %-24s | %9.2f GB | %-10s | %-6s | %8.3f | %8.3f | %9.1f | %8.1f | %8.1f | %5.2f |\n", r->model,
+               r->size / 1e9, r->backend, r->test, r->p50_ms, r->p99_ms, 1e3 / r->mean_ms, r->bw_gbs,
+               r->device_bw_gbs, r->bw_ratio);
+    }
+    *first = false;
+    fflush(stdout);
+}
+
+static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool *first) {
+    struct mk_error err = {0};
+    struct mk_model *m = NULL;
+    if (mk_model_load(path, &m, &err) != MK_OK) {
+        fprintf(stderr, "mk bench: %s\n", err.msg);
+        return 1;
+    }
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    bool gpu = mk_bandwidth_cuda_available();
+    char list[256];
+    snprintf(list, sizeof list, "%s", strcmp(o->backends, "all") ? o->backends : gpu ? "megakernel,perop,graph" : "cpu");
+    int failed = 0;
+    double host_bw = 0, cuda_bw = 0;
+    for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        enum mk_backend_kind kind;
+        if (mk_backend_kind_parse(tok, &kind) != 0) {
+            fprintf(stderr, "mk bench: unknown backend '%s' (ref, cpu, megakernel, perop, graph, all)\n", tok);
+            failed = 1;
+            continue;
+        }
+        struct mk_bench_row row = {0};
+        snprintf(row.model, sizeof row.model, "%s", base);
+        if (mk_bench_one(m, base, kind, o, &row) != 0) {
+            failed = 1;
+            continue;
+        }
+        /* The bandwidth this backend's memory can deliver, measured in this run. */
+        bool on_gpu = kind == MK_BACKEND_MEGAKERNEL || kind == MK_BACKEND_PEROP || kind == MK_BACKEND_GRAPH ||
+                      (kind == MK_BACKEND_AUTO && gpu);
+        double *bw = on_gpu ? &cuda_bw : &host_bw;
+        if (*bw == 0) {
+            enum mk_status st = on_gpu ? mk_bandwidth_cuda_read(0, bw, &err) : mk_bandwidth_host_read(o->threads, bw, &err);
+            if (st != MK_OK) {
+                fprintf(stderr, "mk bench: read bandwidth: %s\n", err.msg);
+                *bw = 0;
+            }
+        }
+        row.device_bw_gbs = *bw / 1e9;
+        row.bw_ratio = *bw > 0 ? row.bw_gbs * 1e9 / *bw : 0;
+        row.floor_ms = *bw > 0 ? row.size / *bw * 1e3 : 0;
+        mk_bench_print(&row, o->json, first);
+    }
+    mk_model_free(m);
+    return failed;
+}
+
+static int mk_bench_uint(const char *opt, const char *v, uint32_t *out) {
+    char *end;
+    unsigned long x = v ? strtoul(v, &end, 10) : 0;
+    if (!v || *end || !x || x > 1u << 24) {
+        fprintf(stderr, "mk bench: %s needs a positive integer, got '%s'\n", opt, v ? v : "");
+        return -1;
+    }
+    *out = (uint32_t)x;
+    return 0;
+}
+
 int mk_cmd_bench(int argc, char **argv) {
-    fprintf(stderr, "mk bench: not built yet\n");
-    return 2;
+    struct mk_bench_opts o = {NULL, "all", NULL, "bf16", 128, 512, 0, 8, false};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            mk_bench_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            o.json = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "mk bench: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o.model = v;
+        else if (!strcmp(a, "--backend")) o.backends = v;
+        else if (!strcmp(a, "--preset")) o.presets = v;
+        else if (!strcmp(a, "--dtype")) o.dtype = v;
+        else if (!strcmp(a, "-n")) {
+            if (mk_bench_uint(a, v, &o.n)) return 2;
+        } else if (!strcmp(a, "--ctx")) {
+            if (mk_bench_uint(a, v, &o.ctx)) return 2;
+        } else if (!strcmp(a, "--threads")) {
+            if (mk_bench_uint(a, v, &o.threads)) return 2;
+        } else if (!strcmp(a, "--warmup")) {
+            if (mk_bench_uint(a, v, &o.warmup)) return 2;
+        } else {
+            fprintf(stderr, "mk bench: unknown option '%s'\n", a);
+            mk_bench_usage(stderr);
+            return 2;
+        }
+    }
+    if (o.n > o.ctx || o.warmup > o.ctx) {
+        fprintf(stderr, "mk bench: -n %u (and warm-up %u) must fit in --ctx %u\n", o.n, o.warmup, o.ctx);
+        return 2;
+    }
+    bool first = true;
+    if (o.json) printf("[\n");
+    else {
+        printf("| %-24s | %12s | %-10s | %-6s | %8s | %8s | %9s | %8s | %8s | %5s |\n", "model", "weights/tok", "backend",
+               "test", "ms p50", "ms p99", "tok/s", "GB/s", "read GB/s", "ratio");
+        printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------------", "--------------",
+               "------------", "--------", "----------", "----------", "-----------", "----------", "----------",
+               "-------");
+    }
+    int failed = 0;
+    if (o.model) {
+        failed = mk_bench_model(o.model, &o, &first);
+    } else {
+        char presets[256];
+        snprintf(presets, sizeof presets, "%s", o.presets ? o.presets : mk_bandwidth_cuda_available() ? "llama-1b,llama-8b" : "tiny");
+        const char *tmp = getenv("TMPDIR");
+        for (char *save = NULL, *p = strtok_r(presets, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
+            char path[512];
+            snprintf(path, sizeof path, "%s/mk-bench-%s-%s.gguf", tmp && *tmp ? tmp : "/tmp", p, o.dtype);
+            struct stat sb;
+            if (stat(path, &sb) != 0) {
+                fprintf(stderr, "mk bench: generating %s (%s, %s)\n", path, p, o.dtype);
+                struct mk_gen_params gp = mk_gen_default_params();
+                gp.preset = p;
+                gp.dtype = o.dtype;
+                gp.progress = isatty(2);
+                struct mk_error err = {0};
+                if (mk_gen_write(path, &gp, &err) != MK_OK) {
+                    fprintf(stderr, "mk bench: %s\n", err.msg);
+                    failed = 1;
+                    continue;
+                }
+            }
+            failed |= mk_bench_model(path, &o, &first);
+        }
+    }
+    if (o.json) printf("\n]\n");
+    return failed ? 1 : 0;
 }

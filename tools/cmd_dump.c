@@ -1,9 +1,89 @@
-/* Placeholder for 'mk dump' until its implementation lands; replaced by tools/cmd_dump.c proper. */
+/* mk dump: compiles a model's decode step and prints the program. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "graph/program.h"
+#include "runtime/model.h"
 #include "tools/cmds.h"
 
+static void mk_dump_usage(FILE *f) {
+    fprintf(f,
+            "usage: mk dump -m FILE [--workers N] [--ctx N] [--schedule dynamic|static] [--barriers] [--json]\n"
+            "  Compiles one decode step of FILE for N workers (default 132, an H100's SM count) and a\n"
+            "  KV cache of --ctx positions (default 512), validates it, and prints every instruction:\n"
+            "  tasks, weight bytes per task, the counter it signals and the counters it waits on, then\n"
+            "  totals (instructions, barriers and weight bytes per token).\n"
+            "  --barriers joins every dependency with a grid barrier (a baseline for comparisons).\n");
+}
+
+static int mk_dump_uint(const char *opt, const char *v, uint32_t *out) {
+    char *end;
+    unsigned long x = v ? strtoul(v, &end, 10) : 0;
+    if (!v || *end || !x || x > 1u << 20) {
+        fprintf(stderr, "mk dump: %s needs a positive integer, got '%s'\n", opt, v ? v : "");
+        return -1;
+    }
+    *out = (uint32_t)x;
+    return 0;
+}
+
 int mk_cmd_dump(int argc, char **argv) {
-    fprintf(stderr, "mk dump: not built yet\n");
-    return 2;
+    const char *path = NULL;
+    bool json = false;
+    struct mk_compile_params cp = mk_compile_default_params();
+    cp.n_workers = 132;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            mk_dump_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!v) break;
+            path = v, i++;
+        } else if (!strcmp(a, "--workers")) {
+            if (mk_dump_uint(a, v, &cp.n_workers)) return 2;
+            i++;
+        } else if (!strcmp(a, "--ctx")) {
+            if (mk_dump_uint(a, v, &cp.n_ctx)) return 2;
+            i++;
+        } else if (!strcmp(a, "--schedule")) {
+            if (v && !strcmp(v, "static")) cp.schedule = MK_SCHED_STATIC;
+            else if (v && !strcmp(v, "dynamic")) cp.schedule = MK_SCHED_DYNAMIC;
+            else {
+                fprintf(stderr, "mk dump: --schedule is 'dynamic' or 'static', got '%s'\n", v ? v : "");
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--barriers")) {
+            cp.barriers = true;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else {
+            fprintf(stderr, "mk dump: unknown option '%s'\n", a);
+            mk_dump_usage(stderr);
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "mk dump: a model is required (-m FILE)\n");
+        mk_dump_usage(stderr);
+        return 2;
+    }
+    struct mk_error err = {0};
+    struct mk_model *m = NULL;
+    if (mk_model_load(path, &m, &err) != MK_OK) {
+        fprintf(stderr, "mk dump: %s\n", err.msg);
+        return 1;
+    }
+    struct mk_program *p = NULL;
+    if (mk_program_compile(m, &cp, &p, &err) != MK_OK) {
+        fprintf(stderr, "mk dump: %s: %s\n", path, err.msg);
+        mk_model_free(m);
+        return 1;
+    }
+    mk_program_dump(p, stdout, json);
+    mk_program_free(p);
+    mk_model_free(m);
+    return 0;
 }

@@ -1,0 +1,40 @@
+/* The CPU executor of programs: pthread workers with the megakernel's counter protocol. */
+#ifndef MK_CPU_EXEC_H
+#define MK_CPU_EXEC_H
+
+#include <stdint.h>
+
+#include "graph/program.h"
+#include "megakernel/abi.h"
+#include "runtime/backend.h"
+
+/* What one worker's task sees: host addresses of everything plus its own scratch. */
+struct mk_cpu_ctx {
+    const struct mk_weight_ref *weights;
+    float *arena;                 /* (arena_floats) */
+    float *k_cache, *v_cache;     /* (layer, n_ctx, kv_dim) */
+    uint32_t n_ctx;
+    const struct mk_step_cmd *cmd;
+    float *scratch;               /* (3 * max weight cols + max tile rows) per worker */
+};
+
+/* Runs task t of one instruction; SAMPLE stores its token in *sampled. -1 on an unknown opcode. */
+int mk_cpu_run_task(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t, int32_t *sampled);
+
+struct mk_cpu_params {
+    uint32_t n_threads;        /* workers; 0 = online cores */
+    uint32_t n_ctx;
+    enum mk_schedule schedule;
+    uint32_t attn_block;       /* 0 = compiler default */
+};
+
+/* The executor over an existing program (tests use this to run mutated or hand-tuned programs). */
+struct mk_cpu_exec;
+enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_threads, struct mk_cpu_exec **out,
+                                  struct mk_error *err);
+enum mk_status mk_cpu_exec_step(struct mk_cpu_exec *e, const struct mk_step_cmd *cmd, int32_t *out_token,
+                                struct mk_error *err);
+const float *mk_cpu_exec_logits(const struct mk_cpu_exec *e);
+void mk_cpu_exec_free(struct mk_cpu_exec *e);
+
+#endif

@@ -1,0 +1,183 @@
+/* The program's opcodes on the CPU, one task at a time: the executor's twin of megakernel/ops/. */
+#include <math.h>
+#include <string.h>
+
+#include "graph/cpu_exec.h"
+#include "runtime/dtype.h"
+#include "runtime/sample.h"
+
+static const void *mk_cpu_row(const struct mk_weight_ref *w, uint32_t r) {
+    return (const uint8_t *)(uintptr_t)w->ptr + (uint64_t)r * w->row_bytes;
+}
+
+/* xn = x / rms(x) * norm: every task recomputes it (n floats from cache) instead of waiting
+ * for a separate norm op. */
+static void mk_cpu_rmsnorm(const struct mk_weight_ref *norm, const float *x, uint32_t n, float eps, float *xn,
+                           float *tmp) {
+    float ss = 0.0f;
+    for (uint32_t i = 0; i < n; i++) ss += x[i] * x[i];
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    mk_dequantize_row((enum mk_dtype)norm->dtype, mk_cpu_row(norm, 0), tmp, n);
+    for (uint32_t i = 0; i < n; i++) xn[i] = x[i] * scale * tmp[i];
+}
+
+static float mk_cpu_dot(const struct mk_weight_ref *w, uint32_t r, const float *x) {
+    return mk_dot_row((enum mk_dtype)w->dtype, mk_cpu_row(w, r), x, w->cols);
+}
+
+static void mk_cpu_rope_pair(float *v, uint32_t i, uint32_t n_rot, float base, int32_t pos) {
+    if (i >= n_rot) return;
+    double theta = (double)pos * pow((double)base, -(double)i / (double)n_rot);
+    float c = (float)cos(theta), s = (float)sin(theta);
+    float x0 = v[0], x1 = v[1];
+    v[0] = x0 * c - x1 * s;
+    v[1] = x0 * s + x1 * c;
+}
+
+static void mk_cpu_embed(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
+    const struct mk_weight_ref *w = &c->weights[in->weight[0]];
+    uint32_t lo = t * in->p[0], hi = lo + in->p[0] > in->p[1] ? in->p[1] : lo + in->p[0];
+    float *row = c->scratch;
+    mk_dequantize_row((enum mk_dtype)w->dtype, mk_cpu_row(w, (uint32_t)c->cmd->token), row, w->cols);
+    memcpy(c->arena + in->buf[0] + lo, row + lo, (hi - lo) * sizeof(float));
+}
+
+static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
+    const struct mk_weight_ref *wq = &c->weights[in->weight[1]], *wk = &c->weights[in->weight[2]],
+                               *wv = &c->weights[in->weight[3]];
+    uint32_t n = wq->cols, q_dim = in->p[2], kv_dim = in->p[3], hd = in->p[4], layer = in->p[1];
+    uint32_t rows = q_dim + 2 * kv_dim, lo = t * in->p[0], hi = lo + in->p[0] > rows ? rows : lo + in->p[0];
+    float *xn = c->scratch, *tmp = c->scratch + n, *out = c->scratch + 2 * n;
+    mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0], n, in->f[0], xn, tmp);
+    int32_t pos = c->cmd->pos;
+    uint64_t kv_row = ((uint64_t)layer * c->n_ctx + (uint64_t)pos) * kv_dim;
+    for (uint32_t r = lo; r < hi; r++) {
+        if (r < q_dim) out[r - lo] = mk_cpu_dot(wq, r, xn);
+        else if (r < q_dim + kv_dim) out[r - lo] = mk_cpu_dot(wk, r - q_dim, xn);
+        else out[r - lo] = mk_cpu_dot(wv, r - q_dim - kv_dim, xn);
+    }
+    /* Tiles start on even rows and q_dim, kv_dim are even, so each RoPE pair is in one tile. */
+    for (uint32_t r = lo; r + 1 < hi; r += 2) {
+        if (r < q_dim) mk_cpu_rope_pair(&out[r - lo], r % hd, in->p[5], in->f[1], pos);
+        else if (r < q_dim + kv_dim) mk_cpu_rope_pair(&out[r - lo], (r - q_dim) % hd, in->p[5], in->f[1], pos);
+    }
+    for (uint32_t r = lo; r < hi; r++) {
+        if (r < q_dim) c->arena[in->buf[1] + r] = out[r - lo];
+        else if (r < q_dim + kv_dim) c->k_cache[kv_row + r - q_dim] = out[r - lo];
+        else c->v_cache[kv_row + r - q_dim - kv_dim] = out[r - lo];
+    }
+}
+
+static void mk_cpu_attn_partial(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
+    uint32_t bs = in->p[0], nb = in->p[1], layer = in->p[2], nh = in->p[3], nkv = in->p[4], hd = in->p[5];
+    uint32_t h = t / nb, b = t % nb, kvh = h / (nh / nkv), kv_dim = nkv * hd;
+    int64_t lo = (int64_t)b * bs, hi = lo + bs;
+    if (hi > (int64_t)c->cmd->pos + 1) hi = (int64_t)c->cmd->pos + 1;
+    const float *q = c->arena + in->buf[0] + (uint64_t)h * hd;
+    float *o = c->arena + in->buf[1] + ((uint64_t)h * nb + b) * (hd + 2);
+    float m = -INFINITY, l = 0.0f, scale = 1.0f / sqrtf((float)hd);
+    for (uint32_t d = 0; d < hd; d++) o[d] = 0.0f;
+    for (int64_t j = lo; j < hi; j++) {
+        const float *k = c->k_cache + ((uint64_t)layer * c->n_ctx + (uint64_t)j) * kv_dim + (uint64_t)kvh * hd;
+        const float *v = c->v_cache + ((uint64_t)layer * c->n_ctx + (uint64_t)j) * kv_dim + (uint64_t)kvh * hd;
+        float s = 0.0f;
+        for (uint32_t d = 0; d < hd; d++) s += q[d] * k[d];
+        s *= scale;
+        if (s > m) {
+            /* Rescale what has been summed so far to the new maximum. */
+            float r = expf(m - s);
+            l *= r;
+            for (uint32_t d = 0; d < hd; d++) o[d] *= r;
+            m = s;
+        }
+        float e = expf(s - m);
+        l += e;
+        for (uint32_t d = 0; d < hd; d++) o[d] += e * v[d];
+    }
+    o[hd] = m;
+    o[hd + 1] = l;
+}
+
+static void mk_cpu_attn_combine(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t h) {
+    uint32_t nb = in->p[1], hd = in->p[5];
+    const float *part = c->arena + in->buf[0] + (uint64_t)h * nb * (hd + 2);
+    float *out = c->arena + in->buf[1] + (uint64_t)h * hd;
+    float M = -INFINITY;
+    for (uint32_t b = 0; b < nb; b++)
+        if (part[b * (hd + 2) + hd] > M) M = part[b * (hd + 2) + hd];
+    float L = 0.0f;
+    for (uint32_t d = 0; d < hd; d++) out[d] = 0.0f;
+    for (uint32_t b = 0; b < nb; b++) {
+        const float *pb = part + b * (hd + 2);
+        if (pb[hd + 1] == 0.0f) continue;
+        float e = expf(pb[hd] - M);
+        L += pb[hd + 1] * e;
+        for (uint32_t d = 0; d < hd; d++) out[d] += pb[d] * e;
+    }
+    for (uint32_t d = 0; d < hd; d++) out[d] /= L;
+}
+
+static void mk_cpu_matvec_residual(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
+    const struct mk_weight_ref *w = &c->weights[in->weight[0]];
+    uint32_t lo = t * in->p[0], hi = lo + in->p[0] > w->rows ? w->rows : lo + in->p[0];
+    const float *x = c->arena + in->buf[0];
+    float *y = c->arena + in->buf[1];
+    for (uint32_t r = lo; r < hi; r++) y[r] += mk_cpu_dot(w, r, x);
+}
+
+static void mk_cpu_gate_up(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
+    const struct mk_weight_ref *wg = &c->weights[in->weight[1]], *wu = &c->weights[in->weight[2]];
+    uint32_t n = wg->cols, lo = t * in->p[0], hi = lo + in->p[0] > wg->rows ? wg->rows : lo + in->p[0];
+    float *xn = c->scratch, *tmp = c->scratch + n;
+    mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0], n, in->f[0], xn, tmp);
+    for (uint32_t r = lo; r < hi; r++) {
+        float g = mk_cpu_dot(wg, r, xn), u = mk_cpu_dot(wu, r, xn);
+        c->arena[in->buf[1] + r] = g / (1.0f + expf(-g)) * u;
+    }
+}
+
+static void mk_cpu_lm_head(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
+    const struct mk_weight_ref *w = &c->weights[in->weight[1]];
+    uint32_t n = w->cols, lo = t * in->p[0], hi = lo + in->p[0] > w->rows ? w->rows : lo + in->p[0];
+    float *xn = c->scratch, *tmp = c->scratch + n;
+    mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0], n, in->f[0], xn, tmp);
+    float best = -INFINITY;
+    uint32_t best_i = lo;
+    for (uint32_t r = lo; r < hi; r++) {
+        float v = mk_cpu_dot(w, r, xn);
+        c->arena[in->buf[1] + r] = v;
+        if (v > best) best = v, best_i = r;
+    }
+    c->arena[in->buf[2] + 2 * t] = best;
+    memcpy(&c->arena[in->buf[2] + 2 * t + 1], &best_i, sizeof best_i);
+}
+
+static int32_t mk_cpu_sample(const struct mk_cpu_ctx *c, const struct mk_instr *in) {
+    if (c->cmd->temperature > 0.0f) return mk_sample_token(c->arena + in->buf[1], (int)in->p[2], c->cmd);
+    float best = -INFINITY;
+    uint32_t best_i = 0;
+    for (uint32_t t = 0; t < in->p[1]; t++) {
+        float v = c->arena[in->buf[2] + 2 * t];
+        uint32_t idx;
+        memcpy(&idx, &c->arena[in->buf[2] + 2 * t + 1], sizeof idx);
+        /* Tiles are in row order, so strict > keeps the lowest index among equal maxima. */
+        if (v > best) best = v, best_i = idx;
+    }
+    return (int32_t)best_i;
+}
+
+int mk_cpu_run_task(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t, int32_t *sampled) {
+    switch (in->op) {
+    case MK_OP_NOP: return 0;
+    case MK_OP_EMBED: mk_cpu_embed(c, in, t); return 0;
+    case MK_OP_MATVEC_RESIDUAL: mk_cpu_matvec_residual(c, in, t); return 0;
+    case MK_OP_NORM_QKV_ROPE: mk_cpu_qkv(c, in, t); return 0;
+    case MK_OP_ATTN_PARTIAL: mk_cpu_attn_partial(c, in, t); return 0;
+    case MK_OP_ATTN_COMBINE: mk_cpu_attn_combine(c, in, t); return 0;
+    case MK_OP_NORM_GATE_UP_SILU: mk_cpu_gate_up(c, in, t); return 0;
+    case MK_OP_NORM_LM_HEAD: mk_cpu_lm_head(c, in, t); return 0;
+    case MK_OP_SAMPLE: *sampled = mk_cpu_sample(c, in); return 0;
+    case MK_OP_BARRIER: return 0;
+    }
+    return -1;
+}

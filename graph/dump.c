@@ -1,0 +1,94 @@
+/* mk dump: the program as text or JSON, with per-op tasks, bytes, counters and barriers. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "graph/program.h"
+
+const char *mk_opcode_name(uint32_t op) {
+    switch (op) {
+    case MK_OP_NOP: return "nop";
+    case MK_OP_EMBED: return "embed";
+    case MK_OP_MATVEC_RESIDUAL: return "matvec_residual";
+    case MK_OP_NORM_QKV_ROPE: return "norm_qkv_rope";
+    case MK_OP_ATTN_PARTIAL: return "attn_partial";
+    case MK_OP_ATTN_COMBINE: return "attn_combine";
+    case MK_OP_NORM_GATE_UP_SILU: return "norm_gate_up_silu";
+    case MK_OP_NORM_LM_HEAD: return "norm_lm_head";
+    case MK_OP_SAMPLE: return "sample";
+    case MK_OP_BARRIER: return "barrier";
+    }
+    return "unknown";
+}
+
+static uint64_t mk_full(const struct mk_program *p, uint32_t w) {
+    return w < p->n_weights ? (uint64_t)p->weights[w].rows * p->weights[w].row_bytes : 0;
+}
+
+/* Weight bytes one step of instruction i reads (EMBED reads a single row). */
+static uint64_t mk_instr_weight_bytes(const struct mk_program *p, uint32_t i) {
+    const struct mk_instr *in = &p->instrs[i];
+    if (in->op == MK_OP_EMBED) return in->weight[0] < p->n_weights ? p->weights[in->weight[0]].row_bytes : 0;
+    uint64_t b = 0;
+    for (int k = 0; k < 4; k++) b += mk_full(p, in->weight[k]);
+    return b;
+}
+
+uint64_t mk_program_weight_bytes(const struct mk_program *p) {
+    uint64_t b = 0;
+    for (uint32_t i = 0; i < p->n_instr; i++) b += mk_instr_weight_bytes(p, i);
+    return b;
+}
+
+static void mk_dump_wait(FILE *f, const struct mk_wait *w, bool json) {
+    if (json) fprintf(f, "{\"counter\":%u,\"per_step\":%u,\"add\":%u}", w->ctr, w->mul, w->add);
+    else if (w->ctr == MK_COUNTER_ALL) fprintf(f, " all>=s*%u+%u", w->mul, w->add);
+    else fprintf(f, " c%u>=s*%u+%u", w->ctr, w->mul, w->add);
+}
+
+void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
+    uint32_t barriers = 0, waits = 0;
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        barriers += p->instrs[i].op == MK_OP_BARRIER;
+        for (int k = 0; k < 2; k++) waits += p->instrs[i].wait[k].ctr != MK_NO_COUNTER;
+    }
+    uint64_t wbytes = mk_program_weight_bytes(p);
+    uint64_t kv_bytes = 2ull * p->n_layer * p->n_ctx * p->kv_dim * sizeof(float);
+    const char *sched = p->schedule == MK_SCHED_STATIC ? "static" : "dynamic";
+    if (json) {
+        fprintf(f, "{\"abi_version\":%u,\"workers\":%u,\"schedule\":\"%s\",\"n_ctx\":%u,\"instructions\":[", MK_ABI_VERSION,
+                p->n_workers, sched, p->n_ctx);
+        for (uint32_t i = 0; i < p->n_instr; i++) {
+            const struct mk_instr *in = &p->instrs[i];
+            fprintf(f, "%s{\"index\":%u,\"label\":\"%s\",\"op\":\"%s\",\"tasks\":%u,\"weight_bytes\":%" PRIu64
+                       ",\"signal\":%u,\"waits\":[",
+                    i ? "," : "", i, p->labels[i], mk_opcode_name(in->op), in->n_tasks, mk_instr_weight_bytes(p, i),
+                    in->signal);
+            bool first = true;
+            for (int k = 0; k < 2; k++) {
+                if (in->wait[k].ctr == MK_NO_COUNTER) continue;
+                if (!first) fputc(',', f);
+                mk_dump_wait(f, &in->wait[k], true);
+                first = false;
+            }
+            fprintf(f, "],\"p\":[%u,%u,%u,%u,%u,%u]}", in->p[0], in->p[1], in->p[2], in->p[3], in->p[4], in->p[5]);
+        }
+        fprintf(f, "],\"totals\":{\"instructions\":%u,\"tasks\":%u,\"counters\":%u,\"waits\":%u,\"barriers\":%u,"
+                   "\"weight_bytes\":%" PRIu64 ",\"arena_bytes\":%" PRIu64 ",\"kv_cache_bytes\":%" PRIu64 "}}\n",
+                p->n_instr, p->n_tasks, p->n_counters, waits, barriers, wbytes, (uint64_t)p->arena_floats * 4, kv_bytes);
+        return;
+    }
+    fprintf(f, "program: ABI v%u, %u workers, %s schedule, context %u\n", MK_ABI_VERSION, p->n_workers, sched, p->n_ctx);
+    fprintf(f, "%4s  %-22s %-18s %6s %14s %6s  %s\n", "#", "label", "op", "tasks", "bytes/task", "signal", "waits");
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        const struct mk_instr *in = &p->instrs[i];
+        fprintf(f, "%4u  %-22s %-18s %6u %14" PRIu64 " %6u ", i, p->labels[i], mk_opcode_name(in->op), in->n_tasks,
+                mk_instr_weight_bytes(p, i) / in->n_tasks, in->signal);
+        for (int k = 0; k < 2; k++)
+            if (in->wait[k].ctr != MK_NO_COUNTER) mk_dump_wait(f, &in->wait[k], false);
+        fputc('\n', f);
+    }
+    fprintf(f, "totals: %u instructions, %u tasks, %u counters, %u waits, %u barriers per token\n", p->n_instr, p->n_tasks,
+            p->n_counters, waits, barriers);
+    fprintf(f, "weights read per token: %" PRIu64 " bytes (%.3f GB); arena %" PRIu64 " bytes; KV cache %" PRIu64 " bytes\n",
+            wbytes, wbytes / 1e9, (uint64_t)p->arena_floats * 4, kv_bytes);
+}

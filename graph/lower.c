@@ -1,0 +1,495 @@
+/* Lowering passes after fusion: place values in the arena, tile ops into tasks, derive
+ * dependency counters (and barriers where waits get too wide), schedule, and emit the program. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/graph.h"
+
+/* Buffers the depend pass tracks: root arena values, per-instruction scratch, per-layer KV. */
+#define MK_LOWER_MAX_ACCESS 4
+
+struct mk_lower_instr {
+    struct mk_instr ins;
+    char label[40];
+    int reads[MK_LOWER_MAX_ACCESS], n_reads;
+    int writes[MK_LOWER_MAX_ACCESS], n_writes;
+};
+
+struct mk_lower {
+    const struct mk_graph *g;
+    const struct mk_compile_params *p;
+    struct mk_lower_instr *li;
+    uint32_t n, cap;
+    const struct mk_weight **wt; /* (n_weights) distinct weights */
+    uint32_t n_wt;
+    uint32_t arena;              /* floats allocated so far */
+    uint32_t n_buf;              /* buffer ids: values [0, n_values), then scratch, then KV */
+};
+
+static uint32_t mk_lower_alloc(struct mk_lower *L, uint64_t n) {
+    uint32_t off = L->arena;
+    L->arena += (uint32_t)((n + 15) / 16 * 16); /* 64-byte aligned buffers */
+    return off;
+}
+
+static int mk_lower_root(const struct mk_graph *g, int v) {
+    while (g->values[v].alias >= 0) v = g->values[v].alias;
+    return v;
+}
+
+static uint32_t mk_lower_weight(struct mk_lower *L, const struct mk_weight *w) {
+    for (uint32_t i = 0; i < L->n_wt; i++)
+        if (L->wt[i]->data == w->data && L->wt[i]->rows == w->rows && L->wt[i]->cols == w->cols) return i;
+    L->wt[L->n_wt] = w;
+    return L->n_wt++;
+}
+
+static struct mk_lower_instr *mk_lower_emit(struct mk_lower *L, uint16_t op, uint32_t n_tasks, const char *label) {
+    if (L->n == L->cap) {
+        uint32_t cap = L->cap ? L->cap * 2 : 128;
+        struct mk_lower_instr *li = realloc(L->li, cap * sizeof *li);
+        if (!li) return NULL;
+        L->li = li;
+        L->cap = cap;
+    }
+    struct mk_lower_instr *x = &L->li[L->n++];
+    memset(x, 0, sizeof *x);
+    x->ins.op = op;
+    x->ins.n_tasks = n_tasks;
+    x->ins.signal = MK_NO_COUNTER;
+    for (int i = 0; i < 2; i++) x->ins.wait[i].ctr = MK_NO_COUNTER;
+    for (int i = 0; i < 4; i++) x->ins.weight[i] = MK_NO_WEIGHT, x->ins.buf[i] = MK_NO_BUF;
+    snprintf(x->label, sizeof x->label, "%s", label);
+    return x;
+}
+
+static void mk_lower_access(struct mk_lower_instr *x, int rd0, int rd1, int wr0, int wr1) {
+    int rd[2] = {rd0, rd1}, wr[2] = {wr0, wr1};
+    for (int i = 0; i < 2; i++) {
+        if (rd[i] >= 0) x->reads[x->n_reads++] = rd[i];
+        if (wr[i] >= 0) x->writes[x->n_writes++] = wr[i];
+    }
+}
+
+static uint32_t mk_lower_div_up(uint64_t a, uint64_t b) { return (uint32_t)((a + b - 1) / b); }
+
+/* Rows per task for a matvec of `rows` outputs: about tasks_per_worker tiles per worker, but no
+ * tile under `min_rows` (tiny tiles cost more in waits than they save), and a multiple of `mult`. */
+static uint32_t mk_lower_tile_rows(const struct mk_compile_params *p, uint32_t rows, uint32_t mult) {
+    uint32_t tpw = p->tasks_per_worker ? p->tasks_per_worker : 1;
+    uint32_t want = p->n_workers * tpw;
+    uint32_t r = mk_lower_div_up(rows, want ? want : 1);
+    if (r < 2) r = 2;
+    r = (r + mult - 1) / mult * mult;
+    if (r > rows) r = (rows + mult - 1) / mult * mult;
+    return r;
+}
+
+static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
+    const struct mk_graph *g = L->g;
+    const struct mk_llama_config *c = &g->model->cfg;
+    const struct mk_compile_params *p = L->p;
+    uint32_t q_dim = c->n_head * c->head_dim, kv_dim = c->n_head_kv * c->head_dim;
+    uint32_t attn_block = p->attn_block ? p->attn_block : 64;
+    if (attn_block > p->n_ctx) attn_block = p->n_ctx;
+    uint32_t n_blocks = mk_lower_div_up(p->n_ctx, attn_block);
+    int kv_buf0 = (int)g->n_values; /* KV cache of layer l is buffer kv_buf0 + l */
+    int scratch = kv_buf0 + (int)c->n_layer;
+    /* Place every root value a live node touches, in order of first use. */
+    uint32_t *voff = calloc(g->n_values, sizeof *voff);
+    bool *placed = calloc(g->n_values, sizeof *placed);
+    if (!voff || !placed) {
+        free(voff);
+        free(placed);
+        return mk_error_set(err, MK_ERR_NOMEM, "out of memory lowering the graph");
+    }
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct mk_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        int vs[MK_NODE_MAX_IN + 1] = {n->in[0], n->in[1], n->in[2], n->out};
+        for (int j = 0; j < MK_NODE_MAX_IN + 1; j++) {
+            if (vs[j] < 0) continue;
+            int r = mk_lower_root(g, vs[j]);
+            if (!placed[r]) {
+                voff[r] = mk_lower_alloc(L, g->values[r].n);
+                placed[r] = true;
+            }
+        }
+    }
+#define OFF(v) voff[mk_lower_root(g, (v))]
+#define BUF(v) mk_lower_root(g, (v))
+    enum mk_status st = MK_OK;
+    uint32_t lm_tiles_off = 0, lm_tiles = 0;
+    for (uint32_t i = 0; i < g->n_nodes && st == MK_OK; i++) {
+        const struct mk_node *n = &g->nodes[i];
+        if (n->dead) continue;
+        struct mk_lower_instr *x = NULL;
+        switch (n->op) {
+        case MK_NODE_EMBED: {
+            uint32_t chunk = mk_lower_tile_rows(p, c->n_embd, 64);
+            if (chunk < 256) chunk = 256;
+            x = mk_lower_emit(L, MK_OP_EMBED, mk_lower_div_up(c->n_embd, chunk), n->label);
+            if (!x) break;
+            x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
+            x->ins.buf[0] = OFF(n->out);
+            x->ins.p[0] = chunk;
+            x->ins.p[1] = c->n_embd;
+            mk_lower_access(x, -1, -1, BUF(n->out), -1);
+            break;
+        }
+        case MK_NODE_NORM_QKV_ROPE: {
+            uint32_t rows = q_dim + 2 * kv_dim, rpt = mk_lower_tile_rows(p, rows, 2);
+            x = mk_lower_emit(L, MK_OP_NORM_QKV_ROPE, mk_lower_div_up(rows, rpt), n->label);
+            if (!x) break;
+            for (int w = 0; w < 4; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
+            x->ins.buf[0] = OFF(n->in[0]);
+            x->ins.buf[1] = OFF(n->out);
+            x->ins.p[0] = rpt;
+            x->ins.p[1] = n->layer;
+            x->ins.p[2] = q_dim;
+            x->ins.p[3] = kv_dim;
+            x->ins.p[4] = c->head_dim;
+            x->ins.p[5] = c->n_rot;
+            x->ins.f[0] = n->eps;
+            x->ins.f[1] = c->rope_base;
+            mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), kv_buf0 + (int)n->layer);
+            break;
+        }
+        case MK_NODE_ATTENTION: {
+            uint32_t part = mk_lower_alloc(L, (uint64_t)c->n_head * n_blocks * (c->head_dim + 2));
+            int part_buf = scratch++;
+            x = mk_lower_emit(L, MK_OP_ATTN_PARTIAL, c->n_head * n_blocks, n->label);
+            if (!x) break;
+            x->ins.buf[0] = OFF(n->in[0]);
+            x->ins.buf[1] = part;
+            x->ins.p[0] = attn_block;
+            x->ins.p[1] = n_blocks;
+            x->ins.p[2] = n->layer;
+            x->ins.p[3] = c->n_head;
+            x->ins.p[4] = c->n_head_kv;
+            x->ins.p[5] = c->head_dim;
+            mk_lower_access(x, BUF(n->in[0]), kv_buf0 + (int)n->layer, part_buf, -1);
+            char lab[40];
+            snprintf(lab, sizeof lab, "blk.%u.attn_combine", n->layer);
+            x = mk_lower_emit(L, MK_OP_ATTN_COMBINE, c->n_head, lab);
+            if (!x) break;
+            x->ins.buf[0] = part;
+            x->ins.buf[1] = OFF(n->out);
+            x->ins.p[1] = n_blocks;
+            x->ins.p[3] = c->n_head;
+            x->ins.p[5] = c->head_dim;
+            mk_lower_access(x, part_buf, -1, BUF(n->out), -1);
+            break;
+        }
+        case MK_NODE_MATVEC_RESIDUAL: {
+            uint32_t rows = (uint32_t)n->w[0]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
+            x = mk_lower_emit(L, MK_OP_MATVEC_RESIDUAL, mk_lower_div_up(rows, rpt), n->label);
+            if (!x) break;
+            x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
+            x->ins.buf[0] = OFF(n->in[0]);
+            x->ins.buf[1] = OFF(n->out);
+            x->ins.p[0] = rpt;
+            mk_lower_access(x, BUF(n->in[0]), BUF(n->out), BUF(n->out), -1);
+            break;
+        }
+        case MK_NODE_NORM_GATE_UP_SILU: {
+            uint32_t rows = (uint32_t)n->w[1]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
+            x = mk_lower_emit(L, MK_OP_NORM_GATE_UP_SILU, mk_lower_div_up(rows, rpt), n->label);
+            if (!x) break;
+            for (int w = 0; w < 3; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
+            x->ins.buf[0] = OFF(n->in[0]);
+            x->ins.buf[1] = OFF(n->out);
+            x->ins.p[0] = rpt;
+            x->ins.f[0] = n->eps;
+            mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), -1);
+            break;
+        }
+        case MK_NODE_NORM_LM_HEAD: {
+            uint32_t rows = (uint32_t)n->w[1]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
+            lm_tiles = mk_lower_div_up(rows, rpt);
+            lm_tiles_off = mk_lower_alloc(L, 2ull * lm_tiles);
+            x = mk_lower_emit(L, MK_OP_NORM_LM_HEAD, lm_tiles, n->label);
+            if (!x) break;
+            for (int w = 0; w < 2; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
+            x->ins.buf[0] = OFF(n->in[0]);
+            x->ins.buf[1] = OFF(n->out);
+            x->ins.buf[2] = lm_tiles_off;
+            x->ins.p[0] = rpt;
+            x->ins.f[0] = n->eps;
+            mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), scratch);
+            break;
+        }
+        case MK_NODE_SAMPLE:
+            x = mk_lower_emit(L, MK_OP_SAMPLE, 1, n->label);
+            if (!x) break;
+            x->ins.buf[1] = OFF(n->in[0]);
+            x->ins.buf[2] = lm_tiles_off;
+            x->ins.p[1] = lm_tiles;
+            x->ins.p[2] = c->n_vocab;
+            mk_lower_access(x, BUF(n->in[0]), scratch, -1, -1);
+            scratch++;
+            break;
+        default:
+            st = mk_error_set(err, MK_ERR_INTERNAL, "unfused node '%s' reached lowering", n->label);
+            continue;
+        }
+        if (!x) st = mk_error_set(err, MK_ERR_NOMEM, "out of memory lowering the graph");
+    }
+    L->n_buf = (uint32_t)scratch;
+#undef OFF
+#undef BUF
+    free(voff);
+    free(placed);
+    return st;
+}
+
+/* Ancestor sets as bitsets over instructions. */
+static inline bool mk_bit(const uint64_t *s, uint32_t i) { return (s[i / 64] >> (i % 64)) & 1; }
+static inline void mk_bit_set(uint64_t *s, uint32_t i) { s[i / 64] |= 1ull << (i % 64); }
+
+/* The depend pass: each instruction waits on the last writer of what it reads, and on the
+ * writer and readers of what it overwrites, reduced to the predecessors no other predecessor
+ * already covers. More than two left: a barrier joins everything before it instead. */
+static enum mk_status mk_lower_depend(struct mk_lower *L, struct mk_lower_instr **out_li, uint32_t *out_n,
+                                      struct mk_error *err) {
+    uint32_t n = L->n, cap = 2 * n + 1, words = (cap + 63) / 64;
+    struct mk_lower_instr *res = calloc(cap, sizeof *res);
+    uint64_t *anc = calloc((size_t)cap * words, sizeof *anc);
+    int *last_writer = malloc(L->n_buf * sizeof *last_writer);
+    int *readers = malloc((size_t)L->n_buf * cap * sizeof *readers);
+    uint32_t *n_readers = calloc(L->n_buf, sizeof *n_readers);
+    enum mk_status st = MK_OK;
+    if (!res || !anc || !last_writer || !readers || !n_readers) {
+        st = mk_error_set(err, MK_ERR_NOMEM, "out of memory in the depend pass");
+        goto done;
+    }
+    for (uint32_t b = 0; b < L->n_buf; b++) last_writer[b] = -1;
+    uint32_t m = 0, tasks_before = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct mk_lower_instr *x = &L->li[i];
+        int preds[64], np = 0;
+#define ADD_PRED(j)                                                     \
+    do {                                                                \
+        int pj_ = (j);                                                  \
+        bool dup_ = false;                                              \
+        for (int q_ = 0; q_ < np; q_++) dup_ |= preds[q_] == pj_;       \
+        if (pj_ >= 0 && !dup_ && np < 64) preds[np++] = pj_;            \
+    } while (0)
+        for (int r = 0; r < x->n_reads; r++) ADD_PRED(last_writer[x->reads[r]]);
+        for (int w = 0; w < x->n_writes; w++) {
+            int b = x->writes[w];
+            ADD_PRED(last_writer[b]);
+            for (uint32_t k = 0; k < n_readers[b]; k++) ADD_PRED(readers[(size_t)b * cap + k]);
+        }
+        /* Drop predecessors that are ancestors of another predecessor. */
+        int keep[64], nk = 0;
+        for (int a = 0; a < np; a++) {
+            bool covered = false;
+            for (int b = 0; b < np && !covered; b++)
+                covered = a != b && mk_bit(&anc[(size_t)preds[b] * words], (uint32_t)preds[a]);
+            if (!covered) keep[nk++] = preds[a];
+        }
+        bool barrier = nk > 2 || (L->p->barriers && nk > 0);
+        if (barrier) {
+            struct mk_lower_instr *bx = &res[m];
+            memset(bx, 0, sizeof *bx);
+            bx->ins.op = MK_OP_BARRIER;
+            bx->ins.n_tasks = 1;
+            bx->ins.signal = MK_NO_COUNTER;
+            bx->ins.wait[0] = (struct mk_wait){MK_COUNTER_ALL, 0, tasks_before};
+            bx->ins.wait[1].ctr = MK_NO_COUNTER;
+            for (int w = 0; w < 4; w++) bx->ins.weight[w] = MK_NO_WEIGHT, bx->ins.buf[w] = MK_NO_BUF;
+            snprintf(bx->label, sizeof bx->label, "barrier");
+            for (uint32_t k = 0; k < m; k++) {
+                mk_bit_set(&anc[(size_t)m * words], k);
+            }
+            tasks_before += 1;
+            m++;
+            keep[0] = (int)m - 1;
+            nk = 1;
+        }
+        res[m] = *x;
+        for (int k = 0; k < nk; k++) {
+            res[m].ins.wait[k] = (struct mk_wait){(uint32_t)keep[k] + 1, 0, 0}; /* mul/add set below */
+            for (uint32_t wd = 0; wd < words; wd++) anc[(size_t)m * words + wd] |= anc[(size_t)keep[k] * words + wd];
+            mk_bit_set(&anc[(size_t)m * words], (uint32_t)keep[k]);
+        }
+        /* Record this instruction's accesses (indices now refer to res). */
+        for (int r = 0; r < x->n_reads; r++) {
+            int b = x->reads[r];
+            readers[(size_t)b * cap + n_readers[b]++] = (int)m;
+        }
+        for (int w = 0; w < x->n_writes; w++) {
+            last_writer[x->writes[w]] = (int)m;
+            n_readers[x->writes[w]] = 0;
+        }
+        tasks_before += x->ins.n_tasks;
+        m++;
+#undef ADD_PRED
+    }
+    /* Counters: 0 counts all tasks; instruction i signals counter i + 1. */
+    for (uint32_t i = 0; i < m; i++) {
+        res[i].ins.signal = i + 1;
+        for (int k = 0; k < 2; k++) {
+            struct mk_wait *w = &res[i].ins.wait[k];
+            if (w->ctr == MK_NO_COUNTER) continue;
+            if (w->ctr == MK_COUNTER_ALL) {
+                w->mul = tasks_before;
+            } else {
+                uint32_t t = res[w->ctr - 1].ins.n_tasks;
+                w->mul = t;
+                w->add = t;
+            }
+        }
+    }
+    *out_li = res;
+    *out_n = m;
+    res = NULL;
+done:
+    free(res);
+    free(anc);
+    free(last_writer);
+    free(readers);
+    free(n_readers);
+    return st;
+}
+
+void mk_program_free(struct mk_program *p) {
+    if (!p) return;
+    free(p->instrs);
+    free(p->labels);
+    free(p->task_base);
+    free(p->weights);
+    free(p->sched_offsets);
+    free(p->sched_tasks);
+    free(p);
+}
+
+enum mk_status mk_graph_lower(const struct mk_graph *g, const struct mk_compile_params *p, struct mk_program **out,
+                              struct mk_error *err) {
+    struct mk_lower L = {.g = g, .p = p};
+    struct mk_lower_instr *li = NULL;
+    struct mk_program *prog = NULL;
+    uint32_t n = 0;
+    enum mk_status st;
+    L.wt = calloc(g->n_nodes * MK_NODE_MAX_W + 1, sizeof *L.wt);
+    if (!L.wt) {
+        st = mk_error_set(err, MK_ERR_NOMEM, "out of memory lowering the graph");
+        goto fail;
+    }
+    if ((st = mk_lower_ops(&L, err)) != MK_OK) goto fail;
+    if ((st = mk_lower_depend(&L, &li, &n, err)) != MK_OK) goto fail;
+    prog = calloc(1, sizeof *prog);
+    if (!prog) goto nomem;
+    prog->instrs = calloc(n, sizeof *prog->instrs);
+    prog->labels = calloc(n, sizeof *prog->labels);
+    prog->task_base = calloc(n + 1, sizeof *prog->task_base);
+    prog->weights = calloc(L.n_wt ? L.n_wt : 1, sizeof *prog->weights);
+    if (!prog->instrs || !prog->labels || !prog->task_base || !prog->weights) goto nomem;
+    prog->n_instr = n;
+    for (uint32_t i = 0; i < n; i++) {
+        prog->instrs[i] = li[i].ins;
+        memcpy(prog->labels[i], li[i].label, sizeof prog->labels[i]);
+        prog->task_base[i + 1] = prog->task_base[i] + li[i].ins.n_tasks;
+    }
+    prog->n_tasks = prog->task_base[n];
+    prog->n_counters = n + 1;
+    prog->n_weights = L.n_wt;
+    for (uint32_t i = 0; i < L.n_wt; i++) {
+        const struct mk_weight *w = L.wt[i];
+        prog->weights[i] = (struct mk_weight_ref){(uint64_t)(uintptr_t)w->data, (uint32_t)w->type, (uint32_t)w->rows,
+                                                  (uint32_t)w->cols, (uint32_t)w->row_bytes, 0};
+    }
+    const struct mk_llama_config *c = &g->model->cfg;
+    prog->arena_floats = L.arena;
+    prog->n_ctx = p->n_ctx;
+    prog->n_layer = c->n_layer;
+    prog->kv_dim = c->n_head_kv * c->head_dim;
+    prog->n_embd = c->n_embd;
+    prog->vocab = c->n_vocab;
+    for (uint32_t i = 0; i < n; i++)
+        if (prog->instrs[i].op == MK_OP_NORM_LM_HEAD) prog->logits_off = prog->instrs[i].buf[1];
+    prog->schedule = p->schedule;
+    prog->n_workers = p->n_workers;
+    if (p->schedule == MK_SCHED_STATIC) {
+        /* Round-robin each instruction's tasks over the workers, starting where the last one
+         * stopped, so single-task ops spread out; every list stays in program order. */
+        uint32_t W = p->n_workers;
+        prog->sched_offsets = calloc(W + 1, sizeof *prog->sched_offsets);
+        prog->sched_tasks = calloc(prog->n_tasks ? prog->n_tasks : 1, sizeof *prog->sched_tasks);
+        uint32_t *owner = calloc(prog->n_tasks ? prog->n_tasks : 1, sizeof *owner);
+        if (!prog->sched_offsets || !prog->sched_tasks || !owner) {
+            free(owner);
+            goto nomem;
+        }
+        uint32_t next = 0;
+        for (uint32_t t = 0; t < prog->n_tasks; t++) {
+            owner[t] = next;
+            next = (next + 1) % W;
+            prog->sched_offsets[owner[t] + 1]++;
+        }
+        for (uint32_t w = 0; w < W; w++) prog->sched_offsets[w + 1] += prog->sched_offsets[w];
+        uint32_t *fill = calloc(W, sizeof *fill);
+        if (!fill) {
+            free(owner);
+            goto nomem;
+        }
+        for (uint32_t t = 0; t < prog->n_tasks; t++)
+            prog->sched_tasks[prog->sched_offsets[owner[t]] + fill[owner[t]]++] = t;
+        free(fill);
+        free(owner);
+    }
+    free(L.li);
+    free(L.wt);
+    free(li);
+    *out = prog;
+    return MK_OK;
+nomem:
+    st = mk_error_set(err, MK_ERR_NOMEM, "out of memory emitting the program");
+fail:
+    mk_program_free(prog);
+    free(L.li);
+    free(L.wt);
+    free(li);
+    return st;
+}
+
+struct mk_compile_params mk_compile_default_params(void) {
+    struct mk_compile_params p = {0};
+    p.n_workers = 4;
+    p.n_ctx = 512;
+    p.schedule = MK_SCHED_DYNAMIC;
+    return p;
+}
+
+enum mk_status mk_program_compile(const struct mk_model *m, const struct mk_compile_params *p, struct mk_program **out,
+                                  struct mk_error *err) {
+    if (!p->n_workers || !p->n_ctx)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "compile: n_workers (%u) and n_ctx (%u) must be positive",
+                            p->n_workers, p->n_ctx);
+    if (m->cfg.head_dim % 2 || m->cfg.n_rot % 2 || m->cfg.n_rot > m->cfg.head_dim)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED, "compile: head_dim %u / rope dims %u must be even, rope <= head_dim",
+                            m->cfg.head_dim, m->cfg.n_rot);
+    struct mk_graph g;
+    enum mk_status st = mk_graph_build_llama(m, &g, err);
+    if (st != MK_OK) return st;
+    if ((st = mk_graph_fuse(&g, err)) == MK_OK) st = mk_graph_lower(&g, p, out, err);
+    mk_graph_free(&g);
+    if (st == MK_OK && (st = mk_program_validate(*out, err)) != MK_OK) {
+        mk_error_prefix(err, "compiled program failed validation (compiler bug)");
+        mk_program_free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+uint32_t mk_program_instr_of_task(const struct mk_program *p, uint32_t t) {
+    uint32_t lo = 0, hi = p->n_instr; /* task_base[lo] <= t < task_base[hi] */
+    while (hi - lo > 1) {
+        uint32_t mid = (lo + hi) / 2;
+        if (p->task_base[mid] <= t) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}

@@ -1,0 +1,279 @@
+/* Differential tests of the compiled program: the CPU executor against the golden stories260K
+ * output and the reference forward pass at several worker counts and both schedules, and the
+ * validator against mutated programs. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "graph/cpu_exec.h"
+#include "graph/program.h"
+#include "runtime/backend.h"
+#include "runtime/model.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                  \
+    do {                                                                  \
+        if (!(cond)) {                                                    \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);          \
+            fprintf(stderr, __VA_ARGS__);                                 \
+            fputc('\n', stderr);                                          \
+            failures++;                                                   \
+        }                                                                 \
+    } while (0)
+
+static const char *models_dir(void) {
+    static char buf[1024];
+    const char *env = getenv("MK_MODELS_DIR");
+    const char *cands[] = {env, "../shared/models", "/work/shared/models"};
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
+        if (!cands[i]) continue;
+        snprintf(buf, sizeof buf, "%s/stories260K-f32.gguf", cands[i]);
+        if (access(buf, R_OK) == 0) return cands[i];
+    }
+    return NULL;
+}
+
+/* The 60 golden ids from the models README (the line after "The first 60 generated ids are:"). */
+static int read_golden_ids(const char *dir, int32_t *ids, int cap) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/README.md", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[4096];
+    int n = 0, armed = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "The first 60 generated ids are")) {
+            armed = 1;
+            continue;
+        }
+        if (armed && line[0] >= '0' && line[0] <= '9') {
+            char *s = line, *end;
+            while (n < cap) {
+                long v = strtol(s, &end, 10);
+                if (end == s) break;
+                ids[n++] = (int32_t)v;
+                s = end;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+static struct mk_step_cmd greedy(int32_t tok, int32_t pos) {
+    struct mk_step_cmd c = {0};
+    c.cmd = MK_CMD_STEP;
+    c.token = tok;
+    c.pos = pos;
+    return c;
+}
+
+static double rel_err(const float *a, const float *b, int n) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; i++) {
+        num = fmax(num, fabs((double)a[i] - b[i]));
+        den = fmax(den, fabs((double)b[i]));
+    }
+    return num / (den > 0 ? den : 1);
+}
+
+/* Greedy decode from BOS on the executor, checking ids against golden and logits against ref. */
+static void run_executor(const struct mk_model *m, struct mk_backend *ref, const int32_t *golden, int n_golden,
+                         uint32_t threads, enum mk_schedule sched) {
+    struct mk_error err = {0};
+    struct mk_compile_params cp = mk_compile_default_params();
+    cp.n_workers = threads;
+    cp.n_ctx = 128;
+    cp.schedule = sched;
+    cp.attn_block = 16; /* several attention blocks, so the combine step is exercised */
+    struct mk_program *prog = NULL;
+    enum mk_status st = mk_program_compile(m, &cp, &prog, &err);
+    CHECK(st == MK_OK, "compile for %u workers: %s", threads, err.msg);
+    if (st != MK_OK) return;
+    struct mk_cpu_exec *ex = NULL;
+    st = mk_cpu_exec_create(prog, threads, &ex, &err);
+    CHECK(st == MK_OK, "executor with %u threads: %s", threads, err.msg);
+    if (st != MK_OK) {
+        mk_program_free(prog);
+        return;
+    }
+    float *ref_logits = malloc(m->cfg.n_vocab * sizeof(float));
+    ref->vt->reset(ref, &err);
+    int32_t tok = 1, ref_tok = 1;
+    double worst = 0;
+    for (int pos = 0; pos < n_golden; pos++) {
+        struct mk_step_cmd c = greedy(tok, pos);
+        int32_t next = -1;
+        st = mk_cpu_exec_step(ex, &c, &next, &err);
+        CHECK(st == MK_OK, "step %d: %s", pos, err.msg);
+        if (st != MK_OK) break;
+        if (ref) {
+            struct mk_step_cmd rc = greedy(ref_tok, pos);
+            ref->vt->step(ref, &rc, &ref_tok, &err);
+            ref->vt->logits(ref, ref_logits, &err);
+            double e = rel_err(mk_cpu_exec_logits(ex), ref_logits, (int)m->cfg.n_vocab);
+            if (e > worst) worst = e;
+        }
+        CHECK(next == golden[pos], "%u threads %s: id %d is %d, golden %d", threads,
+              sched == MK_SCHED_STATIC ? "static" : "dynamic", pos, next, golden[pos]);
+        if (next != golden[pos]) break;
+        tok = next;
+    }
+    CHECK(worst < 1e-5, "%u threads: logits differ from the reference by %.3g (relative)", threads, worst);
+    printf("executor %2u threads %-7s: %d golden ids, max logit error vs reference %.2e\n", threads,
+           sched == MK_SCHED_STATIC ? "static" : "dynamic", n_golden, worst);
+    free(ref_logits);
+    mk_cpu_exec_free(ex);
+    mk_program_free(prog);
+}
+
+static void expect_invalid(const struct mk_program *p, const char *what, const char *needle) {
+    struct mk_error err = {0};
+    enum mk_status st = mk_program_validate(p, &err);
+    CHECK(st != MK_OK, "validator accepted a program with %s", what);
+    CHECK(st == MK_OK || strstr(err.msg, needle), "validator message for %s lacks '%s': %s", what, needle, err.msg);
+    if (st != MK_OK) printf("rejected %-28s: %s\n", what, err.msg);
+}
+
+static uint32_t find_op(const struct mk_program *p, uint32_t op, uint32_t nth) {
+    for (uint32_t i = 0; i < p->n_instr; i++)
+        if (p->instrs[i].op == op && nth-- == 0) return i;
+    return UINT32_MAX;
+}
+
+static void test_validator(const struct mk_model *m) {
+    struct mk_error err = {0};
+    struct mk_compile_params cp = mk_compile_default_params();
+    cp.n_workers = 3;
+    cp.n_ctx = 64;
+    struct mk_program *p = NULL;
+    if (mk_program_compile(m, &cp, &p, &err) != MK_OK) {
+        CHECK(0, "compile: %s", err.msg);
+        return;
+    }
+    CHECK(mk_program_validate(p, &err) == MK_OK, "pristine program rejected: %s", err.msg);
+    uint32_t attn = find_op(p, MK_OP_ATTN_PARTIAL, 1), comb = find_op(p, MK_OP_ATTN_COMBINE, 1);
+    struct mk_instr saved;
+
+    /* A dropped signal: the combine's counter is never signaled, so its waiter can never go. */
+    saved = p->instrs[attn];
+    p->instrs[attn].signal = MK_NO_COUNTER;
+    expect_invalid(p, "a dropped signal", "nothing signals");
+    p->instrs[attn] = saved;
+
+    /* A raised wait: more signals than the producer gives per step. */
+    saved = p->instrs[comb];
+    p->instrs[comb].wait[0].add += 1;
+    expect_invalid(p, "a raised wait", "gives only");
+    p->instrs[comb] = saved;
+
+    /* A self-dependency. */
+    saved = p->instrs[comb];
+    p->instrs[comb].wait[0].ctr = p->instrs[comb].signal;
+    expect_invalid(p, "a self-dependency", "its own counter");
+    p->instrs[comb] = saved;
+
+    /* A dropped wait: the combine would read partials nobody ordered before it. */
+    saved = p->instrs[comb];
+    p->instrs[comb].wait[0].ctr = MK_NO_COUNTER;
+    expect_invalid(p, "a missing wait", "without waiting");
+    p->instrs[comb] = saved;
+
+    /* A wait on later work. */
+    saved = p->instrs[attn];
+    p->instrs[attn].wait[0].ctr = p->instrs[comb].signal;
+    p->instrs[attn].wait[0].mul = p->instrs[attn].wait[0].add = p->instrs[comb].n_tasks;
+    expect_invalid(p, "a wait on a later op", "later instr");
+    p->instrs[attn] = saved;
+
+    /* A barrier that waits for more tasks than come before it. */
+    uint32_t first = find_op(p, MK_OP_NORM_QKV_ROPE, 0);
+    saved = p->instrs[first];
+    p->instrs[first].wait[1] = (struct mk_wait){MK_COUNTER_ALL, p->n_tasks, p->task_base[first] + 1};
+    expect_invalid(p, "an oversized join", "come before it");
+    p->instrs[first] = saved;
+
+    /* An opcode nobody implements, and an arena range past the end. */
+    saved = p->instrs[comb];
+    p->instrs[comb].op = 77;
+    expect_invalid(p, "an unknown opcode", "unknown opcode");
+    p->instrs[comb] = saved;
+    saved = p->instrs[comb];
+    p->instrs[comb].buf[1] = p->arena_floats - 1;
+    expect_invalid(p, "an arena overrun", "past the arena");
+    p->instrs[comb] = saved;
+    CHECK(mk_program_validate(p, &err) == MK_OK, "restored program rejected: %s", err.msg);
+    mk_program_free(p);
+
+    /* A static schedule whose worker runs tasks out of program order. */
+    cp.schedule = MK_SCHED_STATIC;
+    if (mk_program_compile(m, &cp, &p, &err) != MK_OK) {
+        CHECK(0, "compile static: %s", err.msg);
+        return;
+    }
+    uint32_t a = p->sched_offsets[0];
+    uint32_t tmp = p->sched_tasks[a];
+    p->sched_tasks[a] = p->sched_tasks[a + 1];
+    p->sched_tasks[a + 1] = tmp;
+    expect_invalid(p, "a reordered static list", "program order");
+    mk_program_free(p);
+}
+
+/* Every worker count from 1 to 130 must validate (the compiler's tiling changes with it). */
+static void test_worker_counts(const struct mk_model *m) {
+    struct mk_error err = {0};
+    for (uint32_t w = 1; w <= 130; w += 1) {
+        struct mk_compile_params cp = mk_compile_default_params();
+        cp.n_workers = w;
+        cp.n_ctx = 40 + w;
+        cp.schedule = w % 2 ? MK_SCHED_STATIC : MK_SCHED_DYNAMIC;
+        cp.barriers = w % 5 == 0;
+        struct mk_program *p = NULL;
+        enum mk_status st = mk_program_compile(m, &cp, &p, &err);
+        CHECK(st == MK_OK, "compile for %u workers: %s", w, err.msg);
+        mk_program_free(p);
+    }
+}
+
+int main(void) {
+    const char *dir = models_dir();
+    if (!dir) {
+        printf("SKIP: models dir not found (set MK_MODELS_DIR)\n");
+        return 0;
+    }
+    char path[1100];
+    snprintf(path, sizeof path, "%s/stories260K-f32.gguf", dir);
+    struct mk_error err = {0};
+    struct mk_model *m = NULL;
+    if (mk_model_load(path, &m, &err) != MK_OK) {
+        fprintf(stderr, "FAIL: load %s: %s\n", path, err.msg);
+        return 1;
+    }
+    int32_t golden[64];
+    int n_golden = read_golden_ids(dir, golden, 64);
+    CHECK(n_golden == 60, "read %d golden ids from the README, want 60", n_golden);
+    struct mk_backend_params bp = {0};
+    bp.kind = MK_BACKEND_REF;
+    bp.n_ctx = 128;
+    struct mk_backend *ref = NULL;
+    CHECK(mk_backend_create_ref(m, &bp, &ref, &err) == MK_OK, "ref backend: %s", err.msg);
+    if (ref && n_golden == 60) {
+        uint32_t counts[] = {1, 2, 3, 7, 64};
+        for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) run_executor(m, ref, golden, n_golden, counts[i], MK_SCHED_DYNAMIC);
+        run_executor(m, ref, golden, n_golden, 3, MK_SCHED_STATIC);
+        run_executor(m, ref, golden, n_golden, 7, MK_SCHED_STATIC);
+    }
+    test_validator(m);
+    test_worker_counts(m);
+    if (ref) ref->vt->free(ref);
+    mk_model_free(m);
+    if (failures) {
+        fprintf(stderr, "%d failures\n", failures);
+        return 1;
+    }
+    printf("program_test: ok\n");
+    return 0;
+}
