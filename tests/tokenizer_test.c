@@ -1,0 +1,512 @@
+/* Tokenizer tests: llama.cpp's test vectors for the llama-spm and gpt-2 vocabs, stories260K, byte fallback, special tokens. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/model.h"
+#include "runtime/tokenizer.h"
+
+static int g_failures;
+
+#define CHECK(cond)                                                              \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
+            g_failures++;                                                        \
+        }                                                                        \
+    } while (0)
+
+static const char *models_dir(void)
+{
+    static char buf[4096];
+    const char *env = getenv("MK_MODELS_DIR");
+    const char *cands[] = {env, "../shared/models", "/work/shared/models"};
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
+        if (!cands[i] || !cands[i][0])
+            continue;
+        snprintf(buf, sizeof buf, "%s/ggml-vocab-llama-spm.gguf", cands[i]);
+        FILE *f = fopen(buf, "rb");
+        if (f) {
+            fclose(f);
+            return cands[i];
+        }
+    }
+    return NULL;
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    for (;;) {
+        if (n == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap + 1);
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        if (r == 0)
+            break;
+        n += r;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+struct loaded {
+    struct mk_model *model;
+    struct mk_tokenizer *tok;
+};
+
+static int load(const char *dir, const char *file, struct loaded *l)
+{
+    char path[4096];
+    struct mk_error err = {0};
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    memset(l, 0, sizeof *l);
+    if (mk_model_load(path, &l->model, &err) != MK_OK) {
+        fprintf(stderr, "FAIL loading %s: %s\n", path, err.msg);
+        g_failures++;
+        return -1;
+    }
+    if (mk_tokenizer_create(&l->model->vocab, &l->tok, &err) != MK_OK) {
+        fprintf(stderr, "FAIL tokenizer for %s: %s\n", path, err.msg);
+        g_failures++;
+        mk_model_free(l->model);
+        return -1;
+    }
+    return 0;
+}
+
+static void unload(struct loaded *l)
+{
+    mk_tokenizer_free(l->tok);
+    mk_model_free(l->model);
+}
+
+/* Encodes into a fresh array; *n gets the count. Checks the needed-count contract on the way. */
+static int32_t *encode(const struct mk_tokenizer *t, const char *s, size_t len, bool bos, bool special, size_t *n)
+{
+    int64_t need = mk_tokenizer_encode(t, s, len, bos, special, NULL, 0);
+    CHECK(need >= 0);
+    if (need < 0) {
+        *n = 0;
+        return calloc(1, sizeof(int32_t));
+    }
+    int32_t *ids = calloc((size_t)need + 1, sizeof *ids);
+    int64_t got = mk_tokenizer_encode(t, s, len, bos, special, ids, (size_t)need + 1);
+    CHECK(got == need);
+    *n = (size_t)need;
+    return ids;
+}
+
+static char *decode(const struct mk_tokenizer *t, const int32_t *ids, size_t n, size_t *len)
+{
+    size_t need = mk_tokenizer_decode(t, ids, n, NULL, 0);
+    char *out = malloc(need + 1);
+    size_t got = mk_tokenizer_decode(t, ids, n, out, need + 1);
+    CHECK(got == need);
+    out[need] = '\0';
+    *len = need;
+    return out;
+}
+
+static void print_ids(const char *label, const int32_t *ids, size_t n)
+{
+    fprintf(stderr, "  %s:", label);
+    for (size_t i = 0; i < n; i++)
+        fprintf(stderr, " %d", ids[i]);
+    fprintf(stderr, "\n");
+}
+
+/* Runs llama.cpp's test-tokenizer-0 vectors for one vocab: ids must match exactly and decoding
+ * must give the input back. */
+static void test_vectors(const char *dir, const char *vocab)
+{
+    struct loaded l;
+    if (load(dir, vocab, &l) != 0)
+        return;
+    char path[4096];
+    size_t inp_len, out_len;
+    snprintf(path, sizeof path, "%s/%s.inp", dir, vocab);
+    char *inp = read_file(path, &inp_len);
+    snprintf(path, sizeof path, "%s/%s.out", dir, vocab);
+    char *outp = read_file(path, &out_len);
+    CHECK(inp && outp);
+    if (!inp || !outp) {
+        free(inp);
+        free(outp);
+        unload(&l);
+        return;
+    }
+
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    const size_t sep_len = sizeof sep - 1;
+    size_t n_cases = 0, n_ids_ok = 0, n_text_ok = 0;
+    const char *p = inp, *end = inp + inp_len;
+    char *line = outp;
+    while (p < end) {
+        const char *s = memmem(p, (size_t)(end - p), sep, sep_len);
+        if (!s)
+            break; /* the file ends with a separator */
+        size_t slen = (size_t)(s - p);
+
+        char *nl = strchr(line, '\n');
+        CHECK(nl != NULL);
+        if (!nl)
+            break;
+        *nl = '\0';
+        int32_t want[1024];
+        size_t n_want = 0;
+        for (char *q = line; *q;) {
+            char *e;
+            long v = strtol(q, &e, 10);
+            if (e == q)
+                break;
+            if (n_want < 1024)
+                want[n_want++] = (int32_t)v;
+            q = e;
+        }
+        line = nl + 1;
+
+        size_t n_got;
+        int32_t *got = encode(l.tok, p, slen, false, false, &n_got);
+        bool ids_ok = n_got == n_want && memcmp(got, want, n_want * sizeof *want) == 0;
+        size_t dlen;
+        char *text = decode(l.tok, got, n_got, &dlen);
+        bool text_ok = dlen == slen && memcmp(text, p, slen) == 0;
+        if (!ids_ok || !text_ok) {
+            fprintf(stderr, "FAIL %s case %zu: \"%.*s\" ids %s, text %s\n", vocab, n_cases, (int)slen, p,
+                    ids_ok ? "ok" : "differ", text_ok ? "ok" : "differs");
+            print_ids("want", want, n_want);
+            print_ids("got ", got, n_got);
+            if (!text_ok)
+                fprintf(stderr, "  text: \"%s\"\n", text);
+            g_failures++;
+        }
+        n_ids_ok += ids_ok;
+        n_text_ok += text_ok;
+        n_cases++;
+        free(got);
+        free(text);
+        p = s + sep_len;
+    }
+    printf("%s: %zu cases, ids match %zu, decode round-trips %zu\n", vocab, n_cases, n_ids_ok, n_text_ok);
+
+    /* Every piece, with and without a token before it: the size query agrees with the copy. */
+    uint32_t nv = mk_tokenizer_n_vocab(l.tok);
+    size_t piece_bad = 0;
+    for (uint32_t id = 0; id < nv; id++) {
+        char buf[256];
+        for (int32_t prev = -1; prev <= 0; prev++) {
+            size_t need = mk_tokenizer_piece(l.tok, prev, (int32_t)id, NULL, 0);
+            size_t got = mk_tokenizer_piece(l.tok, prev, (int32_t)id, buf, sizeof buf);
+            piece_bad += need != got || need > sizeof buf;
+        }
+    }
+    CHECK(piece_bad == 0);
+    CHECK(mk_tokenizer_piece(l.tok, -1, -5, NULL, 0) == 0);
+    CHECK(mk_tokenizer_piece(l.tok, -1, (int32_t)nv, NULL, 0) == 0);
+    CHECK(n_cases == 46);
+    CHECK(*line == '\0'); /* every expected line was used */
+    free(inp);
+    free(outp);
+    unload(&l);
+}
+
+static void test_stories(const char *dir)
+{
+    struct loaded l;
+    if (load(dir, "stories260K-f32.gguf", &l) != 0)
+        return;
+    const struct mk_tokenizer *t = l.tok;
+    CHECK(mk_tokenizer_n_vocab(t) == 512);
+    CHECK(mk_tokenizer_bos(t) == 1);
+    CHECK(mk_tokenizer_eos(t) == 2);
+    CHECK(strcmp(mk_tokenizer_kind(t), "llama") == 0);
+
+    const char *prompt = "Once upon a time";
+    const int32_t want[] = {1, 403, 407, 261, 378};
+    size_t n;
+    int32_t *ids = encode(t, prompt, strlen(prompt), true, false, &n);
+    CHECK(n == 5 && memcmp(ids, want, sizeof want) == 0);
+    print_ids("stories260K \"Once upon a time\"", ids, n);
+    size_t dlen;
+    char *text = decode(t, ids, n, &dlen);
+    CHECK(dlen == strlen(prompt) && memcmp(text, prompt, dlen) == 0);
+    free(text);
+
+    /* Pieces one by one: the dummy-prefix space goes only after BOS. */
+    char piece[64];
+    size_t pn = mk_tokenizer_piece(t, 1, 403, piece, sizeof piece);
+    CHECK(pn == 4 && memcmp(piece, "Once", 4) == 0);
+    pn = mk_tokenizer_piece(t, 403, 407, piece, sizeof piece);
+    CHECK(pn == 5 && memcmp(piece, " upon", 5) == 0);
+    pn = mk_tokenizer_piece(t, -1, 1, piece, sizeof piece);
+    CHECK(pn == 0);
+    /* A short buffer gets a prefix; the return value is still the full size. */
+    pn = mk_tokenizer_piece(t, 403, 407, piece, 2);
+    CHECK(pn == 5 && memcmp(piece, " u", 2) == 0);
+
+    /* A capped encode writes only cap ids but reports the full count. */
+    int32_t few[3] = {-7, -7, -7};
+    CHECK(mk_tokenizer_encode(t, prompt, strlen(prompt), true, false, few, 2) == 5);
+    CHECK(few[0] == 1 && few[1] == 403 && few[2] == -7);
+
+    /* The golden greedy continuation decodes to the documented text. */
+    const int32_t gen[] = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426};
+    text = decode(t, gen, sizeof gen / sizeof gen[0], &dlen);
+    const char *gen_text = "Once upon a time, there was a little girl named Lily.";
+    CHECK(dlen == strlen(gen_text) && memcmp(text, gen_text, dlen) == 0);
+    free(text);
+
+    /* Invalid UTF-8 goes through byte tokens and comes back unchanged. */
+    const char bad[] = "\xff\xfe abc \xc3";
+    size_t bad_len = sizeof bad - 1;
+    free(ids);
+    ids = encode(t, bad, bad_len, true, false, &n);
+    bool has_ff = false, has_fe = false, has_c3 = false;
+    for (size_t i = 0; i < n; i++) {
+        has_ff |= ids[i] == 3 + 0xff;
+        has_fe |= ids[i] == 3 + 0xfe;
+        has_c3 |= ids[i] == 3 + 0xc3;
+    }
+    CHECK(has_ff && has_fe && has_c3);
+    text = decode(t, ids, n, &dlen);
+    CHECK(dlen == bad_len && memcmp(text, bad, bad_len) == 0);
+    free(text);
+    free(ids);
+    unload(&l);
+}
+
+static bool contains(const int32_t *ids, size_t n, int32_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id)
+            return true;
+    return false;
+}
+
+static void test_llama_special(const char *dir)
+{
+    struct loaded l;
+    if (load(dir, "ggml-vocab-llama-spm.gguf", &l) != 0)
+        return;
+    const struct mk_tokenizer *t = l.tok;
+    const char *s = "<s>Hello world</s>";
+    size_t n, dlen;
+
+    /* Parsed: BOS and EOS ids, and the text after <s> gets the dummy prefix again. */
+    int32_t *ids = encode(t, s, strlen(s), false, true, &n);
+    const int32_t want[] = {1, 15043, 3186, 2};
+    CHECK(n == 4 && memcmp(ids, want, sizeof want) == 0);
+    print_ids("llama-spm parse_special \"<s>Hello world</s>\"", ids, n);
+    char *text = decode(t, ids, n, &dlen);
+    CHECK(dlen == strlen("Hello world") && memcmp(text, "Hello world", dlen) == 0);
+    free(text);
+    free(ids);
+
+    /* Not parsed: ordinary text, no control ids, and it decodes back. */
+    ids = encode(t, s, strlen(s), false, false, &n);
+    CHECK(n > 4 && !contains(ids, n, 1) && !contains(ids, n, 2));
+    print_ids("llama-spm plain \"<s>Hello world</s>\"", ids, n);
+    text = decode(t, ids, n, &dlen);
+    CHECK(dlen == strlen(s) && memcmp(text, s, dlen) == 0);
+    free(text);
+    free(ids);
+
+    /* BOS first, then the same tokens as without it. */
+    ids = encode(t, "Hello world", 11, true, false, &n);
+    const int32_t want_bos[] = {1, 15043, 3186};
+    CHECK(n == 3 && memcmp(ids, want_bos, sizeof want_bos) == 0);
+    free(ids);
+
+    /* Empty text: nothing, or just BOS; NULL with length 0 is fine. */
+    CHECK(mk_tokenizer_encode(t, NULL, 0, false, false, NULL, 0) == 0);
+    CHECK(mk_tokenizer_encode(t, "", 0, true, false, NULL, 0) == 1);
+    CHECK(mk_tokenizer_encode(t, NULL, 3, false, false, NULL, 0) == MK_ERR_INVALID_ARG);
+
+    /* Invalid UTF-8 through the 32000-token vocab. */
+    const char bad[] = "\xff\xfe abc \xc3";
+    ids = encode(t, bad, sizeof bad - 1, false, false, &n);
+    CHECK(n >= 3 && ids[0] == 29871 && ids[1] == 3 + 0xff && ids[2] == 3 + 0xfe);
+    text = decode(t, ids, n, &dlen);
+    CHECK(dlen == sizeof bad - 1 && memcmp(text, bad, dlen) == 0);
+    free(text);
+    free(ids);
+
+    /* Random byte strings round-trip (U+2581 itself is the one thing that cannot: it decodes to a space). */
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    int bad_rt = 0;
+    for (int iter = 0; iter < 300; iter++) {
+        char buf[64];
+        size_t len = (size_t)(iter % 48);
+        for (size_t i = 0; i < len; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            unsigned r = (unsigned)(rng >> 56);
+            buf[i] = (char)(iter % 3 == 0 ? r : iter % 3 == 1 ? (r % 96) + 32 : (r & 1 ? 0xe2 : r));
+        }
+        if (memmem(buf, len, "\xe2\x96\x81", 3))
+            continue;
+        ids = encode(t, buf, len, iter & 1, false, &n);
+        text = decode(t, ids, n, &dlen);
+        if (dlen != len || memcmp(text, buf, len) != 0)
+            bad_rt++;
+        free(text);
+        free(ids);
+    }
+    CHECK(bad_rt == 0);
+    unload(&l);
+}
+
+static void test_gpt2_special(const char *dir)
+{
+    struct loaded l;
+    if (load(dir, "ggml-vocab-gpt-2.gguf", &l) != 0)
+        return;
+    const struct mk_tokenizer *t = l.tok;
+    CHECK(strcmp(mk_tokenizer_kind(t), "gpt2") == 0);
+    CHECK(mk_tokenizer_bos(t) == 50256 && mk_tokenizer_eos(t) == 50256);
+    const char *s = "Hello<|endoftext|> world";
+    size_t n, dlen;
+    int32_t *ids = encode(t, s, strlen(s), false, true, &n);
+    const int32_t want[] = {15496, 50256, 995};
+    CHECK(n == 3 && memcmp(ids, want, sizeof want) == 0);
+    print_ids("gpt-2 parse_special \"Hello<|endoftext|> world\"", ids, n);
+    char *text = decode(t, ids, n, &dlen);
+    CHECK(dlen == strlen("Hello world") && memcmp(text, "Hello world", dlen) == 0);
+    free(text);
+    free(ids);
+
+    ids = encode(t, s, strlen(s), false, false, &n);
+    CHECK(n > 3 && !contains(ids, n, 50256));
+    text = decode(t, ids, n, &dlen);
+    CHECK(dlen == strlen(s) && memcmp(text, s, dlen) == 0);
+    free(text);
+    free(ids);
+
+    /* Scripts, Unicode spaces and non-ASCII digits through the hand-written pre-tokenizer. The ids
+     * come from an independent reference: Python's `regex` module running the GPT-2 pattern, then
+     * the original rank-ordered GPT-2 BPE over this vocab's merges. */
+    static const struct {
+        const char *text;
+        int32_t ids[40];
+        size_t n;
+    } uni[] = {
+        {"\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82\xe3\x80\x80\xe3\x80\x80\xd0\xbc\xd0\xb8\xd1\x80  123",
+         {140, 253, 21169, 18849, 38857, 16843, 20375, 5099, 222, 5099, 222, 43108, 18849, 21169, 220, 17031}, 16},
+        {"\xe0\xa4\xa8\xe0\xa4\xae\xe0\xa4\xb8\xe0\xa5\x8d\xe0\xa4\xa4\xe0\xa5\x87 "
+         "\xe0\xa4\xa6\xe0\xa5\x81\xe0\xa4\xa8\xe0\xa4\xbf\xe0\xa4\xaf\xe0\xa4\xbe "
+         "\xd9\xa3\xd9\xa4\xd9\xa5 x\xc2\xa0y",
+         {11976, 101, 11976, 106, 11976, 116, 24231, 235, 11976, 97, 24231, 229, 28225, 99, 24231, 223,
+          11976, 101, 11976, 123, 11976, 107, 48077, 18923, 96, 149, 97, 149, 98, 2124, 1849, 88}, 32},
+        {"\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 \xe2\x80\x83\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e "
+         "\xef\xbc\xa1\xef\xbc\xa2\xef\xbc\xa3\xef\xbc\x91\xef\xbc\x92\xef\xbc\x93",
+         {47991, 250, 166, 113, 255, 168, 244, 112, 220, 447, 225, 33768, 98, 17312, 105, 45739, 252, 27332,
+          120, 94, 171, 120, 95, 171, 120, 96, 171, 120, 239, 171, 120, 240, 171, 120, 241}, 35},
+        {"\xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d 'll \xd7\xa2\xd7\x95\xd7\x9c\xd7\x9d\xe2\x80\xa8\xe2\x80\xa8" "a "
+         "\xce\xa9\xe2\x89\x88 \xf0\x9d\x90\x80\xf0\x9d\x90\x81",
+         {50227, 40010, 27072, 147, 251, 705, 297, 14360, 95, 27072, 40010, 147, 251, 447, 101, 447, 101, 64,
+          7377, 102, 35705, 230, 220, 47728, 238, 222, 47728, 238, 223}, 29},
+        {"x\xd9\xa3'll \xef\xbc\x92's \xf0\x9d\x9f\xa4'd",
+         {87, 149, 96, 1183, 27332, 120, 240, 338, 220, 47728, 253, 97, 1549}, 13},
+    };
+    for (size_t c = 0; c < sizeof uni / sizeof uni[0]; c++) {
+        ids = encode(t, uni[c].text, strlen(uni[c].text), false, false, &n);
+        bool ok = n == uni[c].n && memcmp(ids, uni[c].ids, n * sizeof *ids) == 0;
+        if (!ok) {
+            fprintf(stderr, "FAIL gpt-2 unicode case %zu\n", c);
+            print_ids("want", uni[c].ids, uni[c].n);
+            print_ids("got ", ids, n);
+            g_failures++;
+        }
+        text = decode(t, ids, n, &dlen);
+        CHECK(dlen == strlen(uni[c].text) && memcmp(text, uni[c].text, dlen) == 0);
+        free(text);
+        free(ids);
+    }
+
+    /* Byte-level BPE takes any bytes and gives them back. */
+    uint64_t rng = 0x243f6a8885a308d3ull;
+    int bad_rt = 0;
+    for (int iter = 0; iter < 300; iter++) {
+        char buf[64];
+        size_t len = (size_t)(iter % 48);
+        for (size_t i = 0; i < len; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            unsigned r = (unsigned)(rng >> 56);
+            buf[i] = (char)(iter % 2 ? r : (r % 96) + 32);
+        }
+        ids = encode(t, buf, len, false, false, &n);
+        text = decode(t, ids, n, &dlen);
+        if (dlen != len || memcmp(text, buf, len) != 0)
+            bad_rt++;
+        free(text);
+        free(ids);
+    }
+    CHECK(bad_rt == 0);
+    unload(&l);
+}
+
+static void test_create_errors(void)
+{
+    struct mk_vocab_data v;
+    memset(&v, 0, sizeof v);
+    struct mk_tokenizer *t = (struct mk_tokenizer *)1;
+    struct mk_error err = {0};
+    strcpy(v.model, "bert");
+    struct mk_gguf_str toks[2] = {{1, "a"}, {1, "b"}};
+    v.tokens = toks;
+    v.n_tokens = 2;
+    v.bos = v.eos = v.unk = -1;
+    CHECK(mk_tokenizer_create(&v, &t, &err) == MK_ERR_UNSUPPORTED && t == NULL);
+    CHECK(strstr(err.msg, "bert") != NULL);
+    strcpy(v.model, "llama");
+    v.bos = 5;
+    CHECK(mk_tokenizer_create(&v, &t, &err) == MK_ERR_FORMAT);
+    CHECK(strstr(err.msg, "bos_token_id") != NULL);
+    v.bos = -1;
+    v.n_tokens = 0;
+    CHECK(mk_tokenizer_create(&v, &t, &err) == MK_ERR_FORMAT);
+
+    /* A tiny SPM vocab without byte tokens: unknown characters become unk. */
+    struct mk_gguf_str small[] = {{5, "<unk>"}, {3, "\xe2\x96\x81"}, {1, "a"}, {4, "\xe2\x96\x81" "a"}};
+    float scores[] = {0, -1, -2, -0.5f};
+    int32_t types[] = {2, 1, 1, 1};
+    v.tokens = small;
+    v.scores = scores;
+    v.types = types;
+    v.n_tokens = 4;
+    v.unk = 0;
+    CHECK(mk_tokenizer_create(&v, &t, &err) == MK_OK);
+    int32_t ids[8];
+    CHECK(mk_tokenizer_encode(t, "aaz", 3, false, false, ids, 8) == 3);
+    CHECK(ids[0] == 3 && ids[1] == 2 && ids[2] == 0);
+    mk_tokenizer_free(t);
+}
+
+int main(void)
+{
+    test_create_errors();
+    const char *dir = models_dir();
+    if (!dir) {
+        printf("SKIP: models directory not found (set MK_MODELS_DIR); only the offline checks ran\n");
+    } else {
+        test_vectors(dir, "ggml-vocab-llama-spm.gguf");
+        test_vectors(dir, "ggml-vocab-gpt-2.gguf");
+        test_stories(dir);
+        test_llama_special(dir);
+        test_gpt2_special(dir);
+    }
+    if (g_failures) {
+        printf("tokenizer_test: %d failure(s)\n", g_failures);
+        return 1;
+    }
+    printf("tokenizer_test: all passed\n");
+    return 0;
+}
