@@ -1,0 +1,157 @@
+/* mk's public C API: load a Llama-family GGUF, open decode sessions on any backend, stream tokens. */
+#ifndef MK_H
+#define MK_H
+
+/* Usage:
+ *
+ *     struct mk_error err;
+ *     struct mk_lm *lm;
+ *     if (mk_lm_load("model.gguf", &lm, &err) != MK_OK) { puts(err.msg); ... }
+ *     struct mk_session_params sp = mk_session_default_params();
+ *     struct mk_session *s;
+ *     if (mk_session_create(lm, &sp, &s, &err) != MK_OK) { ... }
+ *     if (mk_session_feed_text(s, "Once upon a time") != MK_OK) puts(mk_session_last_error(s));
+ *     mk_session_generate(s, 64, on_token, user, &why, &n);
+ *     mk_session_free(s);
+ *     mk_lm_free(lm);
+ *
+ * A model (struct mk_lm) is read-only once loaded: any number of sessions, in any threads, may
+ * share it. A session is used by one thread at a time. There is no global state. */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/backend.h" /* enum mk_backend_kind, mk_backend_kind_name, mk_backend_kind_parse */
+#include "runtime/status.h"  /* enum mk_status, struct mk_error, mk_status_str */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Models ---- */
+
+struct mk_lm; /* a loaded model and its tokenizer */
+
+/* Maps and validates a GGUF file. err (may be NULL) names the file, key or tensor at fault. */
+enum mk_status mk_lm_load(const char *path, struct mk_lm **out, struct mk_error *err);
+void mk_lm_free(struct mk_lm *lm);
+
+struct mk_lm_info {
+    const char *arch;       /* "llama", "mistral" */
+    const char *tokenizer;  /* "llama" (SentencePiece), "gpt2" (byte-level BPE), or "" when none */
+    uint32_t n_vocab, n_ctx_train, n_embd, n_ff, n_layer, n_head, n_head_kv;
+    uint64_t n_params;
+    uint64_t bytes_per_token; /* weight bytes one decode step reads */
+    int32_t bos, eos;         /* -1 when absent */
+    bool add_bos;             /* prompts start with BOS */
+    bool can_decode;          /* false for vocabulary-only files */
+    double load_ms;
+};
+struct mk_lm_info mk_lm_get_info(const struct mk_lm *lm);
+
+/* Tokenizes len bytes of text. add_bos prepends BOS; parse_special turns control-token text
+ * such as "<s>" into its id. SentencePiece vocabularies add the dummy-prefix space. Writes at most
+ * cap ids and returns how many the text needs (call again with more room when that exceeds cap),
+ * or a negative enum mk_status. */
+int64_t mk_lm_tokenize(const struct mk_lm *lm, const char *text, size_t len, bool add_bos, bool parse_special,
+                       int32_t *ids, size_t cap);
+/* Tokenizes a prompt the way mk_session_feed_text does at the start of a sequence: BOS first
+ * when the vocabulary adds it, the dummy-prefix space, and an empty prompt as BOS alone. Same
+ * return convention as mk_lm_tokenize. */
+int64_t mk_lm_tokenize_prompt(const struct mk_lm *lm, const char *text, int32_t *ids, size_t cap);
+/* Text of one token; prev_id is the token before it (-1 at the start) so that the dummy-prefix
+ * space after BOS is dropped. Writes at most cap bytes (no NUL); returns the bytes needed. */
+size_t mk_lm_token_piece(const struct mk_lm *lm, int32_t prev_id, int32_t id, char *out, size_t cap);
+/* Text of a whole sequence, same conventions. */
+size_t mk_lm_detokenize(const struct mk_lm *lm, const int32_t *ids, size_t n, char *out, size_t cap);
+
+/* ---- Sessions ---- */
+
+struct mk_session; /* a KV cache on one backend, the sampling settings and timings */
+
+/* seed value meaning "pick one at session creation" (see mk_session_seed). */
+#define MK_SEED_RANDOM UINT64_MAX
+
+/* Sampling as llama.cpp applies it: top-k, then top-p, then min-p, then temperature, then one
+ * draw whose uniform number depends only on (seed, position), so a fixed seed reproduces a run. */
+struct mk_sampling_params {
+    float temperature; /* <= 0: greedy (argmax, the lowest id on ties). Default 0.8 */
+    int32_t top_k;     /* keep the k most likely; <= 0 or over 1024: 1024. Default 40 */
+    float top_p;       /* keep the smallest set of mass >= top_p; >= 1: off. Default 0.95 */
+    float min_p;       /* drop tokens below min_p x the best one's probability; <= 0: off. Default 0.05 */
+    uint64_t seed;     /* MK_SEED_RANDOM (the default): chosen at session creation */
+};
+
+struct mk_session_params {
+    uint32_t n_ctx;                /* KV-cache positions; 0 = min(model's n_ctx_train, 4096) */
+    enum mk_backend_kind backend;  /* MK_BACKEND_AUTO: megakernel, else perop, else cpu */
+    uint32_t n_threads;            /* cpu backend workers; 0 = number of cores */
+    int device;                    /* CUDA device ordinal */
+    struct mk_sampling_params sampling;
+    int verbose;                   /* backends report their choices on stderr */
+};
+struct mk_session_params mk_session_default_params(void);
+
+/* Creates the backend and its KV cache. lm must outlive the session. */
+enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session_params *p, struct mk_session **out,
+                                 struct mk_error *err);
+void mk_session_free(struct mk_session *s);
+
+/* Message of the last failed call on s ("" when none). */
+const char *mk_session_last_error(const struct mk_session *s);
+/* The last failed call's status and message. */
+const struct mk_error *mk_session_error(const struct mk_session *s);
+
+/* Evaluates tokens at the next positions (after any generated token not yet evaluated). Fails
+ * with MK_ERR_CONTEXT_FULL, evaluating nothing, when they do not all fit. */
+enum mk_status mk_session_feed(struct mk_session *s, const int32_t *ids, size_t n);
+/* Tokenizes and feeds text. At the start of the sequence, BOS comes first when the vocabulary
+ * adds it; an empty text at the start feeds BOS alone. */
+enum mk_status mk_session_feed_text(struct mk_session *s, const char *text);
+
+/* Called once per generated token with its id and text; return nonzero to stop. */
+typedef int (*mk_token_fn)(void *user, int32_t id, const char *piece, size_t piece_len);
+
+enum mk_stop_reason {
+    MK_STOP_NONE = 0,         /* generation failed (see the status) */
+    MK_STOP_LENGTH = 1,       /* produced n_max tokens */
+    MK_STOP_EOS = 2,          /* the model produced end-of-sequence (not passed to the callback) */
+    MK_STOP_CALLBACK = 3,     /* the callback returned nonzero */
+    MK_STOP_CONTEXT_FULL = 4, /* every KV-cache position is used */
+};
+const char *mk_stop_reason_str(enum mk_stop_reason r);
+
+/* Generates up to n_max tokens (n_max < 0: until EOS or a full context) after what was fed,
+ * calling fn (may be NULL) for each. Returns MK_OK for every stop reason; *why (may be NULL) says
+ * which, *n_generated (may be NULL) how many tokens fn saw. Needs something fed first. */
+enum mk_status mk_session_generate(struct mk_session *s, int32_t n_max, mk_token_fn fn, void *user,
+                                   enum mk_stop_reason *why, uint32_t *n_generated);
+
+/* Forgets the sequence (the KV cache and the timings of prompt and generation). */
+enum mk_status mk_session_reset(struct mk_session *s);
+
+/* Copies the logits (n_vocab floats) of the last evaluated position; cap is out's length. */
+enum mk_status mk_session_logits(struct mk_session *s, float *out, size_t cap);
+
+struct mk_timings {
+    double load_ms;       /* mk_lm_load */
+    double init_ms;       /* mk_session_create: backend, weights upload, KV cache */
+    uint32_t n_prompt;    /* tokens fed */
+    double prompt_ms;
+    uint32_t n_eval;      /* decode steps of generated tokens */
+    double eval_ms;
+    uint32_t n_generated; /* tokens passed to the callback */
+};
+struct mk_timings mk_session_timings(const struct mk_session *s);
+
+enum mk_backend_kind mk_session_backend_kind(const struct mk_session *s); /* the one AUTO resolved to */
+const char *mk_session_backend_name(const struct mk_session *s);
+uint32_t mk_session_n_ctx(const struct mk_session *s);
+uint32_t mk_session_n_past(const struct mk_session *s); /* positions evaluated */
+uint64_t mk_session_seed(const struct mk_session *s);   /* the seed in use, after MK_SEED_RANDOM */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,490 @@
+/* Tests the public C API end to end on stories260K: golden text and ids, logits, streaming, stops, two sessions, errors. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/gguf.h"
+#include "runtime/mk.h"
+
+static int g_failures;
+
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);    \
+            g_failures++;                                                      \
+        }                                                                      \
+    } while (0)
+
+/* From /work/shared/models/README.md. */
+static const int32_t k_golden_ids[60] = {
+    403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
+    410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352,
+    266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415,
+};
+static const char k_golden_text[] =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a "
+    "big, red ball. She wanted to play with it, but it was too high";
+static const double k_golden_logits[5] = {-6.222914, 8.404342, -6.223739, -6.222544, -6.221953};
+
+static char g_models[4096];
+static char g_stories[4200];
+
+static int find_models_dir(void) {
+    const char *cands[] = {getenv("MK_MODELS_DIR"), "../shared/models", "/work/shared/models"};
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
+        if (!cands[i]) continue;
+        char probe[4200];
+        snprintf(probe, sizeof probe, "%s/stories260K-f32.gguf", cands[i]);
+        if (access(probe, R_OK) == 0) {
+            snprintf(g_models, sizeof g_models, "%s", cands[i]);
+            snprintf(g_stories, sizeof g_stories, "%s", probe);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Collects what the callback saw; stops after stop_after tokens when that is > 0. */
+struct collect {
+    int32_t ids[1024];
+    int n;
+    char text[8192];
+    size_t len;
+    int stop_after;
+};
+
+static int collect_token(void *user, int32_t id, const char *piece, size_t len) {
+    struct collect *c = user;
+    if (c->n < 1024) c->ids[c->n] = id;
+    c->n++;
+    if (c->len + len < sizeof c->text) {
+        memcpy(c->text + c->len, piece, len);
+        c->len += len;
+        c->text[c->len] = '\0';
+    }
+    return c->stop_after > 0 && c->n >= c->stop_after;
+}
+
+static struct mk_session *open_session(const struct mk_lm *lm, enum mk_backend_kind kind, uint32_t n_ctx, float temp,
+                                       uint64_t seed) {
+    struct mk_session_params sp = mk_session_default_params();
+    sp.backend = kind;
+    sp.n_ctx = n_ctx;
+    sp.sampling.temperature = temp;
+    sp.sampling.seed = seed;
+    sp.n_threads = 2;
+    struct mk_session *s = NULL;
+    struct mk_error err;
+    mk_error_clear(&err);
+    if (mk_session_create(lm, &sp, &s, &err) != MK_OK) {
+        fprintf(stderr, "FAIL: mk_session_create(%s): %s\n", mk_backend_kind_name(kind), err.msg);
+        g_failures++;
+        return NULL;
+    }
+    return s;
+}
+
+static void test_defaults(void) {
+    struct mk_session_params p = mk_session_default_params();
+    CHECK(p.sampling.top_k == 40);
+    CHECK(fabsf(p.sampling.top_p - 0.95f) < 1e-7f);
+    CHECK(fabsf(p.sampling.min_p - 0.05f) < 1e-7f);
+    CHECK(fabsf(p.sampling.temperature - 0.8f) < 1e-7f);
+    CHECK(p.sampling.seed == MK_SEED_RANDOM);
+    CHECK(p.backend == MK_BACKEND_AUTO);
+}
+
+static void test_tokenize(const struct mk_lm *lm) {
+    struct mk_lm_info info = mk_lm_get_info(lm);
+    CHECK(info.n_vocab == 512 && info.n_layer == 5 && info.bos == 1 && info.eos == 2 && info.add_bos && info.can_decode);
+    CHECK(!strcmp(info.tokenizer, "llama"));
+    int32_t ids[16];
+    int64_t n = mk_lm_tokenize_prompt(lm, "Once upon a time", ids, 16);
+    const int32_t want[5] = {1, 403, 407, 261, 378};
+    CHECK(n == 5 && !memcmp(ids, want, sizeof want));
+    n = mk_lm_tokenize_prompt(lm, "", ids, 16);
+    CHECK(n == 1 && ids[0] == 1);
+    /* Too little room: the count needed comes back. */
+    CHECK(mk_lm_tokenize_prompt(lm, "Once upon a time", ids, 2) == 5);
+    char text[64];
+    size_t len = mk_lm_detokenize(lm, want, 5, text, sizeof text - 1);
+    text[len] = '\0';
+    CHECK(!strcmp(text, "Once upon a time"));
+}
+
+/* Empty prompt: the README's 60 ids and text, the logits at pos 0, and the timings. */
+static void test_golden_from_bos(const struct mk_lm *lm) {
+    struct mk_session *s = open_session(lm, MK_BACKEND_REF, 256, 0.0f, 1);
+    if (!s) return;
+    CHECK(!strcmp(mk_session_backend_name(s), "ref"));
+    CHECK(mk_session_feed_text(s, "") == MK_OK);
+    CHECK(mk_session_n_past(s) == 1);
+    float logits[512];
+    CHECK(mk_session_logits(s, logits, 511) == MK_ERR_INVALID_ARG); /* too small */
+    CHECK(mk_session_logits(s, logits, 512) == MK_OK);
+    double worst = 0.0;
+    for (int i = 0; i < 5; i++)
+        if (fabs(logits[i] - k_golden_logits[i]) > worst) worst = fabs(logits[i] - k_golden_logits[i]);
+    printf("api: logits at pos 0 max |error| vs README = %.3g\n", worst);
+    CHECK(worst < 1e-4);
+
+    struct collect c = {.stop_after = 0};
+    enum mk_stop_reason why = MK_STOP_NONE;
+    uint32_t n = 0;
+    CHECK(mk_session_generate(s, 60, collect_token, &c, &why, &n) == MK_OK);
+    CHECK(why == MK_STOP_LENGTH && n == 60 && c.n == 60);
+    CHECK(!memcmp(c.ids, k_golden_ids, sizeof k_golden_ids));
+    CHECK(!strcmp(c.text, k_golden_text));
+    printf("api: empty prompt, 60 greedy tokens %s the README ids and text\n",
+           !memcmp(c.ids, k_golden_ids, sizeof k_golden_ids) && !strcmp(c.text, k_golden_text) ? "equal" : "DIFFER from");
+    struct mk_timings t = mk_session_timings(s);
+    CHECK(t.n_prompt == 1 && t.n_generated == 60 && t.n_eval == 59);
+    CHECK(t.load_ms > 0.0 && t.prompt_ms >= 0.0 && t.eval_ms > 0.0);
+    CHECK(mk_session_n_past(s) == 60); /* the 60th token is generated but not yet evaluated */
+
+    /* Reset starts over: same text again, timings of the sequence cleared. */
+    CHECK(mk_session_reset(s) == MK_OK);
+    CHECK(mk_session_n_past(s) == 0 && mk_session_timings(s).n_generated == 0);
+    CHECK(mk_session_generate(s, 5, NULL, NULL, &why, &n) == MK_ERR_INVALID_ARG); /* nothing fed */
+    CHECK(strstr(mk_session_last_error(s), "feed") != NULL);
+    CHECK(mk_session_feed_text(s, NULL) == MK_OK);
+    struct collect c2 = {.stop_after = 0};
+    CHECK(mk_session_generate(s, 60, collect_token, &c2, &why, &n) == MK_OK);
+    CHECK(c2.n == 60 && !memcmp(c2.ids, k_golden_ids, sizeof k_golden_ids));
+    mk_session_free(s);
+}
+
+/* The prompt "Once upon a time" continues the golden story; the callback can stop and resume. */
+static void test_prompt_and_callback_stop(const struct mk_lm *lm) {
+    struct mk_session *s = open_session(lm, MK_BACKEND_REF, 256, 0.0f, 1);
+    if (!s) return;
+    CHECK(mk_session_feed_text(s, "Once upon a time") == MK_OK);
+    CHECK(mk_session_n_past(s) == 5);
+    struct collect c = {.stop_after = 7};
+    enum mk_stop_reason why;
+    uint32_t n;
+    CHECK(mk_session_generate(s, 40, collect_token, &c, &why, &n) == MK_OK);
+    CHECK(why == MK_STOP_CALLBACK && n == 7 && c.n == 7);
+    c.stop_after = 0;
+    CHECK(mk_session_generate(s, 33, collect_token, &c, &why, &n) == MK_OK);
+    CHECK(why == MK_STOP_LENGTH && n == 33 && c.n == 40);
+    CHECK(!memcmp(c.ids, k_golden_ids + 4, 40 * sizeof(int32_t)));
+    char expect[8192];
+    snprintf(expect, sizeof expect, "Once upon a time%s", c.text);
+    CHECK(!strncmp(expect, k_golden_text, strlen(expect)));
+    printf("api: prompt \"Once upon a time\" + 40 greedy tokens: \"%s\"\n", expect);
+
+    /* Feeding text after generation evaluates the pending generated token first. */
+    uint32_t past = mk_session_n_past(s);
+    CHECK(mk_session_feed_text(s, " The end.") == MK_OK);
+    CHECK(mk_session_n_past(s) > past + 1);
+    mk_session_free(s);
+}
+
+/* A context that fills: generation stops with MK_STOP_CONTEXT_FULL; a too-long prompt fails whole. */
+static void test_context_full(const struct mk_lm *lm) {
+    struct mk_session *s = open_session(lm, MK_BACKEND_REF, 16, 0.0f, 1);
+    if (!s) return;
+    CHECK(mk_session_n_ctx(s) == 16);
+    CHECK(mk_session_feed_text(s, "") == MK_OK);
+    struct collect c = {.stop_after = 0};
+    enum mk_stop_reason why;
+    uint32_t n;
+    CHECK(mk_session_generate(s, -1, collect_token, &c, &why, &n) == MK_OK);
+    CHECK(why == MK_STOP_CONTEXT_FULL && n == 16 && mk_session_n_past(s) == 16);
+    CHECK(!memcmp(c.ids, k_golden_ids, 16 * sizeof(int32_t)));
+    CHECK(!strcmp(mk_stop_reason_str(why), "context full"));
+    /* The last token was never evaluated, so nothing more fits. */
+    int32_t one = 5;
+    CHECK(mk_session_feed(s, &one, 0) == MK_ERR_CONTEXT_FULL);
+    mk_session_free(s);
+
+    s = open_session(lm, MK_BACKEND_REF, 4, 0.0f, 1);
+    if (!s) return;
+    CHECK(mk_session_feed_text(s, "Once upon a time there was") == MK_ERR_CONTEXT_FULL);
+    CHECK(mk_session_error(s)->status == MK_ERR_CONTEXT_FULL);
+    CHECK(strstr(mk_session_last_error(s), "n_ctx = 4") != NULL);
+    printf("api: prompt too long: %s\n", mk_session_last_error(s));
+    CHECK(mk_session_n_past(s) == 0);
+    int32_t bad = 512;
+    CHECK(mk_session_feed(s, &bad, 1) == MK_ERR_INVALID_ARG);
+    mk_session_free(s);
+}
+
+/* Sampling: a fixed seed reproduces the run in another session; another seed does not. */
+static void test_sampling_sessions(const struct mk_lm *lm) {
+    struct collect a = {.stop_after = 0}, b = {.stop_after = 0}, d = {.stop_after = 0};
+    struct mk_session *sa = open_session(lm, MK_BACKEND_REF, 256, 1.0f, 1234);
+    struct mk_session *sb = open_session(lm, MK_BACKEND_REF, 256, 1.0f, 1234);
+    struct mk_session *sd = open_session(lm, MK_BACKEND_REF, 256, 1.0f, 99);
+    if (sa && sb && sd) {
+        CHECK(mk_session_seed(sa) == 1234);
+        CHECK(mk_session_feed_text(sa, "Once upon a time") == MK_OK);
+        CHECK(mk_session_feed_text(sb, "Once upon a time") == MK_OK);
+        CHECK(mk_session_feed_text(sd, "Once upon a time") == MK_OK);
+        CHECK(mk_session_generate(sa, 80, collect_token, &a, NULL, NULL) == MK_OK);
+        CHECK(mk_session_generate(sb, 80, collect_token, &b, NULL, NULL) == MK_OK);
+        CHECK(mk_session_generate(sd, 80, collect_token, &d, NULL, NULL) == MK_OK);
+        CHECK(a.n == b.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n));
+        CHECK(memcmp(a.ids, d.ids, sizeof(int32_t) * 80) != 0);
+        printf("api: sampled (T=1, seed 1234): \"Once upon a time%s\"\n", a.text);
+    }
+    mk_session_free(sa);
+    mk_session_free(sb);
+    mk_session_free(sd);
+
+    /* MK_SEED_RANDOM picks a seed per session. */
+    struct mk_session *r1 = open_session(lm, MK_BACKEND_REF, 8, 0.8f, MK_SEED_RANDOM);
+    struct mk_session *r2 = open_session(lm, MK_BACKEND_REF, 8, 0.8f, MK_SEED_RANDOM);
+    if (r1 && r2) CHECK(mk_session_seed(r1) != mk_session_seed(r2) && mk_session_seed(r1) != MK_SEED_RANDOM);
+    mk_session_free(r1);
+    mk_session_free(r2);
+}
+
+/* Two sessions on one model, stepped alternately and on two threads at once, give the golden greedy output. */
+struct thread_job {
+    const struct mk_lm *lm;
+    struct collect c;
+    enum mk_status st;
+};
+
+static void *thread_generate(void *arg) {
+    struct thread_job *j = arg;
+    struct mk_session_params sp = mk_session_default_params();
+    sp.backend = MK_BACKEND_REF;
+    sp.n_ctx = 128;
+    sp.sampling.temperature = 0.0f;
+    struct mk_session *s = NULL;
+    j->st = mk_session_create(j->lm, &sp, &s, NULL);
+    if (j->st != MK_OK) return NULL;
+    j->st = mk_session_feed_text(s, "");
+    if (j->st == MK_OK) j->st = mk_session_generate(s, 60, collect_token, &j->c, NULL, NULL);
+    mk_session_free(s);
+    return NULL;
+}
+
+static void test_two_sessions(const struct mk_lm *lm) {
+    struct mk_session *s1 = open_session(lm, MK_BACKEND_REF, 128, 0.0f, 1);
+    struct mk_session *s2 = open_session(lm, MK_BACKEND_REF, 128, 0.0f, 1);
+    struct collect c1 = {.stop_after = 0}, c2 = {.stop_after = 0};
+    if (s1 && s2) {
+        CHECK(mk_session_feed_text(s1, "") == MK_OK);
+        CHECK(mk_session_feed_text(s2, "") == MK_OK);
+        for (int i = 0; i < 60; i++) {
+            CHECK(mk_session_generate(s1, 1, collect_token, &c1, NULL, NULL) == MK_OK);
+            CHECK(mk_session_generate(s2, 1, collect_token, &c2, NULL, NULL) == MK_OK);
+        }
+        CHECK(c1.n == 60 && c2.n == 60);
+        CHECK(!memcmp(c1.ids, k_golden_ids, sizeof k_golden_ids) && !memcmp(c2.ids, k_golden_ids, sizeof k_golden_ids));
+        CHECK(!strcmp(c1.text, c2.text));
+    }
+    mk_session_free(s1);
+    mk_session_free(s2);
+
+    struct thread_job jobs[2];
+    memset(jobs, 0, sizeof jobs);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        jobs[i].lm = lm;
+        CHECK(pthread_create(&th[i], NULL, thread_generate, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        CHECK(jobs[i].st == MK_OK && jobs[i].c.n == 60);
+        CHECK(!memcmp(jobs[i].c.ids, k_golden_ids, sizeof k_golden_ids));
+    }
+    printf("api: two sessions (interleaved, and on two threads) gave the golden greedy output\n");
+}
+
+/* AUTO resolves to a real backend whose greedy output agrees with the reference. */
+static void test_auto_backend(const struct mk_lm *lm) {
+    struct mk_session *s = open_session(lm, MK_BACKEND_AUTO, 128, 0.0f, 1);
+    if (!s) return;
+    CHECK(mk_session_backend_kind(s) != MK_BACKEND_AUTO && mk_session_backend_kind(s) != MK_BACKEND_REF);
+    struct collect c = {.stop_after = 0};
+    CHECK(mk_session_feed_text(s, "") == MK_OK);
+    CHECK(mk_session_generate(s, 40, collect_token, &c, NULL, NULL) == MK_OK);
+    int same = c.n == 40 && !memcmp(c.ids, k_golden_ids, 40 * sizeof(int32_t));
+    printf("api: backend auto chose %s; its 40 greedy ids %s the reference\n", mk_session_backend_name(s),
+           same ? "equal" : "DIFFER from");
+    CHECK(same);
+    mk_session_free(s);
+}
+
+/* Copies src to dst with tokenizer.ggml.eos_token_id replaced, so that a story's end (the model
+ * writes BOS there) becomes end-of-sequence. */
+static int write_with_eos(const char *src, const char *dst, uint32_t eos) {
+    struct mk_gguf *g = NULL;
+    struct mk_gguf_writer *w = NULL;
+    struct mk_error err;
+    if (mk_gguf_open(src, &g, &err) != MK_OK || mk_gguf_writer_create(dst, &w, &err) != MK_OK) goto fail;
+    for (uint64_t i = 0; i < mk_gguf_kv_count(g); i++) {
+        const struct mk_gguf_kv *kv = mk_gguf_kv_at(g, i);
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.data);
+        enum mk_status st = MK_ERR_UNSUPPORTED;
+        if (!strcmp(key, "tokenizer.ggml.eos_token_id")) {
+            st = mk_gguf_writer_kv_u32(w, key, eos);
+        } else if (kv->type <= MK_GGUF_UINT32 && kv->type % 2 == 0) {
+            st = mk_gguf_writer_kv_u32(w, key, (uint32_t)kv->v.u64);
+        } else if (kv->type <= MK_GGUF_INT32) {
+            st = mk_gguf_writer_kv_i32(w, key, (int32_t)kv->v.i64);
+        } else if (kv->type == MK_GGUF_FLOAT32 || kv->type == MK_GGUF_FLOAT64) {
+            st = mk_gguf_writer_kv_f32(w, key, (float)kv->v.f64);
+        } else if (kv->type == MK_GGUF_BOOL) {
+            st = mk_gguf_writer_kv_bool(w, key, kv->v.u64 != 0);
+        } else if (kv->type == MK_GGUF_STRING) {
+            char *v = strndup(kv->v.str.data, kv->v.str.len);
+            st = mk_gguf_writer_kv_str(w, key, v);
+            free(v);
+        } else if (kv->type == MK_GGUF_ARRAY && kv->v.arr.elem_type == MK_GGUF_STRING) {
+            char **v = calloc(kv->v.arr.n, sizeof *v);
+            for (uint64_t k = 0; k < kv->v.arr.n; k++) v[k] = strndup(kv->v.arr.strs[k].data, kv->v.arr.strs[k].len);
+            st = mk_gguf_writer_kv_arr_str(w, key, (const char *const *)v, kv->v.arr.n);
+            for (uint64_t k = 0; k < kv->v.arr.n; k++) free(v[k]);
+            free(v);
+        } else if (kv->type == MK_GGUF_ARRAY && kv->v.arr.elem_type == MK_GGUF_FLOAT32) {
+            st = mk_gguf_writer_kv_arr_f32(w, key, kv->v.arr.data, kv->v.arr.n);
+        } else if (kv->type == MK_GGUF_ARRAY && kv->v.arr.elem_type == MK_GGUF_INT32) {
+            st = mk_gguf_writer_kv_arr_i32(w, key, kv->v.arr.data, kv->v.arr.n);
+        }
+        if (st != MK_OK) {
+            fprintf(stderr, "write_with_eos: cannot copy key %s\n", key);
+            goto fail;
+        }
+    }
+    for (uint64_t i = 0; i < mk_gguf_tensor_count(g); i++) {
+        const struct mk_gguf_tensor *t = mk_gguf_tensor_at(g, i);
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.data);
+        if (mk_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne) != MK_OK) goto fail;
+    }
+    for (uint64_t i = 0; i < mk_gguf_tensor_count(g); i++) {
+        const struct mk_gguf_tensor *t = mk_gguf_tensor_at(g, i);
+        if (mk_gguf_writer_write_data(w, t->data, t->n_bytes) != MK_OK) goto fail;
+    }
+    enum mk_status st = mk_gguf_writer_finish(w, &err);
+    w = NULL;
+    mk_gguf_close(g);
+    return st == MK_OK ? 0 : -1;
+fail:
+    if (w) mk_gguf_writer_abort(w);
+    mk_gguf_close(g);
+    return -1;
+}
+
+static void test_eos(void) {
+    char dir[4200];
+    const char *tmp = getenv("TEST_TMPDIR");
+    snprintf(dir, sizeof dir, "%s/mk-api-test-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "FAIL: mkdtemp\n");
+        g_failures++;
+        return;
+    }
+    char path[4300];
+    snprintf(path, sizeof path, "%s/eos-is-bos.gguf", dir);
+    if (write_with_eos(g_stories, path, 1)) {
+        fprintf(stderr, "FAIL: writing %s\n", path);
+        g_failures++;
+        rmdir(dir);
+        return;
+    }
+    struct mk_lm *lm = NULL;
+    struct mk_error err;
+    CHECK(mk_lm_load(path, &lm, &err) == MK_OK);
+    if (lm) {
+        CHECK(mk_lm_get_info(lm).eos == 1);
+        struct mk_session *s = open_session(lm, MK_BACKEND_REF, 512, 0.0f, 1);
+        if (s) {
+            struct collect c = {.stop_after = 0};
+            enum mk_stop_reason why;
+            uint32_t n;
+            CHECK(mk_session_feed_text(s, "") == MK_OK);
+            CHECK(mk_session_generate(s, -1, collect_token, &c, &why, &n) == MK_OK);
+            printf("api: with eos = 1 the first story ends after %u tokens (%s)\n", n, mk_stop_reason_str(why));
+            CHECK(why == MK_STOP_EOS && n > 60 && n < 500);
+            int has_eos = 0;
+            for (int i = 0; i < c.n && i < 1024; i++) has_eos |= c.ids[i] == 1;
+            CHECK(!has_eos);
+            CHECK(!memcmp(c.ids, k_golden_ids, sizeof k_golden_ids));
+            mk_session_free(s);
+        }
+        mk_lm_free(lm);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
+static void test_load_errors(void) {
+    struct mk_lm *lm = (struct mk_lm *)1;
+    struct mk_error err;
+    mk_error_clear(&err);
+    CHECK(mk_lm_load("/nonexistent/dir/model.gguf", &lm, &err) == MK_ERR_IO);
+    CHECK(lm == NULL && strstr(err.msg, "/nonexistent/dir/model.gguf") != NULL);
+    printf("api: missing file: %s\n", err.msg);
+
+    char path[4200];
+    const char *tmp = getenv("TEST_TMPDIR");
+    snprintf(path, sizeof path, "%s/mk-api-garbage-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        const char junk[] = "this is not a GGUF file, just some text long enough to be read";
+        CHECK(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk);
+        close(fd);
+        mk_error_clear(&err);
+        CHECK(mk_lm_load(path, &lm, &err) == MK_ERR_FORMAT);
+        printf("api: not a GGUF: %s\n", err.msg);
+        unlink(path);
+    }
+
+    /* A vocabulary-only file tokenizes but cannot decode. */
+    char vocab[4200];
+    snprintf(vocab, sizeof vocab, "%s/ggml-vocab-llama-spm.gguf", g_models);
+    CHECK(mk_lm_load(vocab, &lm, &err) == MK_OK);
+    if (lm) {
+        CHECK(!mk_lm_get_info(lm).can_decode);
+        int32_t ids[8];
+        CHECK(mk_lm_tokenize(lm, "Hello", 5, true, false, ids, 8) >= 2 && ids[0] == 1);
+        struct mk_session_params sp = mk_session_default_params();
+        sp.backend = MK_BACKEND_REF;
+        struct mk_session *s = NULL;
+        CHECK(mk_session_create(lm, &sp, &s, &err) == MK_ERR_UNSUPPORTED && s == NULL);
+        mk_lm_free(lm);
+    }
+}
+
+int main(void) {
+    test_defaults();
+    if (find_models_dir()) {
+        printf("SKIP: models directory not found (set MK_MODELS_DIR); api_test's model checks need stories260K\n");
+        return g_failures ? 1 : 0;
+    }
+    struct mk_lm *lm = NULL;
+    struct mk_error err;
+    if (mk_lm_load(g_stories, &lm, &err) != MK_OK) {
+        fprintf(stderr, "FAIL: loading %s: %s\n", g_stories, err.msg);
+        return 1;
+    }
+    test_tokenize(lm);
+    test_golden_from_bos(lm);
+    test_prompt_and_callback_stop(lm);
+    test_context_full(lm);
+    test_sampling_sessions(lm);
+    test_two_sessions(lm);
+    test_auto_backend(lm);
+    mk_lm_free(lm);
+    test_eos();
+    test_load_errors();
+    if (g_failures) {
+        fprintf(stderr, "%d check(s) failed\n", g_failures);
+        return 1;
+    }
+    printf("api_test: all checks passed\n");
+    return 0;
+}

@@ -1,0 +1,147 @@
+#!/bin/bash
+# Tests the 'mk run' command end to end: golden text and ids on stories260K, summary, built-in model, errors.
+set -u
+
+MK="${1:?usage: run_test.sh path/to/mk}"
+MK="$(cd "$(dirname "$MK")" && pwd)/$(basename "$MK")"
+failures=0
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+
+models=""
+for d in "${MK_MODELS_DIR:-}" ../shared/models /work/shared/models; do
+    if [ -n "$d" ] && [ -r "$d/stories260K-f32.gguf" ]; then
+        models="$d"
+        break
+    fi
+done
+
+work="$(mktemp -d "${TEST_TMPDIR:-/tmp}/mk-run-test.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+
+# Runs mk with the given arguments; stdout to $work/out, stderr to $work/err, status to $rc.
+run() {
+    "$MK" run "$@" >"$work/out" 2>"$work/err"
+    rc=$?
+}
+
+expect_fail() {
+    local what="$1" pattern="$2"
+    shift 2
+    run "$@"
+    if [ "$rc" -eq 0 ]; then
+        fail "$what: exit 0, expected an error"
+    elif ! grep -q -- "$pattern" "$work/err"; then
+        fail "$what: stderr lacks '$pattern': $(cat "$work/err")"
+    else
+        echo "ok: $what -> exit $rc: $(head -n 1 "$work/err")"
+    fi
+}
+
+# ---- Options, checked before any model is read ----
+expect_fail "--temp -1" "expected a number >= 0" --temp -1
+expect_fail "--top-p 0" "expected a number in (0, 1]" --top-p 0
+expect_fail "--top-p 1.5" "expected a number in (0, 1]" --top-p 1.5
+expect_fail "--min-p 2" "expected a number in \[0, 1\]" --min-p 2
+expect_fail "-n abc" "expected an integer >= -1" -n abc
+expect_fail "-n -2" "expected an integer >= -1" -n -2
+expect_fail "--top-k -1" "expected an integer >= 0" --top-k -1
+expect_fail "--ctx 1x" "expected an integer >= 0" --ctx 1x
+expect_fail "--seed -5" "expected an integer" --seed -5
+expect_fail "--backend foo" "auto, ref, cpu, megakernel, perop or graph" --backend foo
+expect_fail "unknown option" "unknown option '--frobnicate'" --frobnicate 3
+expect_fail "missing value" "missing value" -m
+expect_fail "missing file" "/nonexistent/model.gguf" -m /nonexistent/model.gguf
+printf 'not a gguf file at all, only text\n' >"$work/junk.gguf"
+expect_fail "not a GGUF" "junk.gguf" -m "$work/junk.gguf"
+
+# ---- The built-in synthetic model: made in TMPDIR and deleted afterwards ----
+mkdir -p "$work/tmp"
+TMPDIR="$work/tmp" "$MK" run -n 8 --temp 0 >"$work/out" 2>"$work/err"
+rc=$?
+if [ "$rc" -ne 0 ]; then
+    fail "built-in model: exit $rc: $(cat "$work/err")"
+elif ! grep -q "built-in synthetic model" "$work/err"; then
+    fail "built-in model: stderr does not say so: $(cat "$work/err")"
+elif [ -n "$(ls -A "$work/tmp")" ]; then
+    fail "built-in model: left files in TMPDIR: $(ls -A "$work/tmp")"
+else
+    echo "ok: built-in model ran 8 tokens and removed its temp file"
+fi
+TMPDIR="$work/tmp" "$MK" run -n 5 --temp 0 --ids >"$work/ids1" 2>/dev/null
+TMPDIR="$work/tmp" "$MK" run -n 5 --temp 0 --ids >"$work/ids2" 2>/dev/null
+if [ "$(wc -w <"$work/ids1")" -ne 5 ] || ! cmp -s "$work/ids1" "$work/ids2"; then
+    fail "built-in model: 5 greedy ids not reproducible: '$(cat "$work/ids1")' vs '$(cat "$work/ids2")'"
+fi
+
+if [ -z "$models" ]; then
+    echo "SKIP: models directory not found (set MK_MODELS_DIR); skipping the stories260K checks"
+    [ "$failures" -eq 0 ] || exit 1
+    exit 0
+fi
+stories="$models/stories260K-f32.gguf"
+
+# ---- Golden text: the README's greedy story; the prompt is its first 4 tokens, then 40 more ----
+golden="Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high"
+expect40="Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball."
+case "$golden" in "$expect40"*) ;; *) fail "test bug: the 40-token text is not a prefix of the golden text" ;; esac
+for backend in auto ref cpu; do
+    run -m "$stories" -p "Once upon a time" --temp 0 -n 40 --backend "$backend"
+    got="$(cat "$work/out")"
+    if [ "$rc" -ne 0 ]; then
+        fail "golden ($backend): exit $rc: $(cat "$work/err")"
+    elif [ "$got" != "$expect40" ]; then
+        fail "golden ($backend): got '$got', expected '$expect40'"
+    else
+        echo "ok: golden text ($backend): $got"
+    fi
+done
+for key in "load time" "prompt eval time" "/     5 tokens" "eval time" "/    39 runs" "tokens per second"; do
+    grep -q -- "$key" "$work/err" || fail "summary lacks '$key': $(cat "$work/err")"
+done
+
+# ---- Golden ids from an empty prompt ----
+golden_ids="403 407 261 378 432 383 286 261 376 298 315 421 395 317 426 338 401 396 267 337 410 408 419 292 411 322 265 282 295 433 426 385 328 432 358 394 261 370 432 352 266 268 388 426 338 391 266 267 337 335 312 432 398 312 286 267 414 270 333 415"
+run -m "$stories" --temp 0 -n 60 --ids
+if [ "$rc" -ne 0 ] || [ "$(cat "$work/out")" != "$golden_ids" ]; then
+    fail "golden ids: exit $rc, got '$(cat "$work/out")'"
+else
+    echo "ok: empty prompt, 60 greedy ids equal the README"
+fi
+run -m "$stories" --temp 0 -n 60
+if [ "$(cat "$work/out")" != "$golden" ]; then
+    fail "golden text from BOS: got '$(cat "$work/out")'"
+fi
+
+# ---- Sampling: a fixed seed reproduces; the default seed is reported ----
+run -m "$stories" -p "Once upon a time" -n 30 --seed 7 --temp 1
+first="$(cat "$work/out")"
+run -m "$stories" -p "Once upon a time" -n 30 --seed 7 --temp 1
+[ "$rc" -eq 0 ] && [ "$first" = "$(cat "$work/out")" ] || fail "--seed 7 is not reproducible"
+run -m "$stories" -p "Once upon a time" -n 10
+grep -q "seed [0-9]" "$work/err" || fail "the random seed is not reported: $(cat "$work/err")"
+
+# ---- Context limits ----
+expect_fail "prompt longer than the context" "longer than the context" -m "$stories" --ctx 4 -p "Once upon a time there was"
+run -m "$stories" --ctx 16 -n 100 --temp 0 --ids
+if [ "$rc" -ne 0 ] || ! grep -q "context full" "$work/err" || [ "$(wc -w <"$work/out")" -ne 16 ]; then
+    fail "context full during generation: exit $rc, $(wc -w <"$work/out") ids, stderr $(cat "$work/err")"
+else
+    echo "ok: --ctx 16 stops after 16 tokens: $(grep "context full" "$work/err")"
+fi
+
+# ---- A random F16 model with a 32000-token vocabulary ----
+run -m "$models/llama-2-tiny-random.gguf" -p "Hello" -n 6 --ids
+if [ "$rc" -ne 0 ] || [ "$(wc -w <"$work/out")" -ne 6 ]; then
+    fail "llama-2-tiny-random: exit $rc: $(cat "$work/err")"
+else
+    echo "ok: llama-2-tiny-random generated: $(cat "$work/out")"
+fi
+
+if [ "$failures" -ne 0 ]; then
+    echo "$failures check(s) failed" >&2
+    exit 1
+fi
+echo "run_test: all checks passed"
