@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# CLI checks for 'mk info', 'mk gen' and 'mk quantize': help, exit codes, error messages and what info reports.
+set -u
+
+MK="${MK:-tools/mk}"
+if [ ! -x "$MK" ]; then
+    echo "cli_test: mk binary not found at $MK" >&2
+    exit 1
+fi
+T="$(mktemp -d "${TEST_TMPDIR:-/tmp}/cli_test.XXXXXX")"
+trap 'rm -rf "$T"' EXIT
+failures=0
+
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+
+# run WANT_RC CMD...: runs CMD with stdout in $T/out and stderr in $T/err, checks the exit code.
+run() {
+    local want="$1"
+    shift
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [ "$rc" != "$want" ]; then
+        fail "'$*' exited $rc, expected $want; stderr: $(head -c 400 "$T/err")"
+    fi
+}
+
+# has FILE TEXT: FILE contains the fixed string TEXT.
+has() {
+    grep -qF -- "$2" "$1" || fail "expected '$2' in $1 output: $(head -c 600 "$1")"
+}
+
+for c in info gen quantize; do
+    run 0 "$MK" "$c" --help
+    has "$T/out" "usage: mk $c"
+done
+
+# Usage errors: exit 2 with a message naming what was wrong.
+run 2 "$MK" gen --preset tiny
+has "$T/err" "no output file"
+run 2 "$MK" gen --preset llama-70b -o "$T/x.gguf"
+has "$T/err" "llama-70b"
+run 2 "$MK" gen --dtype q5_k -o "$T/x.gguf"
+has "$T/err" "q5_k"
+run 2 "$MK" gen --seed -3 -o "$T/x.gguf"
+run 2 "$MK" quantize "$T/x.gguf"
+run 2 "$MK" info
+[ -e "$T/x.gguf" ] && fail "a failed 'mk gen' left $T/x.gguf behind"
+
+# Runtime errors: exit 1 naming the file.
+run 1 "$MK" info "$T/missing.gguf"
+has "$T/err" "$T/missing.gguf"
+printf 'not a gguf file at all, just text\n' >"$T/text.gguf"
+run 1 "$MK" info "$T/text.gguf"
+has "$T/err" "$T/text.gguf"
+run 1 "$MK" quantize "$T/missing.gguf" "$T/y.gguf" --dtype q8_0
+has "$T/err" "$T/missing.gguf"
+[ -e "$T/y.gguf" ] && fail "a failed 'mk quantize' left $T/y.gguf behind"
+
+# gen -> info: the tiny preset in the Q4_K_M mix.
+run 0 "$MK" gen --preset tiny --dtype q4_k_m --seed 3 -o "$T/t.gguf"
+[ -s "$T/t.gguf" ] || fail "mk gen wrote no file"
+run 0 "$MK" info "$T/t.gguf"
+has "$T/out" "architecture: llama"
+has "$T/out" "15 (Q4_K_M mix)"
+has "$T/out" "n_embd 256, n_ff 768, n_layer 4, n_vocab 512"
+has "$T/out" "n_head 8, n_head_kv 4 (GQA 2:1), head_dim 32"
+has "$T/out" "tied output"
+has "$T/out" "llama (SentencePiece), 512 tokens"
+has "$T/out" "blk.2.attn_v.weight"
+# Layers 0-1 all Q4_K (444,416 B each), layers 2-3 with Q6_K attn_v and ffn_down (503,552 B
+# each), output_norm 1,024 B, one Q6_K embedding row 210 B, the tied Q6_K head 107,520 B.
+has "$T/out" "weight bytes per token: 2004690 "
+run 0 "$MK" info --keys "$T/t.gguf"
+has "$T/out" "mk.gen.seed"
+
+# quantize -> info: f16 everywhere but the norms.
+run 0 "$MK" quantize "$T/t.gguf" "$T/h.gguf" --dtype f16
+run 0 "$MK" info "$T/h.gguf"
+has "$T/out" "1 (mostly f16)"
+has "$T/out" "mk synthetic tiny q4_k_m"
+grep -E '^  blk\.0\.ffn_down\.weight +f16 ' "$T/out" >/dev/null || fail "ffn_down is not f16 after quantize"
+grep -E '^  blk\.0\.ffn_norm\.weight +f32 ' "$T/out" >/dev/null || fail "ffn_norm is not f32 after quantize"
+run 1 "$MK" quantize "$T/h.gguf" "$T/h.gguf" --dtype q8_0
+has "$T/err" "same file"
+
+# Real files, when the models directory is there.
+M=""
+for d in "${MK_MODELS_DIR:-}" ../shared/models /work/shared/models; do
+    if [ -n "$d" ] && [ -r "$d/stories260K-f32.gguf" ]; then
+        M="$d"
+        break
+    fi
+done
+if [ -z "$M" ]; then
+    echo "SKIP: models dir not found (set MK_MODELS_DIR); real-file checks skipped"
+else
+    run 0 "$MK" info "$M/stories260K-f32.gguf"
+    has "$T/out" "n_embd 64, n_ff 172, n_layer 5, n_vocab 512"
+    has "$T/out" "tied output by content"
+    has "$T/out" "parameters:   292800"
+    has "$T/out" "weight bytes per token: 1040384 "
+    run 0 "$MK" info "$M/ggml-vocab-gpt-2.gguf"
+    has "$T/out" "vocab-only:   yes"
+    has "$T/out" "gpt2 (byte-level BPE), 50257 tokens, 50000 merges"
+    run 0 "$MK" info "$M/llama-2-tiny-random.gguf"
+    has "$T/out" "untied (output.weight, f16)"
+fi
+
+if [ "$failures" != 0 ]; then
+    echo "cli_test: $failures check(s) failed" >&2
+    exit 1
+fi
+echo "cli_test: all checks passed"
