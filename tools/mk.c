@@ -1,6 +1,8 @@
 /* The mk command: dispatches to one subcommand per file. */
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "tools/cmds.h"
 
@@ -27,6 +29,9 @@ static void mk_usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* Under `bazel run`, relative paths mean the caller's directory, not the runfiles tree. */
+    const char *wd = getenv("BUILD_WORKING_DIRECTORY");
+    if (wd && chdir(wd) != 0) fprintf(stderr, "mk: cannot enter %s; relative paths may not resolve\n", wd);
     if (argc < 2) {
         mk_usage(stderr);
         return 2;

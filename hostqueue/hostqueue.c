@@ -1,0 +1,337 @@
+/* The feeder thread between the backend and the device: one command at a time through the mailbox, release/acquire ordered, with a watchdog. */
+#include "hostqueue/hostqueue.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MK_HQ_CAP 16u
+#define MK_HQ_DEFAULT_WATCHDOG_MS 10000u
+/* How often the feeder asks the device side whether it still lives while a step is out. */
+#define MK_HQ_PROBE_NS 1000000ull
+/* Spinning on a step's answer is the fast path; past this a spinner also yields its core. */
+#define MK_HQ_YIELD_AFTER_NS 2000000ull
+/* An idle feeder spins this long for the next command before it sleeps. */
+#define MK_HQ_IDLE_SPIN_NS 1000000ull
+
+enum mk_hq_state { MK_HQ_QUEUED = 0, MK_HQ_POSTED = 1, MK_HQ_DONE = 2 };
+
+/* A submitted command; lives on the submitter's stack until state is DONE. */
+struct mk_hq_req {
+    struct mk_step_cmd cmd;
+    uint32_t state; /* enum mk_hq_state, release-stored by the feeder */
+    enum mk_status st;
+    struct mk_error err;
+    struct mk_hostqueue_result res;
+};
+
+struct mk_hostqueue {
+    struct mk_hostqueue_params p;
+    struct mk_mailbox *mb; /* host view */
+    uint64_t mb_dev;       /* device address, 0 without cu */
+    pthread_t feeder;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_feeder; /* the ring got a command or stop was asked */
+    pthread_cond_t cv_done;   /* a command finished */
+    struct mk_hq_req *ring[MK_HQ_CAP]; /* (MK_HQ_CAP) under mu; head..tail queued */
+    uint32_t head, tail;
+    uint32_t n_queued;     /* tail - head, also read without mu by the spinning feeder */
+    bool feeder_sleeping;
+    bool stop_requested;
+    bool joined;
+    uint32_t poisoned;     /* atomic flag; poison_err is written before it is set */
+    struct mk_error poison_err;
+    uint32_t seq;          /* commands posted; written by the feeder only */
+};
+
+static uint64_t mk_hq_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void mk_hq_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void mk_hq_poison(struct mk_hostqueue *q, const struct mk_error *e) {
+    if (__atomic_load_n(&q->poisoned, __ATOMIC_ACQUIRE)) return;
+    q->poison_err = *e;
+    __atomic_store_n(&q->poisoned, 1u, __ATOMIC_RELEASE);
+}
+
+bool mk_hostqueue_poisoned(struct mk_hostqueue *q) { return __atomic_load_n(&q->poisoned, __ATOMIC_ACQUIRE) != 0; }
+
+uint32_t mk_hostqueue_posted(struct mk_hostqueue *q) { return __atomic_load_n(&q->seq, __ATOMIC_ACQUIRE); }
+
+struct mk_mailbox *mk_hostqueue_mailbox(struct mk_hostqueue *q) { return q->mb; }
+
+uint64_t mk_hostqueue_mailbox_device(const struct mk_hostqueue *q) { return q->mb_dev; }
+
+/* The submitter may return (and drop req) as soon as it sees DONE: nothing touches req after. */
+static void mk_hq_complete(struct mk_hostqueue *q, struct mk_hq_req *req, enum mk_status st) {
+    req->st = st;
+    __atomic_store_n(&req->state, MK_HQ_DONE, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&q->mu);
+    pthread_cond_broadcast(&q->cv_done);
+    pthread_mutex_unlock(&q->mu);
+}
+
+static const char *mk_hq_deverr_name(uint32_t code) {
+    switch (code) {
+    case MK_DEVERR_BAD_OPCODE: return "unknown opcode at instruction";
+    case MK_DEVERR_BAD_POS: return "position out of range:";
+    case MK_DEVERR_BAD_TOKEN: return "token out of range:";
+    default: return "unknown device error, argument";
+    }
+}
+
+/* Waits for the answer to command n; on failure poisons the queue and fills req->err. */
+static enum mk_status mk_hq_wait_done(struct mk_hostqueue *q, struct mk_hq_req *req, uint32_t n) {
+    const char *what = q->p.what ? q->p.what : "device";
+    const uint64_t limit = (uint64_t)(q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS) * 1000000ull;
+    const uint64_t t0 = mk_hq_now_ns();
+    uint64_t last_probe = t0;
+    for (uint32_t i = 1;; i++) {
+        if (__atomic_load_n(&q->mb->done_seq, __ATOMIC_ACQUIRE) == n) {
+            req->res.token = q->mb->out_token;
+            req->res.t_start_ns = q->mb->t_start_ns;
+            req->res.t_end_ns = q->mb->t_end_ns;
+            return MK_OK;
+        }
+        if ((i & 255u) == 0) {
+            uint64_t now = mk_hq_now_ns();
+            if (now - last_probe >= MK_HQ_PROBE_NS) {
+                last_probe = now;
+                uint32_t code = __atomic_load_n(&q->mb->error, __ATOMIC_ACQUIRE);
+                enum mk_status st = MK_OK;
+                if (code) {
+                    st = mk_error_set(&req->err, MK_ERR_INTERNAL, "%s stopped on a broken invariant in step %u (pos %d): %s %u",
+                                      what, n - 1, req->cmd.pos, mk_hq_deverr_name(code), q->mb->error_arg);
+                } else if (q->p.probe) {
+                    st = q->p.probe(q->p.ctx, &req->err);
+                    if (st != MK_OK) mk_error_prefix(&req->err, "%s failed during step %u (pos %d)", what, n - 1, req->cmd.pos);
+                }
+                if (st != MK_OK) {
+                    mk_hq_poison(q, &req->err);
+                    return st;
+                }
+            }
+            if (now - t0 >= limit) {
+                char info[320];
+                info[0] = '\0';
+                if (q->p.describe) q->p.describe(q->p.ctx, info, sizeof info);
+                mk_error_set(&req->err, MK_ERR_TIMEOUT,
+                             "%s step %u (pos %d, token %d) got no answer within %u ms (watchdog)%s%s; the session is unusable now",
+                             what, n - 1, req->cmd.pos, req->cmd.token,
+                             q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS, info[0] ? ": " : "", info);
+                mk_hq_poison(q, &req->err);
+                return MK_ERR_TIMEOUT;
+            }
+            if (now - t0 > MK_HQ_YIELD_AFTER_NS) sched_yield();
+        }
+        mk_hq_relax();
+    }
+}
+
+/* Posts one command: fields first, then the sequence number with release. */
+static uint32_t mk_hq_post(struct mk_hostqueue *q, const struct mk_step_cmd *cmd) {
+    q->mb->cmd = *cmd;
+    uint32_t n = q->seq + 1u;
+    __atomic_store_n(&q->mb->cmd_seq, n, __ATOMIC_RELEASE);
+    __atomic_store_n(&q->seq, n, __ATOMIC_RELEASE);
+    return n;
+}
+
+/* Next queued command, or NULL once stop is asked and the ring is empty. */
+static struct mk_hq_req *mk_hq_take(struct mk_hostqueue *q) {
+    uint64_t t0 = mk_hq_now_ns();
+    for (uint32_t i = 1;; i++) {
+        if (__atomic_load_n(&q->n_queued, __ATOMIC_ACQUIRE) || (i & 1023u) == 0) {
+            pthread_mutex_lock(&q->mu);
+            bool sleep_now = (i & 1023u) == 0 && mk_hq_now_ns() - t0 > MK_HQ_IDLE_SPIN_NS;
+            while (q->head == q->tail && !q->stop_requested && sleep_now) {
+                q->feeder_sleeping = true;
+                pthread_cond_wait(&q->cv_feeder, &q->mu);
+                q->feeder_sleeping = false;
+            }
+            struct mk_hq_req *req = NULL;
+            bool stop = false;
+            if (q->head != q->tail) {
+                req = q->ring[q->head % MK_HQ_CAP];
+                q->head++;
+                __atomic_store_n(&q->n_queued, q->tail - q->head, __ATOMIC_RELEASE);
+                __atomic_store_n(&req->state, MK_HQ_POSTED, __ATOMIC_RELAXED);
+            } else if (q->stop_requested) {
+                stop = true;
+            }
+            pthread_mutex_unlock(&q->mu);
+            if (req || stop) return req;
+        }
+        mk_hq_relax();
+    }
+}
+
+static void *mk_hq_feeder_main(void *arg) {
+    struct mk_hostqueue *q = arg;
+    for (;;) {
+        struct mk_hq_req *req = mk_hq_take(q);
+        if (!req) break;
+        if (mk_hostqueue_poisoned(q)) {
+            req->err = q->poison_err;
+            mk_error_prefix(&req->err, "refused, an earlier failure poisoned the session");
+            mk_hq_complete(q, req, q->poison_err.status);
+            continue;
+        }
+        uint32_t n = mk_hq_post(q, &req->cmd);
+        mk_hq_complete(q, req, mk_hq_wait_done(q, req, n));
+    }
+    /* A poisoned device may never read it; a live one leaves its loop. */
+    if (!mk_hostqueue_poisoned(q)) {
+        struct mk_step_cmd stop;
+        memset(&stop, 0, sizeof stop);
+        stop.cmd = MK_CMD_STOP;
+        mk_hq_post(q, &stop);
+    }
+    return NULL;
+}
+
+enum mk_status mk_hostqueue_submit(struct mk_hostqueue *q, const struct mk_step_cmd *cmd,
+                                   struct mk_hostqueue_result *res, struct mk_error *err) {
+    if (mk_hostqueue_poisoned(q)) {
+        if (err) {
+            *err = q->poison_err;
+            mk_error_prefix(err, "refused, an earlier failure poisoned the session");
+        }
+        return q->poison_err.status;
+    }
+    struct mk_hq_req req;
+    memset(&req, 0, sizeof req);
+    req.cmd = *cmd;
+    pthread_mutex_lock(&q->mu);
+    while (q->tail - q->head == MK_HQ_CAP && !q->stop_requested) pthread_cond_wait(&q->cv_done, &q->mu);
+    if (q->stop_requested) {
+        pthread_mutex_unlock(&q->mu);
+        return mk_error_set(err, MK_ERR_CANCELLED, "the command queue is stopping");
+    }
+    q->ring[q->tail % MK_HQ_CAP] = &req;
+    q->tail++;
+    __atomic_store_n(&q->n_queued, q->tail - q->head, __ATOMIC_RELEASE);
+    if (q->feeder_sleeping) pthread_cond_signal(&q->cv_feeder);
+    pthread_mutex_unlock(&q->mu);
+
+    /* Spin for the fast answer (a step is a millisecond or less), then yield, then sleep. */
+    uint64_t t0 = 0;
+    for (uint32_t i = 1; __atomic_load_n(&req.state, __ATOMIC_ACQUIRE) != MK_HQ_DONE; i++) {
+        if ((i & 1023u) == 0) {
+            uint64_t now = mk_hq_now_ns();
+            if (!t0) t0 = now;
+            if (now - t0 > 50ull * MK_HQ_YIELD_AFTER_NS) {
+                pthread_mutex_lock(&q->mu);
+                while (__atomic_load_n(&req.state, __ATOMIC_ACQUIRE) != MK_HQ_DONE) pthread_cond_wait(&q->cv_done, &q->mu);
+                pthread_mutex_unlock(&q->mu);
+                break;
+            }
+            if (now - t0 > MK_HQ_YIELD_AFTER_NS) sched_yield();
+        }
+        mk_hq_relax();
+    }
+    if (req.st != MK_OK) {
+        if (err) *err = req.err;
+        return req.st;
+    }
+    if (res) *res = req.res;
+    return MK_OK;
+}
+
+void mk_hostqueue_cancel(struct mk_hostqueue *q) {
+    pthread_mutex_lock(&q->mu);
+    while (q->head != q->tail) {
+        struct mk_hq_req *req = q->ring[q->head % MK_HQ_CAP];
+        q->head++;
+        mk_error_set(&req->err, MK_ERR_CANCELLED, "step at pos %d was cancelled before it was posted", req->cmd.pos);
+        req->st = MK_ERR_CANCELLED;
+        __atomic_store_n(&req->state, MK_HQ_DONE, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&q->n_queued, 0u, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&q->cv_done);
+    pthread_mutex_unlock(&q->mu);
+}
+
+void mk_hostqueue_stop(struct mk_hostqueue *q) {
+    if (!q || !q->started || q->joined) return;
+    pthread_mutex_lock(&q->mu);
+    q->stop_requested = true;
+    pthread_cond_signal(&q->cv_feeder);
+    pthread_cond_broadcast(&q->cv_done);
+    pthread_mutex_unlock(&q->mu);
+    pthread_join(q->feeder, NULL);
+    q->joined = true;
+}
+
+void mk_hostqueue_free(struct mk_hostqueue *q) {
+    if (!q) return;
+    mk_hostqueue_stop(q);
+    if (q->mb) {
+        if (q->p.cu) {
+            struct mk_error e;
+            MK_CU(q->p.cu, &e, cuMemFreeHost(q->mb));
+        } else {
+            free(q->mb);
+        }
+    }
+    pthread_cond_destroy(&q->cv_feeder);
+    pthread_cond_destroy(&q->cv_done);
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+}
+
+enum mk_status mk_hostqueue_create(const struct mk_hostqueue_params *p, struct mk_hostqueue **out,
+                                   struct mk_error *err) {
+    *out = NULL;
+    struct mk_hostqueue *q = calloc(1, sizeof *q);
+    if (!q) return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the host queue");
+    q->p = *p;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv_feeder, NULL);
+    pthread_cond_init(&q->cv_done, NULL);
+    enum mk_status st = MK_OK;
+    if (p->cu) {
+        void *h = NULL;
+        if (MK_CU(p->cu, err, cuMemHostAlloc(&h, sizeof(struct mk_mailbox),
+                                             MK_CU_MEMHOSTALLOC_DEVICEMAP | MK_CU_MEMHOSTALLOC_PORTABLE))) {
+            st = MK_ERR_CUDA;
+            goto fail;
+        }
+        q->mb = h;
+        if (MK_CU(p->cu, err, cuMemHostGetDevicePointer_v2(&q->mb_dev, h, 0))) {
+            st = MK_ERR_CUDA;
+            goto fail;
+        }
+    } else {
+        q->mb = aligned_alloc(64, sizeof(struct mk_mailbox));
+        if (!q->mb) {
+            st = mk_error_set(err, MK_ERR_NOMEM, "out of memory for the mailbox");
+            goto fail;
+        }
+    }
+    memset(q->mb, 0, sizeof *q->mb);
+    if (pthread_create(&q->feeder, NULL, mk_hq_feeder_main, q) != 0) {
+        st = mk_error_set(err, MK_ERR_NOMEM, "cannot start the host queue's feeder thread");
+        goto fail;
+    }
+    q->started = true;
+    *out = q;
+    return MK_OK;
+fail:
+    mk_hostqueue_free(q);
+    return st;
+}

@@ -1,0 +1,250 @@
+/* Device helpers shared by the ops: the task context, weight element loads, block reductions, RMSNorm into shared memory, the row-dot core. */
+#ifndef MK_COMMON_CUH
+#define MK_COMMON_CUH
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "megakernel/abi.h"
+#include "megakernel/cuda_layout.h"
+#include "megakernel/sync.cuh"
+
+/* Values of enum mk_dtype (runtime/dtype.h is host C; the ids are ggml's and never change). */
+#define MK_DEV_F32 0u
+#define MK_DEV_F16 1u
+#define MK_DEV_BF16 30u
+
+/* One task as an op sees it. in and cmd point into shared memory. */
+struct mk_task_ctx {
+    const struct mk_kernel_args *a;
+    const struct mk_instr *in;
+    const struct mk_step_cmd *cmd;
+    uint32_t ii;   /* instruction index */
+    uint32_t t;    /* task index within the instruction */
+    uint32_t step; /* 0-based step being run */
+    float *smem;   /* dynamic shared memory, mk_layout_smem_words(in) words */
+};
+
+__device__ __forceinline__ float *mk_arena(const struct mk_task_ctx *c) { return (float *)c->a->arena; }
+
+/* A read-only copy of one weight table entry. */
+struct mk_wdesc {
+    const uint8_t *ptr;
+    uint32_t dtype, rows, cols, row_bytes;
+    bool vec; /* 16-byte loads are possible: aligned base and rows, whole chunks */
+};
+
+__device__ __forceinline__ struct mk_wdesc mk_weight(const struct mk_task_ctx *c, uint32_t idx) {
+    const struct mk_weight_ref *w = (const struct mk_weight_ref *)c->a->weights + idx;
+    struct mk_wdesc d;
+    d.ptr = (const uint8_t *)__ldg((const unsigned long long *)&w->ptr);
+    d.dtype = __ldg(&w->dtype);
+    d.rows = __ldg(&w->rows);
+    d.cols = __ldg(&w->cols);
+    d.row_bytes = __ldg(&w->row_bytes);
+    uint32_t per16 = d.dtype == MK_DEV_F32 ? 4u : 8u;
+    d.vec = ((uintptr_t)d.ptr % 16u) == 0 && d.row_bytes % 16u == 0 && d.cols % per16 == 0;
+    return d;
+}
+
+__device__ __forceinline__ const uint8_t *mk_row(const struct mk_wdesc *w, uint32_t r) {
+    return w->ptr + (uint64_t)r * w->row_bytes;
+}
+
+__device__ __forceinline__ float mk_bf16_bits(uint32_t b) { return __uint_as_float(b << 16); }
+
+__device__ __forceinline__ float mk_elem(uint32_t dtype, const uint8_t *row, uint32_t e) {
+    if (dtype == MK_DEV_F32) return __ldg((const float *)row + e);
+    uint32_t b = __ldg((const unsigned short *)row + e);
+    if (dtype == MK_DEV_F16) return __half2float(__ushort_as_half((unsigned short)b));
+    return mk_bf16_bits(b);
+}
+
+/* Broken invariants: record them in the mailbox (where there is one) and stop the kernel. */
+__device__ __noinline__ void mk_device_fail(const struct mk_kernel_args *a, uint32_t code, uint32_t arg) {
+    if (a->mailbox) {
+        struct mk_mailbox *mb = (struct mk_mailbox *)a->mailbox;
+        mk_st_relaxed_sys(&mb->error_arg, arg);
+        mk_st_relaxed_sys(&mb->error, code);
+        __threadfence_system();
+    }
+    __trap();
+}
+
+__device__ __forceinline__ float mk_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float mk_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block; every thread gets the same value (same order everywhere). */
+__device__ __noinline__ float mk_block_sum(float v) {
+    __shared__ float part[MK_BLOCK_WARPS];
+    v = mk_warp_sum(v);
+    if ((threadIdx.x & 31u) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = 0.0f;
+#pragma unroll
+    for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) s += part[w];
+    __syncthreads();
+    return s;
+}
+
+__device__ __noinline__ float mk_block_max(float v) {
+    __shared__ float part[MK_BLOCK_WARPS];
+    v = mk_warp_max(v);
+    if ((threadIdx.x & 31u) == 0) part[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = part[0];
+#pragma unroll
+    for (uint32_t w = 1; w < MK_BLOCK_WARPS; w++) s = fmaxf(s, part[w]);
+    __syncthreads();
+    return s;
+}
+
+/* xs = x (arena, n floats), read through L2: other blocks wrote it during this kernel. */
+__device__ __forceinline__ void mk_block_load(float *xs, const float *x, uint32_t n) {
+    for (uint32_t i = threadIdx.x; i < n; i += MK_BLOCK_THREADS) xs[i] = __ldcg(x + i);
+    __syncthreads();
+}
+
+/* xs = RMSNorm(x) * norm weight: x * (1 / sqrt(mean(x^2) + eps)) * w. */
+__device__ __noinline__ void mk_block_rmsnorm(const struct mk_task_ctx *c, float *xs, const float *x, uint32_t n,
+                                              uint32_t norm_idx, float eps) {
+    struct mk_wdesc nw = mk_weight(c, norm_idx);
+    float ss = 0.0f;
+    for (uint32_t i = threadIdx.x; i < n; i += MK_BLOCK_THREADS) {
+        float v = __ldcg(x + i);
+        xs[i] = v;
+        ss += v * v;
+    }
+    ss = mk_block_sum(ss);
+    float scale = 1.0f / sqrtf(ss / (float)n + eps);
+    for (uint32_t i = threadIdx.x; i < n; i += MK_BLOCK_THREADS) xs[i] = xs[i] * scale * mk_elem(nw.dtype, nw.ptr, i);
+    __syncthreads();
+}
+
+/* Streaming 16-byte weight load: read once, so keep it out of L1. */
+__device__ __forceinline__ uint4 mk_ld_weight16(const uint8_t *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ float mk_dot_f32x4(uint4 w, float4 x) {
+    return __uint_as_float(w.x) * x.x + __uint_as_float(w.y) * x.y + __uint_as_float(w.z) * x.z +
+           __uint_as_float(w.w) * x.w;
+}
+
+__device__ __forceinline__ float mk_dot_bf16x8(uint4 w, float4 a, float4 b) {
+    float s = mk_bf16_bits(w.x & 0xffffu) * a.x;
+    s = fmaf(__uint_as_float(w.x & 0xffff0000u), a.y, s);
+    s = fmaf(mk_bf16_bits(w.y & 0xffffu), a.z, s);
+    s = fmaf(__uint_as_float(w.y & 0xffff0000u), a.w, s);
+    s = fmaf(mk_bf16_bits(w.z & 0xffffu), b.x, s);
+    s = fmaf(__uint_as_float(w.z & 0xffff0000u), b.y, s);
+    s = fmaf(mk_bf16_bits(w.w & 0xffffu), b.z, s);
+    s = fmaf(__uint_as_float(w.w & 0xffff0000u), b.w, s);
+    return s;
+}
+
+__device__ __forceinline__ float2 mk_h2f2(uint32_t u) {
+    __half2 h = *(__half2 *)&u;
+    return __half22float2(h);
+}
+
+__device__ __forceinline__ float mk_dot_f16x8(uint4 w, float4 a, float4 b) {
+    float2 p = mk_h2f2(w.x), q = mk_h2f2(w.y), r = mk_h2f2(w.z), t = mk_h2f2(w.w);
+    float s = p.x * a.x;
+    s = fmaf(p.y, a.y, s);
+    s = fmaf(q.x, a.z, s);
+    s = fmaf(q.y, a.w, s);
+    s = fmaf(r.x, b.x, s);
+    s = fmaf(r.y, b.y, s);
+    s = fmaf(t.x, b.z, s);
+    s = fmaf(t.y, b.w, s);
+    return s;
+}
+
+/* Loads in flight per lane in the row-dot loop. */
+#define MK_DOT_INFLIGHT 8
+
+/* acc[r] = row[r] . xs over n elements for R (1, 2 or 4, a constant after inlining) rows of one
+ * format, reduced over the warp: every lane gets the sums. All rows share dtype and `vec`. */
+__device__ __forceinline__ void mk_dot_rows(const uint8_t *const *row, const int R, uint32_t dtype, bool vec,
+                                            uint32_t n, const float *xs, float *acc) {
+    const uint32_t lane = threadIdx.x & 31u;
+    const int U = MK_DOT_INFLIGHT / R;
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = 0.0f;
+    if (vec && dtype == MK_DEV_F32) {
+        const uint32_t nc = n / 4u;
+        const float4 *x4 = (const float4 *)xs;
+        for (uint32_t c0 = lane; c0 < nc; c0 += 32u * U) {
+            uint4 w[4][MK_DOT_INFLIGHT];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                uint32_t ch = c0 + 32u * u;
+#pragma unroll
+                for (int r = 0; r < R; r++) w[r][u] = ch < nc ? mk_ld_weight16(row[r] + 16u * ch) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                uint32_t ch = c0 + 32u * u;
+                if (ch < nc) {
+                    float4 x = x4[ch];
+#pragma unroll
+                    for (int r = 0; r < R; r++) acc[r] += mk_dot_f32x4(w[r][u], x);
+                }
+            }
+        }
+    } else if (vec) {
+        const uint32_t nc = n / 8u;
+        const float4 *x4 = (const float4 *)xs;
+        const bool bf = dtype == MK_DEV_BF16;
+        for (uint32_t c0 = lane; c0 < nc; c0 += 32u * U) {
+            uint4 w[4][MK_DOT_INFLIGHT];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                uint32_t ch = c0 + 32u * u;
+#pragma unroll
+                for (int r = 0; r < R; r++) w[r][u] = ch < nc ? mk_ld_weight16(row[r] + 16u * ch) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                uint32_t ch = c0 + 32u * u;
+                if (ch < nc) {
+                    float4 xa = x4[2u * ch], xb = x4[2u * ch + 1u];
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+                        acc[r] += bf ? mk_dot_bf16x8(w[r][u], xa, xb) : mk_dot_f16x8(w[r][u], xa, xb);
+                }
+            }
+        }
+    } else {
+        for (uint32_t e = lane; e < n; e += 32u) {
+            float x = xs[e];
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r] += mk_elem(dtype, row[r], e) * x;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = mk_warp_sum(acc[r]);
+}
+
+/* Rows per warp for a task of `count` rows: fill every warp first, then share loads across rows. */
+__device__ __forceinline__ int mk_rows_per_warp(uint32_t count) {
+    if (count >= 4u * MK_BLOCK_WARPS) return 4;
+    if (count >= 2u * MK_BLOCK_WARPS) return 2;
+    return 1;
+}
+
+#endif

@@ -1,0 +1,73 @@
+/* What the CUDA executor's host code and kernels must agree on beyond abi.h: block shape, shared memory per op, the watchdog area. */
+#ifndef MK_CUDA_LAYOUT_H
+#define MK_CUDA_LAYOUT_H
+
+#include <stdint.h>
+
+#include "megakernel/abi.h"
+
+#ifdef __CUDACC__
+#define MK_LAYOUT_FN static __host__ __device__ __forceinline__
+#else
+#define MK_LAYOUT_FN static inline
+#endif
+
+/* Threads per block of both kernels (mk_megakernel, mk_perop); ops are written for any multiple
+ * of 32 up to 1024, the host reads nothing else from it. */
+#define MK_BLOCK_THREADS 256u
+#define MK_BLOCK_WARPS (MK_BLOCK_THREADS / 32u)
+
+/* Attention heads wider than this are refused at session creation (one thread per dimension). */
+#define MK_MAX_HEAD_DIM 256u
+
+/* The sampler's shared memory: 64-bit sort keys, then logits, ids and scratch of the candidates,
+ * then a 256-bin radix histogram (all counted in 4-byte words). */
+#define MK_SAMPLE_SMEM_WORDS (2u * MK_SAMPLE_MAX_CAND + 3u * MK_SAMPLE_MAX_CAND + 256u)
+
+MK_LAYOUT_FN uint32_t mk_layout_align4(uint32_t n) { return (n + 3u) & ~3u; }
+
+/* 4-byte words of dynamic shared memory the op of `in` uses; the kernels carve exactly this.
+ * `w` is the weight table (for the column count of the first matrix). */
+MK_LAYOUT_FN uint32_t mk_layout_smem_words(const struct mk_instr *in, const struct mk_weight_ref *w) {
+    switch (in->op) {
+    case MK_OP_MATVEC_RESIDUAL: return mk_layout_align4(w[in->weight[0]].cols);
+    case MK_OP_NORM_QKV_ROPE: return mk_layout_align4(w[in->weight[1]].cols) + mk_layout_align4(in->p[0]);
+    case MK_OP_ATTN_PARTIAL:
+        return mk_layout_align4(in->p[5]) + mk_layout_align4(in->p[0]) + MK_BLOCK_THREADS;
+    case MK_OP_NORM_GATE_UP_SILU: return mk_layout_align4(w[in->weight[1]].cols);
+    case MK_OP_NORM_LM_HEAD: return mk_layout_align4(w[in->weight[1]].cols);
+    case MK_OP_SAMPLE: return MK_SAMPLE_SMEM_WORDS;
+    default: return 0;
+    }
+}
+
+/* The watchdog area: device-mapped host memory the kernel writes only when a wait has lasted
+ * MK_WATCH_AFTER_NS, so that a host that gave up can say who waits on what. */
+#define MK_WATCH_AFTER_NS 1000000ull
+
+enum mk_watch_state {
+    MK_WATCH_IDLE = 0,
+    MK_WATCH_COUNTER = 1, /* waits on counter ctr for target, saw `seen` */
+    MK_WATCH_HANG = 2,    /* obeys MK_CMD_HANG */
+};
+
+struct mk_watch_block {
+    uint32_t state;  /* enum mk_watch_state */
+    uint32_t step;
+    uint32_t instr;
+    uint32_t ctr;
+    uint32_t target;
+    uint32_t seen;
+    uint32_t pad[2];
+};
+
+struct mk_watch {
+    uint32_t abort;    /* host -> device: nonzero makes every block leave the kernel */
+    uint32_t n_blocks;
+    uint32_t pad[6];
+    /* followed by struct mk_watch_block[n_blocks] */
+};
+MK_STATIC_ASSERT(sizeof(struct mk_watch_block) == 32, "mk_watch_block is 32 bytes");
+MK_STATIC_ASSERT(sizeof(struct mk_watch) == 32, "mk_watch is 32 bytes");
+
+#endif

@@ -1,0 +1,279 @@
+/* The persistent megakernel (fetch a task, wait on its counters, run its op, signal) and the per-op kernel that runs one instruction's tasks. */
+#include <stdint.h>
+
+#include "megakernel/abi.h"
+#include "megakernel/common.cuh"
+#include "megakernel/cuda_layout.h"
+#include "megakernel/sync.cuh"
+#include "megakernel/ops/attn_combine.cuh"
+#include "megakernel/ops/attn_partial.cuh"
+#include "megakernel/ops/barrier.cuh"
+#include "megakernel/ops/embed.cuh"
+#include "megakernel/ops/matvec_residual.cuh"
+#include "megakernel/ops/norm_gate_up_silu.cuh"
+#include "megakernel/ops/norm_lm_head.cuh"
+#include "megakernel/ops/norm_qkv_rope.cuh"
+#include "megakernel/ops/sample.cuh"
+
+/* The host sets this before launch: struct mk_watch in device-mapped host memory, or 0. */
+__device__ unsigned long long mk_watch_area;
+/* A block that saw the host's abort sets this, so that the others leave without PCIe reads. */
+__device__ uint32_t mk_abort_relay;
+
+/* Blocks per multiprocessor the register budget aims at (the occupancy API still sizes the grid). */
+#ifndef MK_MIN_BLOCKS_PER_SM
+#define MK_MIN_BLOCKS_PER_SM 2
+#endif
+
+#define MK_ABORTED 0xffffffffu
+#define MK_NO_TASK 0xffffffffu
+
+__device__ __forceinline__ struct mk_watch_block *mk_watch_slot(void) {
+    if (!mk_watch_area) return NULL;
+    return (struct mk_watch_block *)((char *)mk_watch_area + sizeof(struct mk_watch)) + blockIdx.x;
+}
+
+/* True when the kernel must leave. The host flag costs a PCIe read, so callers ask for it rarely. */
+__device__ bool mk_should_abort(bool read_host) {
+    if (*(volatile uint32_t *)&mk_abort_relay) return true;
+    if (read_host && mk_watch_area) {
+        if (mk_ld_relaxed_sys(&((struct mk_watch *)mk_watch_area)->abort)) {
+            atomicExch(&mk_abort_relay, 1u);
+            return true;
+        }
+    }
+    return false;
+}
+
+__device__ void mk_watch_publish(uint32_t state, uint32_t step, uint32_t ii, uint32_t ctr, uint32_t target,
+                                 uint32_t seen) {
+    struct mk_watch_block *w = mk_watch_slot();
+    if (!w) return;
+    mk_st_relaxed_sys(&w->step, step);
+    mk_st_relaxed_sys(&w->instr, ii);
+    mk_st_relaxed_sys(&w->ctr, ctr);
+    mk_st_relaxed_sys(&w->target, target);
+    mk_st_relaxed_sys(&w->seen, seen);
+    mk_st_release_sys(&w->state, state);
+}
+
+/* Thread 0: waits until counter w->ctr reaches step * mul + add. False when told to abort. After
+ * MK_WATCH_AFTER_NS it tells the host what it waits on, and starts reading the host's abort flag. */
+__device__ bool mk_wait_counter(const struct mk_kernel_args *a, const struct mk_wait *w, uint32_t step, uint32_t ii) {
+    if (w->ctr == MK_NO_COUNTER) return true;
+    const uint32_t *ctr = (const uint32_t *)a->counters + w->ctr;
+    const uint32_t target = step * w->mul + w->add;
+    uint32_t v = mk_ld_acquire_gpu(ctr);
+    if (mk_reached(v, target)) return true;
+    const uint64_t t0 = mk_globaltimer();
+    uint64_t last_host = t0;
+    uint32_t ns = 8;
+    bool published = false;
+    for (uint32_t it = 1;; it++) {
+        mk_spin_pause(&ns);
+        v = mk_ld_acquire_gpu(ctr);
+        if (mk_reached(v, target)) break;
+        if ((it & 63u) == 0) {
+            uint64_t now = mk_globaltimer();
+            bool slow = now - t0 > MK_WATCH_AFTER_NS;
+            if (slow && !published) {
+                mk_watch_publish(MK_WATCH_COUNTER, step, ii, w->ctr, target, v);
+                published = true;
+            }
+            /* Block 0 looks every 0.1 ms, the others every ms: PCIe reads only while stuck. */
+            bool host = slow && now - last_host > (blockIdx.x == 0 ? 100000u : 1000000u);
+            if (host) last_host = now;
+            if (mk_should_abort(host)) return false;
+        }
+    }
+    if (published) mk_st_relaxed_sys(&mk_watch_slot()->state, MK_WATCH_IDLE);
+    return true;
+}
+
+/* Thread 0: waits for command number s + 1 and returns its code (MK_ABORTED when told to leave).
+ * Block 0 reads the mailbox and publishes the command in the step state; the others wait for it. */
+__device__ uint32_t mk_wait_command(const struct mk_kernel_args *a, uint32_t s, struct mk_step_cmd *s_cmd) {
+    struct mk_step_state *st = (struct mk_step_state *)a->step_state;
+    uint32_t *dst = (uint32_t *)s_cmd;
+    const uint32_t words = sizeof(struct mk_step_cmd) / 4u;
+    if (blockIdx.x == 0) {
+        struct mk_mailbox *mb = (struct mk_mailbox *)a->mailbox;
+        for (uint32_t it = 1;; it++) {
+            if (mk_reached(mk_ld_acquire_sys(&mb->cmd_seq), s + 1u)) break;
+            if ((it & 15u) == 0 && mk_should_abort(true)) return MK_ABORTED;
+        }
+        const uint64_t t0 = mk_globaltimer();
+        const volatile uint32_t *src = (const volatile uint32_t *)&mb->cmd;
+        uint32_t *gcmd = (uint32_t *)&st->cmd;
+        for (uint32_t i = 0; i < words; i++) {
+            uint32_t v = src[i];
+            gcmd[i] = v;
+            dst[i] = v;
+        }
+        st->step = s;
+        st->reserved[0] = (uint32_t)t0;
+        st->reserved[1] = (uint32_t)(t0 >> 32);
+        mk_st_release_gpu(&st->go, s + 1u);
+    } else {
+        uint32_t ns = 16;
+        for (uint32_t it = 1;; it++) {
+            if (mk_reached(mk_ld_acquire_gpu(&st->go), s + 1u)) break;
+            mk_spin_pause(&ns);
+            if ((it & 255u) == 0 && mk_should_abort(false)) return MK_ABORTED;
+        }
+        const uint32_t *gcmd = (const uint32_t *)&st->cmd;
+        for (uint32_t i = 0; i < words; i++) dst[i] = __ldcg(gcmd + i);
+    }
+    return s_cmd->cmd;
+}
+
+/* Thread 0 under MK_CMD_HANG: never answers, so that the host's watchdog fires; leaves on abort.
+ * Block 0 reads the host's flag and relays it to the others. */
+__device__ void mk_hang(uint32_t step) {
+    mk_watch_publish(MK_WATCH_HANG, step, 0, 0, 0, 0);
+    uint64_t last = mk_globaltimer();
+    for (;;) {
+        __nanosleep(1000);
+        uint64_t now = mk_globaltimer();
+        bool host = blockIdx.x == 0 && now - last > 100000u;
+        if (host) last = now;
+        if (mk_should_abort(host)) return;
+    }
+}
+
+/* Instruction of global task t: the last i with task_base[i] <= t (empty instructions skipped). */
+__device__ __forceinline__ uint32_t mk_instr_of_task(const struct mk_kernel_args *a, uint32_t t) {
+    const uint32_t *base = (const uint32_t *)a->task_base;
+    uint32_t lo = 0, hi = a->n_instr - 1u;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi + 1u) >> 1;
+        if (__ldg(base + mid) <= t) lo = mid;
+        else hi = mid - 1u;
+    }
+    return lo;
+}
+
+__device__ __forceinline__ void mk_fetch_instr(const struct mk_kernel_args *a, uint32_t ii, struct mk_instr *dst) {
+    const uint4 *src = (const uint4 *)((const struct mk_instr *)a->instrs + ii);
+    uint4 *d = (uint4 *)dst;
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(struct mk_instr) / 16u); i++) d[i] = __ldg(src + i);
+}
+
+__device__ void mk_run_op(const struct mk_task_ctx *c) {
+    switch (c->in->op) {
+    case MK_OP_NOP: break;
+    case MK_OP_EMBED: mk_op_embed(c); break;
+    case MK_OP_MATVEC_RESIDUAL: mk_op_matvec_residual(c); break;
+    case MK_OP_NORM_QKV_ROPE: mk_op_norm_qkv_rope(c); break;
+    case MK_OP_ATTN_PARTIAL: mk_op_attn_partial(c); break;
+    case MK_OP_ATTN_COMBINE: mk_op_attn_combine(c); break;
+    case MK_OP_NORM_GATE_UP_SILU: mk_op_norm_gate_up_silu(c); break;
+    case MK_OP_NORM_LM_HEAD: mk_op_norm_lm_head(c); break;
+    case MK_OP_SAMPLE: mk_op_sample(c); break;
+    case MK_OP_BARRIER: mk_op_barrier(c); break;
+    default: mk_device_fail(c->a, MK_DEVERR_BAD_OPCODE, c->ii);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER_SM)
+    mk_megakernel(const __grid_constant__ struct mk_kernel_args a) {
+    extern __shared__ float4 mk_dyn_smem[];
+    __shared__ struct mk_instr s_in;
+    __shared__ struct mk_step_cmd s_cmd;
+    __shared__ uint32_t s_ctl[4]; /* command, task within instr, instr, run state */
+    struct mk_task_ctx c;
+    c.a = &a;
+    c.in = &s_in;
+    c.cmd = &s_cmd;
+    c.smem = (float *)mk_dyn_smem;
+    const bool dynamic = a.sched_offsets == 0;
+    const uint32_t *task_base = (const uint32_t *)a.task_base;
+    uint64_t held = ~0ull; /* thread 0, dynamic: the next work item already taken */
+    uint32_t cursor = 0, end = 0;
+    for (uint32_t s = 0;; s++) {
+        if (threadIdx.x == 0) s_ctl[0] = mk_wait_command(&a, s, &s_cmd);
+        __syncthreads();
+        const uint32_t cmd = s_ctl[0];
+        if (cmd == MK_CMD_HANG) {
+            if (threadIdx.x == 0) mk_hang(s);
+            return;
+        }
+        if (cmd != MK_CMD_STEP) return; /* STOP, abort */
+        c.step = s;
+        if (!dynamic && threadIdx.x == 0) {
+            cursor = __ldg((const uint32_t *)a.sched_offsets + blockIdx.x);
+            end = __ldg((const uint32_t *)a.sched_offsets + blockIdx.x + 1u);
+        }
+        for (;;) {
+            if (threadIdx.x == 0) {
+                uint32_t task = MK_NO_TASK;
+                if (dynamic) {
+                    /* Work items are handed out in program order across steps; one of a later
+                     * step is kept for that step (every block is resident, so this cannot deadlock). */
+                    if (held == ~0ull) held = atomicAdd((unsigned long long *)a.work, 1ull);
+                    if (held / a.n_tasks == s) {
+                        task = (uint32_t)(held % a.n_tasks);
+                        held = atomicAdd((unsigned long long *)a.work, 1ull); /* in flight during the task */
+                    }
+                } else if (cursor < end) {
+                    task = __ldg((const uint32_t *)a.sched_tasks + cursor++);
+                }
+                uint32_t run = 0;
+                if (task != MK_NO_TASK) {
+                    uint32_t ii = mk_instr_of_task(&a, task);
+                    mk_fetch_instr(&a, ii, &s_in);
+                    run = 1;
+                    if (!mk_wait_counter(&a, &s_in.wait[0], s, ii) || !mk_wait_counter(&a, &s_in.wait[1], s, ii))
+                        run = MK_ABORTED;
+                    if (a.trace) ((uint64_t *)a.trace)[2u * task] = mk_globaltimer();
+                    s_ctl[1] = task - __ldg(task_base + ii);
+                    s_ctl[2] = ii;
+                }
+                s_ctl[3] = run;
+            }
+            __syncthreads();
+            const uint32_t run = s_ctl[3];
+            if (run == MK_ABORTED) return;
+            if (run == 0) break;
+            c.t = s_ctl[1];
+            c.ii = s_ctl[2];
+            mk_run_op(&c);
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                uint32_t *counters = (uint32_t *)a.counters;
+                if (s_in.signal != MK_NO_COUNTER) mk_red_release_gpu_add(counters + s_in.signal, 1u);
+                mk_red_release_gpu_add(counters + MK_COUNTER_ALL, 1u);
+                if (a.trace) ((uint64_t *)a.trace)[2u * (task_base[c.ii] + c.t) + 1u] = mk_globaltimer();
+            }
+        }
+    }
+}
+
+/* One instruction's tasks, ordered against the other instructions by the stream: no waits. */
+extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER_SM)
+    mk_perop(const __grid_constant__ struct mk_kernel_args a, uint32_t ii) {
+    extern __shared__ float4 mk_dyn_smem[];
+    __shared__ struct mk_instr s_in;
+    __shared__ struct mk_step_cmd s_cmd;
+    if (threadIdx.x == 0) {
+        mk_fetch_instr(&a, ii, &s_in);
+        const uint32_t *gcmd = (const uint32_t *)&((const struct mk_step_state *)a.step_state)->cmd;
+        uint32_t *dst = (uint32_t *)&s_cmd;
+        for (uint32_t i = 0; i < sizeof(struct mk_step_cmd) / 4u; i++) dst[i] = __ldcg(gcmd + i);
+    }
+    __syncthreads();
+    struct mk_task_ctx c;
+    c.a = &a;
+    c.in = &s_in;
+    c.cmd = &s_cmd;
+    c.smem = (float *)mk_dyn_smem;
+    c.ii = ii;
+    c.step = 0;
+    const uint32_t n = s_in.n_tasks;
+    for (uint32_t t = blockIdx.x; t < n; t += gridDim.x) {
+        c.t = t;
+        mk_run_op(&c);
+        __syncthreads();
+    }
+}

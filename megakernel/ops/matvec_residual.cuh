@@ -1,0 +1,41 @@
+/* MK_OP_MATVEC_RESIDUAL: out[r] += W[r] . in for the task's rows (attention output, FFN down). */
+#ifndef MK_OP_MATVEC_RESIDUAL_CUH
+#define MK_OP_MATVEC_RESIDUAL_CUH
+
+#include "megakernel/common.cuh"
+
+__device__ __forceinline__ void mk_matvec_residual_rows(const struct mk_wdesc *w, const float *xs, float *out,
+                                                        uint32_t r0, uint32_t count, uint32_t g, const int R) {
+    const uint8_t *rows[4];
+    float acc[4];
+#pragma unroll
+    for (int r = 0; r < R; r++) rows[r] = mk_row(w, r0 + min(g + (uint32_t)r, count - 1u));
+    mk_dot_rows(rows, R, w->dtype, w->vec, w->cols, xs, acc);
+    if ((threadIdx.x & 31u) == 0) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (g + (uint32_t)r < count) out[r0 + g + r] = __ldcg(out + r0 + g + r) + acc[r];
+    }
+}
+
+__device__ void mk_op_matvec_residual(const struct mk_task_ctx *c) {
+    const struct mk_instr *in = c->in;
+    struct mk_wdesc w = mk_weight(c, in->weight[0]);
+    float *xs = c->smem;
+    mk_block_load(xs, mk_arena(c) + in->buf[0], w.cols);
+    uint32_t r0 = c->t * in->p[0];
+    if (r0 >= w.rows) return;
+    uint32_t count = min(in->p[0], w.rows - r0);
+    float *out = mk_arena(c) + in->buf[1];
+    uint32_t warp = threadIdx.x >> 5;
+    int R = mk_rows_per_warp(count);
+    if (R == 4) {
+        for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u) mk_matvec_residual_rows(&w, xs, out, r0, count, g, 4);
+    } else if (R == 2) {
+        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u) mk_matvec_residual_rows(&w, xs, out, r0, count, g, 2);
+    } else {
+        for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS) mk_matvec_residual_rows(&w, xs, out, r0, count, g, 1);
+    }
+}
+
+#endif

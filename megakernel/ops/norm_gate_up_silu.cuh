@@ -1,0 +1,50 @@
+/* MK_OP_NORM_GATE_UP_SILU: RMSNorm, then silu(gate . xn) * (up . xn) for the task's FFN rows. */
+#ifndef MK_OP_NORM_GATE_UP_SILU_CUH
+#define MK_OP_NORM_GATE_UP_SILU_CUH
+
+#include "megakernel/common.cuh"
+
+__device__ __forceinline__ void mk_gate_up_rows(const struct mk_wdesc *gw, const struct mk_wdesc *uw, bool vec,
+                                                const float *xs, float *hb, uint32_t r0, uint32_t count,
+                                                uint32_t g, const int R) {
+    /* R rows of gate then the same R rows of up, in one pass over xs. */
+    const uint8_t *rows[4];
+    float acc[4];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        uint32_t row = r0 + min(g + (uint32_t)r, count - 1u);
+        rows[r] = mk_row(gw, row);
+        rows[R + r] = mk_row(uw, row);
+    }
+    mk_dot_rows(rows, 2 * R, gw->dtype, vec, gw->cols, xs, acc);
+    if ((threadIdx.x & 31u) == 0) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (g + (uint32_t)r < count) {
+                float gate = acc[r], up = acc[R + r];
+                hb[r0 + g + r] = gate / (1.0f + expf(-gate)) * up;
+            }
+        }
+    }
+}
+
+__device__ void mk_op_norm_gate_up_silu(const struct mk_task_ctx *c) {
+    const struct mk_instr *in = c->in;
+    struct mk_wdesc gw = mk_weight(c, in->weight[1]);
+    struct mk_wdesc uw = mk_weight(c, in->weight[2]);
+    float *xs = c->smem;
+    mk_block_rmsnorm(c, xs, mk_arena(c) + in->buf[0], gw.cols, in->weight[0], in->f[0]);
+    uint32_t r0 = c->t * in->p[0];
+    if (r0 >= gw.rows) return;
+    uint32_t count = min(in->p[0], gw.rows - r0);
+    float *hb = mk_arena(c) + in->buf[1];
+    const bool vec = gw.vec && uw.vec;
+    const uint32_t warp = threadIdx.x >> 5;
+    if (count >= 2u * MK_BLOCK_WARPS) {
+        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u) mk_gate_up_rows(&gw, &uw, vec, xs, hb, r0, count, g, 2);
+    } else {
+        for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS) mk_gate_up_rows(&gw, &uw, vec, xs, hb, r0, count, g, 1);
+    }
+}
+
+#endif

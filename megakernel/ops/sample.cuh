@@ -1,0 +1,203 @@
+/* MK_OP_SAMPLE: the step's token, greedy from the LM head's tile maxima or drawn from the top-k of the logits, posted to the host. */
+#ifndef MK_OP_SAMPLE_CUH
+#define MK_OP_SAMPLE_CUH
+
+#include "megakernel/common.cuh"
+#include "megakernel/ops/norm_lm_head.cuh"
+#include "runtime/sample_core.h"
+
+/* An order-preserving unsigned key of a logit; -0 and +0 share one key, as they compare equal. */
+__device__ __forceinline__ uint32_t mk_logit_key(float f) {
+    uint32_t u = __float_as_uint(f == 0.0f ? 0.0f : f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* Sorting keys: logit key, then the id complemented, so that descending order is
+ * mk_sample_before's order (greater logit, then lower id). */
+__device__ __forceinline__ uint64_t mk_cand_key(uint32_t key, uint32_t id) {
+    return ((uint64_t)key << 32) | (uint32_t)~id;
+}
+
+/* Greatest logit, lowest id on ties, over the LM head's (logit, id) tile maxima. */
+__device__ int32_t mk_sample_greedy(const struct mk_task_ctx *c) {
+    __shared__ float wb[MK_BLOCK_WARPS];
+    __shared__ uint32_t wi[MK_BLOCK_WARPS];
+    const struct mk_instr *in = c->in;
+    const float *tiles = mk_arena(c) + in->buf[2];
+    float best = -INFINITY;
+    uint32_t bi = 0xffffffffu;
+    for (uint32_t t = threadIdx.x; t < in->p[1]; t += MK_BLOCK_THREADS) {
+        float v = __ldcg(tiles + 2u * t);
+        uint32_t i = __float_as_uint(__ldcg(tiles + 2u * t + 1u));
+        if (mk_better(v, i, best, bi)) {
+            best = v;
+            bi = i;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(0xffffffffu, best, o);
+        uint32_t i = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (mk_better(v, i, best, bi)) {
+            best = v;
+            bi = i;
+        }
+    }
+    if ((threadIdx.x & 31u) == 0) {
+        wb[threadIdx.x >> 5] = best;
+        wi[threadIdx.x >> 5] = bi;
+    }
+    __syncthreads();
+    best = wb[0];
+    bi = wi[0];
+    for (uint32_t w = 1; w < MK_BLOCK_WARPS; w++)
+        if (mk_better(wb[w], wi[w], best, bi)) {
+            best = wb[w];
+            bi = wi[w];
+        }
+    __syncthreads();
+    return (int32_t)bi;
+}
+
+/* Top-k by radix selection of the k-th key, then a bitonic sort of the k candidates, then
+ * mk_sample_pick on one thread: the CPU executor's choice from the same logits. */
+__device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
+    __shared__ uint32_t sel[4]; /* prefix, remaining, count at prefix, unused */
+    __shared__ uint32_t cnt[2]; /* candidates above the threshold, ties taken */
+    __shared__ uint32_t wcount[MK_BLOCK_WARPS];
+    __shared__ int32_t chosen;
+    const struct mk_instr *in = c->in;
+    const struct mk_step_cmd *cmd = c->cmd;
+    const float *logits = mk_arena(c) + in->buf[1];
+    const uint32_t V = in->p[2];
+    uint32_t k = (cmd->top_k <= 0 || cmd->top_k > (int32_t)MK_SAMPLE_MAX_CAND) ? MK_SAMPLE_MAX_CAND : (uint32_t)cmd->top_k;
+    if (k > V) k = V;
+    uint64_t *keys = (uint64_t *)c->smem;                  /* (MK_SAMPLE_MAX_CAND) */
+    float *cl = c->smem + 2u * MK_SAMPLE_MAX_CAND;         /* (MK_SAMPLE_MAX_CAND) logits */
+    int32_t *cid = (int32_t *)(cl + MK_SAMPLE_MAX_CAND);   /* (MK_SAMPLE_MAX_CAND) ids */
+    float *cp = (float *)(cid + MK_SAMPLE_MAX_CAND);       /* (MK_SAMPLE_MAX_CAND) scratch */
+    uint32_t *hist = (uint32_t *)(cp + MK_SAMPLE_MAX_CAND); /* (256) */
+
+    /* The k-th greatest key, 8 bits at a time from the top. */
+    if (threadIdx.x == 0) {
+        sel[0] = 0;
+        sel[1] = k;
+        sel[2] = 0;
+    }
+    uint32_t mask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (uint32_t i = threadIdx.x; i < 256u; i += MK_BLOCK_THREADS) hist[i] = 0;
+        __syncthreads();
+        const uint32_t prefix = sel[0];
+        for (uint32_t i = threadIdx.x; i < V; i += MK_BLOCK_THREADS) {
+            uint32_t key = mk_logit_key(__ldcg(logits + i));
+            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            uint32_t remaining = sel[1], above = 0;
+            for (int d = 255; d >= 0; d--) {
+                if (above + hist[d] >= remaining || d == 0) {
+                    sel[0] = prefix | ((uint32_t)d << shift);
+                    sel[1] = remaining - above;
+                    sel[2] = hist[d];
+                    break;
+                }
+                above += hist[d];
+            }
+        }
+        mask |= 0xffu << shift;
+        __syncthreads();
+    }
+    const uint32_t T = sel[0], need_eq = sel[1], n_eq = sel[2];
+    const uint32_t n_gt = k - need_eq;
+    if (threadIdx.x == 0) {
+        cnt[0] = 0;
+        cnt[1] = 0;
+    }
+    __syncthreads();
+    if (n_eq == need_eq) {
+        for (uint32_t i = threadIdx.x; i < V; i += MK_BLOCK_THREADS) {
+            uint32_t key = mk_logit_key(__ldcg(logits + i));
+            if (key > T) keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
+            else if (key == T) keys[n_gt + atomicAdd(&cnt[1], 1u)] = mk_cand_key(key, i);
+        }
+    } else {
+        /* More ties at the threshold than places: the lowest ids win, so take them in order. */
+        const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+        for (uint32_t base = 0; base < V; base += MK_BLOCK_THREADS) {
+            uint32_t i = base + threadIdx.x;
+            uint32_t key = i < V ? mk_logit_key(__ldcg(logits + i)) : 0u;
+            bool gt = i < V && key > T, eq = i < V && key == T;
+            if (gt) keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
+            uint32_t ball = __ballot_sync(0xffffffffu, eq);
+            if (lane == 0) wcount[warp] = __popc(ball);
+            __syncthreads();
+            uint32_t off = cnt[1];
+            for (uint32_t w = 0; w < warp; w++) off += wcount[w];
+            off += __popc(ball & ((1u << lane) - 1u));
+            if (eq && off < need_eq) keys[n_gt + off] = mk_cand_key(key, i);
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                uint32_t s = cnt[1];
+                for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) s += wcount[w];
+                cnt[1] = s;
+            }
+            __syncthreads();
+        }
+    }
+    __syncthreads();
+
+    /* Bitonic sort, descending, padded to a power of two with keys below every real one. */
+    uint32_t P = 1;
+    while (P < k) P <<= 1;
+    for (uint32_t i = k + threadIdx.x; i < P; i += MK_BLOCK_THREADS) keys[i] = 0;
+    __syncthreads();
+    for (uint32_t size = 2; size <= P; size <<= 1) {
+        for (uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
+            for (uint32_t i = threadIdx.x; i < P; i += MK_BLOCK_THREADS) {
+                uint32_t j = i ^ stride;
+                if (j > i) {
+                    bool desc = (i & size) == 0;
+                    uint64_t a = keys[i], b = keys[j];
+                    if ((a < b) == desc) {
+                        keys[i] = b;
+                        keys[j] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (uint32_t i = threadIdx.x; i < k; i += MK_BLOCK_THREADS) {
+        uint32_t id = ~(uint32_t)keys[i];
+        cid[i] = (int32_t)id;
+        cl[i] = __ldcg(logits + id);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float u = mk_sample_uniform(cmd->seed, cmd->pos);
+        chosen = mk_sample_pick(cl, cid, (int)k, cmd->temperature, cmd->top_p, cmd->min_p, u, cp);
+    }
+    __syncthreads();
+    return chosen;
+}
+
+__device__ void mk_op_sample(const struct mk_task_ctx *c) {
+    int32_t tok = c->cmd->temperature <= 0.0f ? mk_sample_greedy(c) : mk_sample_topk(c);
+    if (threadIdx.x != 0) return;
+    struct mk_step_state *st = (struct mk_step_state *)c->a->step_state;
+    st->out_token = tok;
+    if (c->a->mailbox) {
+        struct mk_mailbox *mb = (struct mk_mailbox *)c->a->mailbox;
+        /* The step's start time rides in the step state's reserved words (written by block 0). */
+        uint64_t t0 = ((uint64_t)__ldcg(&st->reserved[1]) << 32) | __ldcg(&st->reserved[0]);
+        mb->out_token = tok;
+        mb->t_start_ns = t0;
+        mb->t_end_ns = mk_globaltimer();
+        __threadfence_system();
+        mk_st_release_sys(&mb->done_seq, c->step + 1u);
+    }
+}
+
+#endif

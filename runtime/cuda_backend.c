@@ -1,0 +1,732 @@
+/* The GPU backends: the persistent megakernel fed through the host queue, per-op launches, and those launches replayed as a CUDA graph. */
+#include "runtime/cuda_backend.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "graph/program.h"
+#include "hostqueue/hostqueue.h"
+#include "megakernel/cuda_layout.h"
+#include "megakernel/image.h"
+#include "runtime/cuda.h"
+#include "runtime/dtype.h"
+
+#define MK_CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE 720
+/* After STOP, how long free() waits for the kernel to leave, then again after the abort flag. */
+#define MK_CUDA_EXIT_WAIT_MS 2000u
+
+struct mk_cuda_backend {
+    struct mk_backend base;
+    const struct mk_cuda *cu;
+    int verbose;
+    mk_cu_device dev;
+    mk_cu_context ctx;
+    mk_cu_module mod;
+    mk_cu_function fn;            /* mk_megakernel or mk_perop */
+    mk_cu_stream stream;          /* the kernels */
+    mk_cu_stream copy_stream;     /* read-backs while the megakernel stays resident */
+    mk_cu_event ev0, ev1;
+    struct mk_program *prog;
+    struct mk_cuda_backend_info info;
+    /* Device memory. */
+    mk_cu_devptr d_weight_data;   /* every distinct weight, 256-byte aligned */
+    mk_cu_devptr d_wtable;        /* struct mk_weight_ref[n_weights] with device pointers */
+    mk_cu_devptr d_instrs, d_task_base, d_counters, d_arena, d_k, d_v, d_state, d_work;
+    mk_cu_devptr d_sched_offsets, d_sched_tasks, d_trace;
+    struct mk_kernel_args args;
+    /* Megakernel. */
+    struct mk_hostqueue *hq;
+    struct mk_watch *watch;       /* pinned, device-mapped: header then mk_watch_block[grid] */
+    bool launched;
+    /* Per-op and graph: the command and the token in pinned memory. */
+    struct mk_step_cmd *h_cmd;
+    int32_t *h_token;
+    mk_cu_graph graph;
+    mk_cu_graph_exec gexec;
+    bool poisoned;                /* a CUDA failure in a step: refuse further steps */
+    struct mk_error poison_err;
+};
+
+static uint64_t mk_cuda_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void mk_cuda_sleep_us(unsigned us) {
+    struct timespec ts = {0, (long)us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- The host queue's callbacks (run on the feeder thread). ---- */
+
+static enum mk_status mk_cuda_probe(void *ctx, struct mk_error *err) {
+    struct mk_cuda_backend *b = ctx;
+    if (MK_CU(b->cu, err, cuCtxSetCurrent(b->ctx))) return MK_ERR_CUDA;
+    int r = MK_CU_EX(b->cu, err, MK_CUDA_ERROR_NOT_READY, cuStreamQuery(b->stream));
+    if (r == 1) return MK_OK; /* still running, as it should */
+    if (r == 0) return mk_error_set(err, MK_ERR_INTERNAL, "the megakernel left its loop without a STOP command");
+    mk_error_prefix(err, "the megakernel died");
+    return MK_ERR_CUDA;
+}
+
+static void mk_cuda_describe(void *ctx, char *buf, size_t n) {
+    struct mk_cuda_backend *b = ctx;
+    if (!b->watch) return;
+    const struct mk_watch_block *wb = (const struct mk_watch_block *)(b->watch + 1);
+    uint32_t waiting = 0, hung = 0;
+    size_t used = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < b->info.grid; i++) {
+        uint32_t state = __atomic_load_n(&wb[i].state, __ATOMIC_ACQUIRE);
+        if (state == MK_WATCH_HANG) hung++;
+        if (state != MK_WATCH_COUNTER) continue;
+        if (waiting++ < 3 && used < n) {
+            uint32_t ii = wb[i].instr;
+            const char *label = ii < b->prog->n_instr ? b->prog->labels[ii] : "?";
+            int k = snprintf(buf + used, n - used, "%sblock %u waits on counter %u for %u (saw %u) in instr %u '%s'",
+                             used ? "; " : "", i, wb[i].ctr, wb[i].target, wb[i].seen, ii, label);
+            if (k > 0) used += (size_t)k;
+        }
+    }
+    if (used >= n) return;
+    if (waiting > 3) snprintf(buf + used, n - used, "; %u blocks wait in all", waiting);
+    else if (hung) snprintf(buf + used, n - used, "%s%u blocks obey MK_CMD_HANG", used ? "; " : "", hung);
+    else if (!waiting) snprintf(buf + used, n - used, "no block reports a wait on a counter (a block may be stuck in an op)");
+}
+
+/* ---- Setup helpers. ---- */
+
+static enum mk_status mk_cuda_alloc(struct mk_cuda_backend *b, mk_cu_devptr *p, size_t bytes, bool zero,
+                                    const char *what, struct mk_error *err) {
+    if (!bytes) bytes = 16;
+    if (MK_CU(b->cu, err, cuMemAlloc_v2(p, bytes))) {
+        mk_error_prefix(err, "allocating %zu bytes of GPU memory for %s", bytes, what);
+        return MK_ERR_CUDA;
+    }
+    if (zero && MK_CU(b->cu, err, cuMemsetD8_v2(*p, 0, bytes))) return MK_ERR_CUDA;
+    return MK_OK;
+}
+
+static enum mk_status mk_cuda_upload(struct mk_cuda_backend *b, mk_cu_devptr *p, const void *src, size_t bytes,
+                                     const char *what, struct mk_error *err) {
+    enum mk_status st = mk_cuda_alloc(b, p, bytes, false, what, err);
+    if (st != MK_OK) return st;
+    if (bytes && MK_CU(b->cu, err, cuMemcpyHtoD_v2(*p, src, bytes))) return MK_ERR_CUDA;
+    return MK_OK;
+}
+
+static uint64_t mk_cuda_align256(uint64_t n) { return (n + 255u) & ~(uint64_t)255u; }
+
+/* F32, F16 and BF16 only for now; heads no wider than a block. */
+static enum mk_status mk_cuda_check_program(const struct mk_program *p, struct mk_error *err) {
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        const struct mk_instr *in = &p->instrs[i];
+        for (int k = 0; k < 4; k++) {
+            uint32_t wi = in->weight[k];
+            if (wi == MK_NO_WEIGHT || wi >= p->n_weights) continue;
+            uint32_t dt = p->weights[wi].dtype;
+            if (dt != MK_DTYPE_F32 && dt != MK_DTYPE_F16 && dt != MK_DTYPE_BF16) {
+                const char *name = mk_dtype_ggml_name(dt);
+                return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                                    "instruction %u '%s': weight %d (%ux%u) is %s, not supported on GPU yet "
+                                    "(F32, F16, BF16 are; use --backend cpu)",
+                                    i, p->labels[i], k, p->weights[wi].rows, p->weights[wi].cols, name ? name : "an unknown type");
+            }
+        }
+        if (in->op == MK_OP_NORM_QKV_ROPE) {
+            const struct mk_weight_ref *q = &p->weights[in->weight[1]];
+            if (p->weights[in->weight[2]].dtype != q->dtype || p->weights[in->weight[3]].dtype != q->dtype)
+                return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                                    "instruction %u '%s': q, k and v weights of different formats are not supported on GPU yet",
+                                    i, p->labels[i]);
+        }
+        if (in->op == MK_OP_NORM_GATE_UP_SILU && p->weights[in->weight[1]].dtype != p->weights[in->weight[2]].dtype)
+            return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                                "instruction %u '%s': gate and up weights of different formats are not supported on GPU yet",
+                                i, p->labels[i]);
+        if ((in->op == MK_OP_ATTN_PARTIAL || in->op == MK_OP_ATTN_COMBINE) && in->p[5] > MK_MAX_HEAD_DIM)
+            return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': head_dim %u is over the GPU limit of %u", i,
+                                p->labels[i], in->p[5], MK_MAX_HEAD_DIM);
+        if (in->op > MK_OP_BARRIER)
+            return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': opcode %u is unknown to the GPU kernels", i,
+                                p->labels[i], in->op);
+    }
+    return MK_OK;
+}
+
+static uint32_t mk_cuda_program_smem(const struct mk_program *p) {
+    uint32_t words = 0;
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        uint32_t w = mk_layout_smem_words(&p->instrs[i], p->weights);
+        if (w > words) words = w;
+    }
+    return words * 4u;
+}
+
+static enum mk_status mk_cuda_compile(const struct mk_model *m, const struct mk_backend_params *bp, uint32_t workers,
+                                      struct mk_program **out, struct mk_error *err) {
+    struct mk_compile_params cp = mk_compile_default_params();
+    cp.n_workers = workers;
+    cp.n_ctx = bp->n_ctx;
+    const char *sched = getenv("MK_CUDA_SCHEDULE");
+    if (sched && !strcmp(sched, "static")) cp.schedule = MK_SCHED_STATIC;
+    return mk_program_compile(m, &cp, out, err);
+}
+
+static enum mk_status mk_cuda_load_module(struct mk_cuda_backend *b, struct mk_error *err) {
+    const struct mk_cuda *cu = b->cu;
+    if (b->info.cc_major == 9 && b->info.cc_minor == 0 && mk_megakernel_cubin_size) {
+        /* An ELF image wants its natural alignment; the embedded array has none promised. */
+        void *img = aligned_alloc(256, (mk_megakernel_cubin_size + 255u) & ~(size_t)255u);
+        if (!img) return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the kernel image");
+        memcpy(img, mk_megakernel_cubin, mk_megakernel_cubin_size);
+        struct mk_error e;
+        int r = MK_CU(cu, &e, cuModuleLoadDataEx(&b->mod, img, 0, NULL, NULL));
+        free(img);
+        if (!r) {
+            b->info.from_cubin = 1;
+            return MK_OK;
+        }
+        if (b->verbose) fprintf(stderr, "mk: the sm_90 cubin did not load (%s); compiling the PTX\n", e.msg);
+    }
+    char log[4096];
+    log[0] = '\0';
+    int opts[2] = {MK_CU_JIT_ERROR_LOG_BUFFER, MK_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
+    if (MK_CU(cu, err, cuModuleLoadDataEx(&b->mod, mk_megakernel_ptx, 2, opts, vals))) {
+        if (log[0]) mk_error_prefix(err, "PTX JIT log: %.300s", log);
+        return MK_ERR_CUDA;
+    }
+    b->info.from_cubin = 0;
+    return MK_OK;
+}
+
+/* Every distinct weight once (the tied LM head shares the embedding), then the table. */
+static enum mk_status mk_cuda_upload_weights(struct mk_cuda_backend *b, struct mk_error *err) {
+    const struct mk_program *p = b->prog;
+    struct mk_weight_ref *table = calloc(p->n_weights ? p->n_weights : 1, sizeof *table);
+    uint64_t *offset = calloc(p->n_weights ? p->n_weights : 1, sizeof *offset);
+    enum mk_status st = MK_OK;
+    if (!table || !offset) {
+        st = mk_error_set(err, MK_ERR_NOMEM, "out of memory for the weight table");
+        goto done;
+    }
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < p->n_weights; i++) {
+        uint32_t same = i;
+        for (uint32_t j = 0; j < i; j++)
+            if (p->weights[j].ptr == p->weights[i].ptr) {
+                same = j;
+                break;
+            }
+        if (same != i) {
+            offset[i] = offset[same];
+            continue;
+        }
+        offset[i] = total;
+        total += mk_cuda_align256((uint64_t)p->weights[i].rows * p->weights[i].row_bytes);
+    }
+    size_t free_b = 0, total_b = 0;
+    if (MK_CU(b->cu, err, cuMemGetInfo_v2(&free_b, &total_b))) {
+        st = MK_ERR_CUDA;
+        goto done;
+    }
+    if (total > free_b) {
+        st = mk_error_set(err, MK_ERR_NOMEM, "the weights need %.2f GB of GPU memory, the GPU has %.2f GB free",
+                          total / 1e9, free_b / 1e9);
+        goto done;
+    }
+    if ((st = mk_cuda_alloc(b, &b->d_weight_data, total, false, "weights", err)) != MK_OK) goto done;
+    for (uint32_t i = 0; i < p->n_weights; i++) {
+        table[i] = p->weights[i];
+        table[i].ptr = b->d_weight_data + offset[i];
+        bool first = true;
+        for (uint32_t j = 0; j < i; j++)
+            if (p->weights[j].ptr == p->weights[i].ptr) first = false;
+        if (!first) continue;
+        size_t bytes = (size_t)p->weights[i].rows * p->weights[i].row_bytes;
+        if (MK_CU(b->cu, err, cuMemcpyHtoD_v2(table[i].ptr, (const void *)(uintptr_t)p->weights[i].ptr, bytes))) {
+            st = MK_ERR_CUDA;
+            goto done;
+        }
+    }
+    b->info.weight_bytes = total;
+    st = mk_cuda_upload(b, &b->d_wtable, table, (size_t)p->n_weights * sizeof *table, "the weight table", err);
+done:
+    free(table);
+    free(offset);
+    return st;
+}
+
+static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_error *err) {
+    const struct mk_program *p = b->prog;
+    enum mk_status st;
+    size_t kv = (size_t)p->n_layer * p->n_ctx * p->kv_dim * sizeof(float);
+    if ((st = mk_cuda_upload_weights(b, err)) != MK_OK) return st;
+    if ((st = mk_cuda_upload(b, &b->d_instrs, p->instrs, (size_t)p->n_instr * sizeof *p->instrs, "instructions", err)))
+        return st;
+    if ((st = mk_cuda_upload(b, &b->d_task_base, p->task_base, ((size_t)p->n_instr + 1) * sizeof(uint32_t), "task bases", err)))
+        return st;
+    if ((st = mk_cuda_alloc(b, &b->d_counters, (size_t)p->n_counters * 4u, true, "counters", err))) return st;
+    if ((st = mk_cuda_alloc(b, &b->d_arena, (size_t)p->arena_floats * 4u, true, "the arena", err))) return st;
+    if ((st = mk_cuda_alloc(b, &b->d_k, kv, true, "the K cache", err))) return st;
+    if ((st = mk_cuda_alloc(b, &b->d_v, kv, true, "the V cache", err))) return st;
+    if ((st = mk_cuda_alloc(b, &b->d_state, sizeof(struct mk_step_state), true, "the step state", err))) return st;
+    if ((st = mk_cuda_alloc(b, &b->d_work, sizeof(uint64_t), true, "the work counter", err))) return st;
+    if (p->schedule == MK_SCHED_STATIC) {
+        if ((st = mk_cuda_upload(b, &b->d_sched_offsets, p->sched_offsets, ((size_t)p->n_workers + 1) * 4u,
+                                 "the schedule", err)))
+            return st;
+        if ((st = mk_cuda_upload(b, &b->d_sched_tasks, p->sched_tasks, (size_t)p->n_tasks * 4u, "the schedule", err)))
+            return st;
+    }
+    const char *tr = getenv("MK_CUDA_TRACE");
+    if (b->base.kind == MK_BACKEND_MEGAKERNEL && tr && !strcmp(tr, "1"))
+        if ((st = mk_cuda_alloc(b, &b->d_trace, (size_t)p->n_tasks * 16u, true, "the trace", err))) return st;
+    struct mk_kernel_args *a = &b->args;
+    memset(a, 0, sizeof *a);
+    a->instrs = b->d_instrs;
+    a->task_base = b->d_task_base;
+    a->weights = b->d_wtable;
+    a->counters = b->d_counters;
+    a->arena = b->d_arena;
+    a->k_cache = b->d_k;
+    a->v_cache = b->d_v;
+    a->step_state = b->d_state;
+    a->work = b->d_work;
+    a->sched_offsets = b->d_sched_offsets;
+    a->sched_tasks = b->d_sched_tasks;
+    a->trace = b->d_trace;
+    a->n_instr = p->n_instr;
+    a->n_tasks = p->n_tasks;
+    a->n_counters = p->n_counters;
+    a->n_workers = p->n_workers;
+    a->n_ctx = p->n_ctx;
+    a->kv_dim = p->kv_dim;
+    a->n_layer = p->n_layer;
+    a->vocab = p->vocab;
+    return MK_OK;
+}
+
+/* ---- The megakernel. ---- */
+
+static enum mk_status mk_cuda_start_megakernel(struct mk_cuda_backend *b, struct mk_error *err) {
+    const struct mk_cuda *cu = b->cu;
+    size_t watch_bytes = sizeof(struct mk_watch) + (size_t)b->info.grid * sizeof(struct mk_watch_block);
+    void *h = NULL;
+    if (MK_CU(cu, err, cuMemHostAlloc(&h, watch_bytes, MK_CU_MEMHOSTALLOC_DEVICEMAP | MK_CU_MEMHOSTALLOC_PORTABLE)))
+        return MK_ERR_CUDA;
+    b->watch = h;
+    memset(h, 0, watch_bytes);
+    b->watch->n_blocks = b->info.grid;
+    mk_cu_devptr watch_dev = 0, sym = 0;
+    size_t sym_bytes = 0;
+    if (MK_CU(cu, err, cuMemHostGetDevicePointer_v2(&watch_dev, h, 0))) return MK_ERR_CUDA;
+    if (MK_CU(cu, err, cuModuleGetGlobal_v2(&sym, &sym_bytes, b->mod, "mk_watch_area"))) return MK_ERR_CUDA;
+    if (MK_CU(cu, err, cuMemcpyHtoD_v2(sym, &watch_dev, sizeof watch_dev))) return MK_ERR_CUDA;
+
+    struct mk_hostqueue_params qp = {
+        .cu = cu,
+        .watchdog_ms = 0,
+        .probe = mk_cuda_probe,
+        .describe = mk_cuda_describe,
+        .ctx = b,
+        .what = "megakernel",
+    };
+    enum mk_status st = mk_hostqueue_create(&qp, &b->hq, err);
+    if (st != MK_OK) return st;
+    b->args.mailbox = mk_hostqueue_mailbox_device(b->hq);
+    void *params[1] = {&b->args};
+    int r = MK_CU(cu, err, cuLaunchCooperativeKernel(b->fn, b->info.grid, 1, 1, MK_BLOCK_THREADS, 1, 1, b->info.smem_bytes,
+                                                     b->stream, params));
+    if (r) {
+        mk_error_prefix(err, "launching the megakernel on %u blocks of %u threads with %u bytes of shared memory",
+                        b->info.grid, MK_BLOCK_THREADS, b->info.smem_bytes);
+        /* Too large a grid is a reason for AUTO to try per-op launches. */
+        if (strstr(err->msg, "COOPERATIVE_LAUNCH_TOO_LARGE")) err->status = MK_ERR_UNSUPPORTED;
+        return err->status;
+    }
+    b->launched = true;
+    return MK_OK;
+}
+
+/* Waits up to ms for the kernel stream to drain: true once nothing runs (finished or died). */
+static bool mk_cuda_wait_idle(struct mk_cuda_backend *b, unsigned ms) {
+    uint64_t t0 = mk_cuda_now_ns();
+    for (;;) {
+        struct mk_error e;
+        if (MK_CU_EX(b->cu, &e, MK_CUDA_ERROR_NOT_READY, cuStreamQuery(b->stream)) != 1) return true;
+        if (mk_cuda_now_ns() - t0 > (uint64_t)ms * 1000000ull) return false;
+        mk_cuda_sleep_us(200);
+    }
+}
+
+/* ---- The vtable. ---- */
+
+static enum mk_status mk_cuda_check_cmd(struct mk_cuda_backend *b, const struct mk_step_cmd *cmd, struct mk_error *err) {
+    if (b->poisoned) {
+        if (err) *err = b->poison_err;
+        mk_error_prefix(err, "refused, an earlier failure poisoned this %s session", b->base.vt->name);
+        return b->poison_err.status;
+    }
+    if (cmd->pos < 0 || (uint32_t)cmd->pos >= b->prog->n_ctx)
+        return mk_error_set(err, MK_ERR_CONTEXT_FULL, "position %d is outside the context of %u tokens allocated on the GPU",
+                            cmd->pos, b->prog->n_ctx);
+    if (cmd->token < 0 || (uint32_t)cmd->token >= b->prog->vocab)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "token %d is outside the vocabulary of %u", cmd->token, b->prog->vocab);
+    return MK_OK;
+}
+
+static enum mk_status mk_cuda_poison(struct mk_cuda_backend *b, enum mk_status st, struct mk_error *err) {
+    b->poisoned = true;
+    if (err) b->poison_err = *err;
+    else mk_error_set(&b->poison_err, st, "a GPU step failed");
+    return st;
+}
+
+static enum mk_status mk_cuda_mega_step(struct mk_backend *base, const struct mk_step_cmd *cmd, int32_t *out_token,
+                                        struct mk_error *err) {
+    struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
+    enum mk_status st = mk_cuda_check_cmd(b, cmd, err);
+    if (st != MK_OK) return st;
+    struct mk_step_cmd c = *cmd;
+    c.cmd = MK_CMD_STEP;
+    struct mk_hostqueue_result res;
+    st = mk_hostqueue_submit(b->hq, &c, &res, err);
+    if (st != MK_OK) return mk_hostqueue_poisoned(b->hq) ? mk_cuda_poison(b, st, err) : st;
+    *out_token = res.token;
+    b->base.last_step_ns = res.t_end_ns > res.t_start_ns ? res.t_end_ns - res.t_start_ns : 0;
+    return MK_OK;
+}
+
+/* One step as per-op launches (also what the graph captures). */
+static enum mk_status mk_cuda_enqueue_ops(struct mk_cuda_backend *b, struct mk_error *err) {
+    const struct mk_cuda *cu = b->cu;
+    const struct mk_program *p = b->prog;
+    if (MK_CU(cu, err, cuMemcpyHtoDAsync_v2(b->d_state + offsetof(struct mk_step_state, cmd), b->h_cmd,
+                                            sizeof(struct mk_step_cmd), b->stream)))
+        return MK_ERR_CUDA;
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        const struct mk_instr *in = &p->instrs[i];
+        if (in->op == MK_OP_NOP || in->op == MK_OP_BARRIER || !in->n_tasks) continue;
+        uint32_t ii = i;
+        void *params[2] = {&b->args, &ii};
+        uint32_t smem = mk_layout_smem_words(in, p->weights) * 4u;
+        if (MK_CU(cu, err, cuLaunchKernel(b->fn, in->n_tasks, 1, 1, MK_BLOCK_THREADS, 1, 1, smem, b->stream, params, NULL))) {
+            mk_error_prefix(err, "per-op launch of instruction %u '%s' (%u tasks)", i, p->labels[i], in->n_tasks);
+            return MK_ERR_CUDA;
+        }
+    }
+    if (MK_CU(cu, err, cuMemcpyDtoHAsync_v2(b->h_token, b->d_state + offsetof(struct mk_step_state, out_token),
+                                            sizeof(int32_t), b->stream)))
+        return MK_ERR_CUDA;
+    return MK_OK;
+}
+
+static enum mk_status mk_cuda_launch_step(struct mk_backend *base, const struct mk_step_cmd *cmd, int32_t *out_token,
+                                          struct mk_error *err) {
+    struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
+    const struct mk_cuda *cu = b->cu;
+    enum mk_status st = mk_cuda_check_cmd(b, cmd, err);
+    if (st != MK_OK) return st;
+    if (MK_CU(cu, err, cuCtxSetCurrent(b->ctx))) return MK_ERR_CUDA;
+    *b->h_cmd = *cmd;
+    b->h_cmd->cmd = MK_CMD_STEP;
+    *b->h_token = -1;
+    if (MK_CU(cu, err, cuEventRecord(b->ev0, b->stream))) return mk_cuda_poison(b, MK_ERR_CUDA, err);
+    if (b->gexec) {
+        if (MK_CU(cu, err, cuGraphLaunch(b->gexec, b->stream))) return mk_cuda_poison(b, MK_ERR_CUDA, err);
+    } else if ((st = mk_cuda_enqueue_ops(b, err)) != MK_OK) {
+        return mk_cuda_poison(b, st, err);
+    }
+    if (MK_CU(cu, err, cuEventRecord(b->ev1, b->stream))) return mk_cuda_poison(b, MK_ERR_CUDA, err);
+    if (MK_CU(cu, err, cuStreamSynchronize(b->stream))) {
+        mk_error_prefix(err, "%s step at pos %d", b->base.vt->name, cmd->pos);
+        return mk_cuda_poison(b, MK_ERR_CUDA, err);
+    }
+    float ms = 0.0f;
+    if (!MK_CU(cu, err, cuEventElapsedTime(&ms, b->ev0, b->ev1))) b->base.last_step_ns = (uint64_t)((double)ms * 1e6);
+    *out_token = *b->h_token;
+    return MK_OK;
+}
+
+static enum mk_status mk_cuda_logits(struct mk_backend *base, float *out, struct mk_error *err) {
+    struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
+    const struct mk_cuda *cu = b->cu;
+    if (b->poisoned) {
+        if (err) *err = b->poison_err;
+        mk_error_prefix(err, "refused, an earlier failure poisoned this %s session", b->base.vt->name);
+        return b->poison_err.status;
+    }
+    if (MK_CU(cu, err, cuCtxSetCurrent(b->ctx))) return MK_ERR_CUDA;
+    mk_cu_devptr src = b->d_arena + (mk_cu_devptr)b->prog->logits_off * sizeof(float);
+    if (MK_CU(cu, err, cuMemcpyDtoHAsync_v2(out, src, (size_t)b->prog->vocab * sizeof(float), b->copy_stream)))
+        return MK_ERR_CUDA;
+    if (MK_CU(cu, err, cuStreamSynchronize(b->copy_stream))) return MK_ERR_CUDA;
+    return MK_OK;
+}
+
+/* Positions restart at 0: the KV cache rows are overwritten before they are read again. */
+static enum mk_status mk_cuda_reset(struct mk_backend *base, struct mk_error *err) { return MK_OK; }
+
+static void mk_cuda_free(struct mk_backend *base) {
+    struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
+    if (!b) return;
+    const struct mk_cuda *cu = b->cu;
+    struct mk_error e;
+    bool abandon = false;
+    if (b->ctx) MK_CU(cu, &e, cuCtxSetCurrent(b->ctx));
+    if (b->hq) mk_hostqueue_stop(b->hq);
+    if (b->launched) {
+        /* STOP ends a healthy kernel; a stuck one gets the abort flag, which every spin reads. */
+        bool idle = !mk_hostqueue_poisoned(b->hq) && mk_cuda_wait_idle(b, MK_CUDA_EXIT_WAIT_MS);
+        if (!idle) {
+            __atomic_store_n(&b->watch->abort, 1u, __ATOMIC_RELEASE);
+            idle = mk_cuda_wait_idle(b, MK_CUDA_EXIT_WAIT_MS);
+        }
+        if (!idle) {
+            /* Destroying the context would wait for the kernel forever: leave it to process exit. */
+            fprintf(stderr, "mk: the megakernel did not leave after STOP and abort; its GPU context is abandoned\n");
+            abandon = true;
+        }
+    }
+    if (abandon) {
+        free(b);
+        return;
+    }
+    if (b->hq) mk_hostqueue_free(b->hq);
+    if (b->gexec) MK_CU(cu, &e, cuGraphExecDestroy(b->gexec));
+    if (b->graph) MK_CU(cu, &e, cuGraphDestroy(b->graph));
+    if (b->watch) MK_CU(cu, &e, cuMemFreeHost(b->watch));
+    if (b->h_cmd) MK_CU(cu, &e, cuMemFreeHost(b->h_cmd));
+    if (b->h_token) MK_CU(cu, &e, cuMemFreeHost(b->h_token));
+    mk_cu_devptr bufs[] = {b->d_weight_data, b->d_wtable, b->d_instrs, b->d_task_base, b->d_counters, b->d_arena, b->d_k,
+                           b->d_v, b->d_state, b->d_work, b->d_sched_offsets, b->d_sched_tasks, b->d_trace};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) MK_CU(cu, &e, cuMemFree_v2(bufs[i]));
+    if (b->ev0) MK_CU(cu, &e, cuEventDestroy_v2(b->ev0));
+    if (b->ev1) MK_CU(cu, &e, cuEventDestroy_v2(b->ev1));
+    if (b->stream) MK_CU(cu, &e, cuStreamDestroy_v2(b->stream));
+    if (b->copy_stream) MK_CU(cu, &e, cuStreamDestroy_v2(b->copy_stream));
+    if (b->mod) MK_CU(cu, &e, cuModuleUnload(b->mod));
+    if (b->ctx) {
+        MK_CU(cu, &e, cuCtxSetCurrent(NULL));
+        MK_CU(cu, &e, cuCtxDestroy_v2(b->ctx));
+    }
+    mk_program_free(b->prog);
+    free(b);
+}
+
+static const struct mk_backend_vtbl mk_cuda_mega_vtbl = {"megakernel", mk_cuda_mega_step, mk_cuda_logits, mk_cuda_reset,
+                                                         mk_cuda_free};
+static const struct mk_backend_vtbl mk_cuda_perop_vtbl = {"perop", mk_cuda_launch_step, mk_cuda_logits, mk_cuda_reset,
+                                                          mk_cuda_free};
+static const struct mk_backend_vtbl mk_cuda_graph_vtbl = {"graph", mk_cuda_launch_step, mk_cuda_logits, mk_cuda_reset,
+                                                          mk_cuda_free};
+
+static bool mk_cuda_is_ours(const struct mk_backend *b) {
+    return b && (b->vt == &mk_cuda_mega_vtbl || b->vt == &mk_cuda_perop_vtbl || b->vt == &mk_cuda_graph_vtbl);
+}
+
+enum mk_status mk_backend_cuda_info(const struct mk_backend *base, struct mk_cuda_backend_info *out, struct mk_error *err) {
+    if (!mk_cuda_is_ours(base)) return mk_error_set(err, MK_ERR_INVALID_ARG, "not a CUDA backend");
+    *out = ((const struct mk_cuda_backend *)base)->info;
+    return MK_OK;
+}
+
+enum mk_status mk_backend_cuda_debug_hang(struct mk_backend *base, struct mk_error *err) {
+    if (!mk_cuda_is_ours(base) || base->vt != &mk_cuda_mega_vtbl)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED, "MK_CMD_HANG needs a megakernel backend");
+    struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
+    struct mk_step_cmd c;
+    memset(&c, 0, sizeof c);
+    c.cmd = MK_CMD_HANG;
+    struct mk_hostqueue_result res;
+    enum mk_status st = mk_hostqueue_submit(b->hq, &c, &res, err);
+    if (st == MK_OK) return mk_error_set(err, MK_ERR_INTERNAL, "the megakernel answered MK_CMD_HANG");
+    if (mk_hostqueue_poisoned(b->hq)) mk_cuda_poison(b, st, err);
+    return st;
+}
+
+enum mk_status mk_backend_cuda_trace(struct mk_backend *base, uint64_t *out, uint32_t n_tasks, struct mk_error *err) {
+    if (!mk_cuda_is_ours(base)) return mk_error_set(err, MK_ERR_INVALID_ARG, "not a CUDA backend");
+    struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
+    if (!b->d_trace) return mk_error_set(err, MK_ERR_UNSUPPORTED, "tracing is off (set MK_CUDA_TRACE=1 before creating the backend)");
+    if (n_tasks != b->prog->n_tasks)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "trace has %u tasks, not %u", b->prog->n_tasks, n_tasks);
+    if (MK_CU(b->cu, err, cuCtxSetCurrent(b->ctx))) return MK_ERR_CUDA;
+    if (MK_CU(b->cu, err, cuMemcpyDtoHAsync_v2(out, b->d_trace, (size_t)n_tasks * 16u, b->copy_stream))) return MK_ERR_CUDA;
+    if (MK_CU(b->cu, err, cuStreamSynchronize(b->copy_stream))) return MK_ERR_CUDA;
+    return MK_OK;
+}
+
+/* ---- Creation. ---- */
+
+static enum mk_status mk_cuda_open_device(struct mk_cuda_backend *b, int ordinal, struct mk_error *err) {
+    const struct mk_cuda *cu = b->cu;
+    int count = 0;
+    if (MK_CU(cu, err, cuDeviceGetCount(&count))) return MK_ERR_CUDA;
+    if (ordinal < 0 || ordinal >= count)
+        return mk_error_set(err, MK_ERR_NO_DEVICE, "CUDA device %d does not exist (%d found)", ordinal, count);
+    if (MK_CU(cu, err, cuDeviceGet(&b->dev, ordinal))) return MK_ERR_CUDA;
+    if (MK_CU(cu, err, cuDeviceGetName(b->info.device, (int)sizeof b->info.device, b->dev))) return MK_ERR_CUDA;
+    if (MK_CU(cu, err, cuDeviceGetAttribute(&b->info.cc_major, MK_CU_ATTR_CC_MAJOR, b->dev))) return MK_ERR_CUDA;
+    if (MK_CU(cu, err, cuDeviceGetAttribute(&b->info.cc_minor, MK_CU_ATTR_CC_MINOR, b->dev))) return MK_ERR_CUDA;
+    if (MK_CU(cu, err, cuDeviceGetAttribute(&b->info.sm_count, MK_CU_ATTR_MULTIPROCESSOR_COUNT, b->dev))) return MK_ERR_CUDA;
+    if (b->info.cc_major < 7)
+        return mk_error_set(err, MK_ERR_NO_DEVICE, "%s has compute capability %d.%d; mk's kernels need 7.0 or newer",
+                            b->info.device, b->info.cc_major, b->info.cc_minor);
+    int map = 0;
+    if (MK_CU(cu, err, cuDeviceGetAttribute(&map, MK_CU_ATTR_CAN_MAP_HOST_MEMORY, b->dev))) return MK_ERR_CUDA;
+    if (!map && b->base.kind == MK_BACKEND_MEGAKERNEL)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED, "%s cannot map host memory, which the megakernel's mailbox needs",
+                            b->info.device);
+    if (b->base.kind == MK_BACKEND_MEGAKERNEL) {
+        int coop = 0;
+        if (MK_CU(cu, err, cuDeviceGetAttribute(&coop, MK_CU_ATTR_COOPERATIVE_LAUNCH, b->dev))) return MK_ERR_CUDA;
+        if (!coop)
+            return mk_error_set(err, MK_ERR_UNSUPPORTED, "%s has no cooperative launch, which the megakernel needs",
+                                b->info.device);
+    }
+    if (MK_CU(cu, err, cuCtxCreate_v2(&b->ctx, MK_CU_CTX_SCHED_SPIN, b->dev))) return MK_ERR_CUDA;
+    return MK_OK;
+}
+
+enum mk_status mk_backend_create_cuda(const struct mk_model *m, const struct mk_backend_params *bp,
+                                      struct mk_backend **out, struct mk_error *err) {
+    *out = NULL;
+    const struct mk_cuda *cu = NULL;
+    enum mk_status st = mk_cuda_load(&cu, err);
+    if (st != MK_OK) return st;
+    const struct mk_backend_vtbl *vt = bp->kind == MK_BACKEND_MEGAKERNEL ? &mk_cuda_mega_vtbl
+                                       : bp->kind == MK_BACKEND_PEROP    ? &mk_cuda_perop_vtbl
+                                       : bp->kind == MK_BACKEND_GRAPH    ? &mk_cuda_graph_vtbl
+                                                                         : NULL;
+    if (!vt) return mk_error_set(err, MK_ERR_INVALID_ARG, "backend kind %d is not a CUDA backend", (int)bp->kind);
+    struct mk_cuda_backend *b = calloc(1, sizeof *b);
+    if (!b) return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the %s backend", vt->name);
+    b->cu = cu;
+    b->verbose = bp->verbose;
+    b->base.vt = vt;
+    b->base.kind = bp->kind;
+    b->base.n_ctx = bp->n_ctx;
+    b->info.threads = MK_BLOCK_THREADS;
+    struct mk_program *probe_prog = NULL;
+
+    if ((st = mk_cuda_open_device(b, bp->device, err)) != MK_OK) goto fail;
+    /* A first compile for the SM count says what formats and shared memory the program needs;
+     * more workers only shrink tiles, so the occupancy found for it holds for the final one. */
+    if ((st = mk_cuda_compile(m, bp, (uint32_t)b->info.sm_count, &probe_prog, err)) != MK_OK) goto fail;
+    if ((st = mk_cuda_check_program(probe_prog, err)) != MK_OK) goto fail;
+    if ((st = mk_cuda_load_module(b, err)) != MK_OK) goto fail;
+    const char *fname = bp->kind == MK_BACKEND_MEGAKERNEL ? "mk_megakernel" : "mk_perop";
+    if (MK_CU(cu, err, cuModuleGetFunction(&b->fn, b->mod, fname))) {
+        st = MK_ERR_CUDA;
+        goto fail;
+    }
+    uint32_t smem = mk_cuda_program_smem(probe_prog);
+    int optin = 0;
+    if (MK_CU(cu, err, cuDeviceGetAttribute(&optin, MK_CU_ATTR_MAX_SHARED_PER_BLOCK_OPTIN, b->dev))) {
+        st = MK_ERR_CUDA;
+        goto fail;
+    }
+    if (smem + 2048u > (uint32_t)optin) {
+        st = mk_error_set(err, MK_ERR_UNSUPPORTED, "the program needs %u bytes of shared memory per block, %s allows %d", smem,
+                          b->info.device, optin);
+        goto fail;
+    }
+    if (MK_CU(cu, err, cuFuncSetAttribute(b->fn, MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)smem))) {
+        st = MK_ERR_CUDA;
+        goto fail;
+    }
+    MK_CU(cu, err, cuFuncGetAttribute(&b->info.regs, MK_CU_FUNC_ATTR_NUM_REGS, b->fn));
+    MK_CU(cu, err, cuFuncGetAttribute(&b->info.local_bytes, MK_CU_FUNC_ATTR_LOCAL_SIZE_BYTES, b->fn));
+    int per_sm = 0;
+    if (MK_CU(cu, err, cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, b->fn, (int)MK_BLOCK_THREADS, smem))) {
+        st = MK_ERR_CUDA;
+        goto fail;
+    }
+    if (per_sm < 1) {
+        st = mk_error_set(err, MK_ERR_UNSUPPORTED, "no block of the kernel fits on a multiprocessor of %s (%u bytes shared)",
+                          b->info.device, smem);
+        goto fail;
+    }
+    const char *limit = getenv("MK_CUDA_BLOCKS_PER_SM");
+    if (limit && atoi(limit) > 0 && atoi(limit) < per_sm) per_sm = atoi(limit);
+    b->info.blocks_per_sm = per_sm;
+    b->info.grid = (uint32_t)per_sm * (uint32_t)b->info.sm_count;
+    if ((st = mk_cuda_compile(m, bp, b->info.grid, &b->prog, err)) != MK_OK) goto fail;
+    if ((st = mk_cuda_check_program(b->prog, err)) != MK_OK) goto fail;
+    b->info.smem_bytes = mk_cuda_program_smem(b->prog);
+    b->info.n_instr = b->prog->n_instr;
+    b->info.n_tasks = b->prog->n_tasks;
+    mk_program_free(probe_prog);
+    probe_prog = NULL;
+
+    if (MK_CU(cu, err, cuStreamCreate(&b->stream, MK_CU_STREAM_NON_BLOCKING)) ||
+        MK_CU(cu, err, cuStreamCreate(&b->copy_stream, MK_CU_STREAM_NON_BLOCKING)) ||
+        MK_CU(cu, err, cuEventCreate(&b->ev0, MK_CU_EVENT_DEFAULT)) || MK_CU(cu, err, cuEventCreate(&b->ev1, MK_CU_EVENT_DEFAULT))) {
+        st = MK_ERR_CUDA;
+        goto fail;
+    }
+    if ((st = mk_cuda_setup_memory(b, err)) != MK_OK) goto fail;
+
+    if (bp->kind == MK_BACKEND_MEGAKERNEL) {
+        if ((st = mk_cuda_start_megakernel(b, err)) != MK_OK) goto fail;
+    } else {
+        void *h = NULL;
+        if (MK_CU(cu, err, cuMemHostAlloc(&h, sizeof(struct mk_step_cmd), MK_CU_MEMHOSTALLOC_PORTABLE))) {
+            st = MK_ERR_CUDA;
+            goto fail;
+        }
+        b->h_cmd = h;
+        memset(h, 0, sizeof(struct mk_step_cmd));
+        if (MK_CU(cu, err, cuMemHostAlloc(&h, 64, MK_CU_MEMHOSTALLOC_PORTABLE))) {
+            st = MK_ERR_CUDA;
+            goto fail;
+        }
+        b->h_token = h;
+        if (bp->kind == MK_BACKEND_GRAPH) {
+            if (MK_CU(cu, err, cuStreamBeginCapture_v2(b->stream, MK_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))) {
+                st = MK_ERR_CUDA;
+                goto fail;
+            }
+            enum mk_status cst = mk_cuda_enqueue_ops(b, err);
+            mk_cu_graph g = NULL;
+            struct mk_error e2;
+            int r = MK_CU(cu, &e2, cuStreamEndCapture(b->stream, &g));
+            b->graph = g;
+            if (cst != MK_OK) {
+                st = cst;
+                goto fail;
+            }
+            if (r) {
+                *err = e2;
+                st = MK_ERR_CUDA;
+                goto fail;
+            }
+            if (MK_CU(cu, err, cuGraphInstantiateWithFlags(&b->gexec, b->graph, 0))) {
+                st = MK_ERR_CUDA;
+                goto fail;
+            }
+        }
+    }
+    if (bp->verbose)
+        fprintf(stderr,
+                "mk: %s on %s (cc %d.%d, %d SMs): %u blocks (%d/SM) x %u threads, %u B shared, %d regs, %d B local, %s; "
+                "%u instructions, %u tasks, %s schedule, %.1f MB weights\n",
+                vt->name, b->info.device, b->info.cc_major, b->info.cc_minor, b->info.sm_count, b->info.grid,
+                b->info.blocks_per_sm, MK_BLOCK_THREADS, b->info.smem_bytes, b->info.regs, b->info.local_bytes,
+                b->info.from_cubin ? "sm_90 cubin" : "PTX JIT", b->prog->n_instr, b->prog->n_tasks,
+                b->prog->schedule == MK_SCHED_STATIC ? "static" : "dynamic", b->info.weight_bytes / 1e6);
+    *out = &b->base;
+    return MK_OK;
+fail:
+    mk_program_free(probe_prog);
+    mk_cuda_free(&b->base);
+    return st;
+}

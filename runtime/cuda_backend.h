@@ -1,0 +1,45 @@
+/* Entry points of the CUDA backends beyond struct mk_backend: test hooks and device facts. */
+#ifndef MK_CUDA_BACKEND_H
+#define MK_CUDA_BACKEND_H
+
+#include <stdint.h>
+
+#include "runtime/backend.h"
+#include "runtime/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a CUDA backend runs on and how its kernel is shaped. */
+struct mk_cuda_backend_info {
+    char device[96];
+    int cc_major, cc_minor;
+    int sm_count;
+    int blocks_per_sm;       /* from the occupancy API */
+    uint32_t grid;           /* blocks (= the program's workers) */
+    uint32_t threads;        /* per block */
+    uint32_t smem_bytes;     /* dynamic shared memory per block */
+    int regs, local_bytes;   /* of the kernel this backend launches */
+    int from_cubin;          /* 1: the embedded sm_90 cubin loaded; 0: PTX compiled by the driver */
+    uint32_t n_instr, n_tasks;
+    uint64_t weight_bytes;   /* uploaded */
+};
+
+/* Fills *out; MK_ERR_INVALID_ARG when b is not a megakernel, perop or graph backend. */
+enum mk_status mk_backend_cuda_info(const struct mk_backend *b, struct mk_cuda_backend_info *out,
+                                    struct mk_error *err);
+
+/* Test only: posts MK_CMD_HANG to a megakernel backend and waits as for a step, so the watchdog
+ * must end it with MK_ERR_TIMEOUT; the backend is poisoned afterwards and only free() remains. */
+enum mk_status mk_backend_cuda_debug_hang(struct mk_backend *b, struct mk_error *err);
+
+/* Per-task device timestamps of the last megakernel step, when the backend was created with
+ * MK_CUDA_TRACE=1 in the environment: start/end ns pairs of each of the n_tasks tasks into
+ * out[2 * n_tasks]. MK_ERR_UNSUPPORTED when tracing is off. */
+enum mk_status mk_backend_cuda_trace(struct mk_backend *b, uint64_t *out, uint32_t n_tasks, struct mk_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

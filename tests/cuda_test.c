@@ -1,0 +1,591 @@
+/* GPU test of the megakernel, perop and graph backends against the CPU executor, the golden stories260K text, the watchdog and the context limit. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "graph/cpu_exec.h"
+#include "graph/program.h"
+#include "runtime/backend.h"
+#include "runtime/cuda.h"
+#include "runtime/cuda_backend.h"
+#include "runtime/gen.h"
+#include "runtime/model.h"
+#include "runtime/sample.h"
+
+static int failures;
+#define CHECK(cond)                                                                 \
+    do {                                                                            \
+        if (!(cond)) {                                                              \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                             \
+        }                                                                           \
+    } while (0)
+
+static const enum mk_backend_kind gpu_kinds[] = {MK_BACKEND_MEGAKERNEL, MK_BACKEND_PEROP, MK_BACKEND_GRAPH};
+#define N_GPU_KINDS 3
+
+/* The first 60 greedy ids of stories260K from BOS (README of the models folder). */
+static const int32_t golden_ids[60] = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426,
+                                       338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433,
+                                       426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426, 338,
+                                       391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415};
+
+static const char *models_dir(void) {
+    static char buf[1024];
+    const char *env = getenv("MK_MODELS_DIR");
+    const char *cands[] = {env, "../shared/models", "/work/shared/models"};
+    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
+        if (!cands[i] || !*cands[i]) continue;
+        snprintf(buf, sizeof buf, "%s/stories260K-f32.gguf", cands[i]);
+        struct stat st;
+        if (stat(buf, &st) == 0) return cands[i];
+    }
+    return NULL;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static struct mk_backend_params params(enum mk_backend_kind kind, uint32_t n_ctx) {
+    struct mk_backend_params p;
+    memset(&p, 0, sizeof p);
+    p.kind = kind;
+    p.n_ctx = n_ctx;
+    p.n_threads = 0;
+    p.watchdog_ms = 0;
+    p.device = 0;
+    p.verbose = 1;
+    return p;
+}
+
+static struct mk_step_cmd greedy_cmd(int32_t token, int32_t pos) {
+    struct mk_step_cmd c;
+    memset(&c, 0, sizeof c);
+    c.cmd = MK_CMD_STEP;
+    c.token = token;
+    c.pos = pos;
+    c.temperature = 0.0f;
+    c.top_p = 1.0f;
+    return c;
+}
+
+/* max |a - b| / max |b|: relative to the logits' scale, so near-zero logits do not dominate. */
+static double rel_err(const float *a, const float *b, uint32_t n) {
+    double num = 0.0, den = 0.0;
+    for (uint32_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= num)) num = d; /* NaN propagates */
+        if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
+    }
+    return den > 0.0 ? num / den : num;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A reference run on the CPU executor: tokens fed and produced, and the logits of every step. */
+struct trace {
+    uint32_t n, vocab;
+    int32_t *in;     /* (n) token fed at step i (pos i) */
+    int32_t *out;    /* (n) token produced */
+    float *logits;   /* (n, vocab) */
+};
+
+static void trace_free(struct trace *t) {
+    free(t->in);
+    free(t->out);
+    free(t->logits);
+}
+
+static int cpu_reference(const struct mk_model *m, uint32_t n_ctx, int32_t first, uint32_t n, struct trace *t) {
+    struct mk_backend_params p = params(MK_BACKEND_CPU, n_ctx);
+    p.verbose = 0;
+    struct mk_backend *b = NULL;
+    struct mk_error err;
+    if (mk_backend_create_cpu(m, &p, &b, &err) != MK_OK) {
+        fprintf(stderr, "cpu backend: %s\n", err.msg);
+        return -1;
+    }
+    t->n = n;
+    t->vocab = m->cfg.n_vocab;
+    t->in = calloc(n, sizeof *t->in);
+    t->out = calloc(n, sizeof *t->out);
+    t->logits = calloc((size_t)n * t->vocab, sizeof *t->logits);
+    int32_t tok = first;
+    for (uint32_t i = 0; i < n; i++) {
+        struct mk_step_cmd c = greedy_cmd(tok, (int32_t)i);
+        t->in[i] = tok;
+        if (b->vt->step(b, &c, &tok, &err) != MK_OK || b->vt->logits(b, t->logits + (size_t)i * t->vocab, &err) != MK_OK) {
+            fprintf(stderr, "cpu step %u: %s\n", i, err.msg);
+            b->vt->free(b);
+            return -1;
+        }
+        t->out[i] = tok;
+    }
+    b->vt->free(b);
+    return 0;
+}
+
+/* Feeds a GPU backend the reference's tokens; compares tokens and logits at every step. Returns
+ * the worst relative logit error, and the first step whose token differs in *first_diff (-1). */
+static double compare_backend(struct mk_backend *b, const struct trace *t, int *first_diff, uint64_t *med_ns,
+                              const char *what) {
+    float *lg = malloc((size_t)t->vocab * sizeof *lg);
+    uint64_t *ns = calloc(t->n, sizeof *ns);
+    double worst = 0.0;
+    *first_diff = -1;
+    struct mk_error err;
+    for (uint32_t i = 0; i < t->n; i++) {
+        struct mk_step_cmd c = greedy_cmd(t->in[i], (int32_t)i);
+        int32_t tok = -1;
+        enum mk_status st = b->vt->step(b, &c, &tok, &err);
+        CHECK(st == MK_OK);
+        if (st != MK_OK) {
+            fprintf(stderr, "%s %s step %u: %s\n", what, b->vt->name, i, err.msg);
+            worst = INFINITY;
+            break;
+        }
+        ns[i] = b->last_step_ns;
+        st = b->vt->logits(b, lg, &err);
+        CHECK(st == MK_OK);
+        if (st != MK_OK) {
+            fprintf(stderr, "%s %s logits %u: %s\n", what, b->vt->name, i, err.msg);
+            worst = INFINITY;
+            break;
+        }
+        const float *ref = t->logits + (size_t)i * t->vocab;
+        double e = rel_err(lg, ref, t->vocab);
+        if (!(e <= worst)) worst = e;
+        if (tok != t->out[i] && *first_diff < 0) {
+            *first_diff = (int)i;
+            /* Where they part: the reference's margin between its pick and the GPU's pick. */
+            fprintf(stderr,
+                    "%s %s: step %u picks %d, cpu picks %d; cpu logits %.6f vs %.6f (margin %.3g), gpu %.6f vs %.6f, "
+                    "step rel err %.3g\n",
+                    what, b->vt->name, i, tok, t->out[i], ref[t->out[i]], ref[tok], ref[t->out[i]] - ref[tok],
+                    lg[t->out[i]], lg[tok], e);
+        }
+        /* The token must be the greedy pick of the backend's own logits, whatever the reference did. */
+        CHECK(tok == mk_sample_argmax(lg, (int)t->vocab));
+    }
+    qsort(ns, t->n, sizeof *ns, cmp_u64);
+    *med_ns = ns[t->n / 2];
+    free(ns);
+    free(lg);
+    return worst;
+}
+
+static struct mk_backend *create_gpu(const struct mk_model *m, enum mk_backend_kind kind, uint32_t n_ctx,
+                                     uint32_t watchdog_ms) {
+    struct mk_backend_params p = params(kind, n_ctx);
+    p.watchdog_ms = watchdog_ms;
+    struct mk_backend *b = NULL;
+    struct mk_error err;
+    double t0 = now_ms();
+    enum mk_status st = mk_backend_create_cuda(m, &p, &b, &err);
+    if (st != MK_OK) {
+        fprintf(stderr, "create %s: %s: %s\n", mk_backend_kind_name(kind), mk_status_str(st), err.msg);
+        CHECK(st == MK_OK);
+        return NULL;
+    }
+    struct mk_cuda_backend_info info;
+    if (mk_backend_cuda_info(b, &info, &err) == MK_OK)
+        printf("INFO %s: %s, grid %u (%d/SM x %d SMs), %u threads, %u B smem, %d regs, %d B local, %s, %u instr, "
+               "%u tasks, %.1f MB weights, created in %.0f ms\n",
+               b->vt->name, info.device, info.grid, info.blocks_per_sm, info.sm_count, info.threads, info.smem_bytes,
+               info.regs, info.local_bytes, info.from_cubin ? "cubin" : "ptx", info.n_instr, info.n_tasks,
+               info.weight_bytes / 1e6, now_ms() - t0);
+    return b;
+}
+
+static void test_stories(const struct mk_model *m) {
+    struct trace t;
+    if (cpu_reference(m, 512, 1, 60, &t) != 0) {
+        CHECK(0);
+        return;
+    }
+    /* The CPU executor itself must give the golden text. */
+    CHECK(memcmp(t.out, golden_ids, sizeof golden_ids) == 0);
+    for (int k = 0; k < N_GPU_KINDS; k++) {
+        struct mk_backend *b = create_gpu(m, gpu_kinds[k], 512, 0);
+        if (!b) continue;
+        /* Free-running greedy decode: the golden ids. */
+        int32_t tok = 1, got[60];
+        struct mk_error err;
+        int ok = 1;
+        for (int i = 0; i < 60 && ok; i++) {
+            struct mk_step_cmd c = greedy_cmd(tok, i);
+            if (b->vt->step(b, &c, &tok, &err) != MK_OK) {
+                fprintf(stderr, "%s step %d: %s\n", b->vt->name, i, err.msg);
+                ok = 0;
+                break;
+            }
+            got[i] = tok;
+        }
+        CHECK(ok);
+        int golden = ok && memcmp(got, golden_ids, sizeof golden_ids) == 0;
+        CHECK(golden);
+        /* Same positions again after reset: logits against the CPU executor step by step. */
+        CHECK(b->vt->reset(b, &err) == MK_OK);
+        int diff;
+        uint64_t med;
+        double e = compare_backend(b, &t, &diff, &med, "stories260K");
+        printf("RESULT stories260K %s: golden %s, first token diff %d, max rel logit err %.3g, median step %.1f us\n",
+               b->vt->name, golden ? "yes" : "NO", diff, e, med / 1e3);
+        CHECK(e < 1e-3);
+        CHECK(diff < 0);
+        b->vt->free(b);
+    }
+    trace_free(&t);
+}
+
+/* The device sampler must pick what the host sampler picks from the same (device) logits. */
+static void test_sampling(const struct mk_model *m) {
+    static const struct {
+        float temperature, top_p, min_p;
+        int32_t top_k;
+    } settings[] = {{0.8f, 0.95f, 0.05f, 40}, {1.0f, 1.0f, 0.0f, 0}, {1.5f, 0.9f, 0.0f, 2000}, {0.7f, 1.0f, 0.1f, 1}};
+    for (int k = 0; k < N_GPU_KINDS; k++) {
+        struct mk_backend *b = create_gpu(m, gpu_kinds[k], 512, 0);
+        if (!b) continue;
+        float *lg = malloc((size_t)m->cfg.n_vocab * sizeof *lg);
+        int32_t tok = 1;
+        int agree = 0, total = 0;
+        struct mk_error err;
+        for (int i = 0; i < 48; i++) {
+            struct mk_step_cmd c = greedy_cmd(tok, i);
+            int s = i % 4;
+            c.temperature = settings[s].temperature;
+            c.top_p = settings[s].top_p;
+            c.min_p = settings[s].min_p;
+            c.top_k = settings[s].top_k;
+            c.seed = 1234u + (uint64_t)i * 77u;
+            if (b->vt->step(b, &c, &tok, &err) != MK_OK || b->vt->logits(b, lg, &err) != MK_OK) {
+                fprintf(stderr, "%s sampling step %d: %s\n", b->vt->name, i, err.msg);
+                CHECK(0);
+                break;
+            }
+            int32_t want = mk_sample_token(lg, (int)m->cfg.n_vocab, &c);
+            total++;
+            if (want == tok) agree++;
+            else fprintf(stderr, "%s sampling step %d (setting %d): device %d, host %d\n", b->vt->name, i, s, tok, want);
+        }
+        printf("RESULT sampling %s: %d of %d draws equal the host sampler's on the device logits\n", b->vt->name, agree,
+               total);
+        CHECK(agree == total && total == 48);
+        free(lg);
+        b->vt->free(b);
+    }
+}
+
+static void test_context_limit(const struct mk_model *m) {
+    for (int k = 0; k < N_GPU_KINDS; k++) {
+        struct mk_backend *b = create_gpu(m, gpu_kinds[k], 8, 0);
+        if (!b) continue;
+        int32_t tok = 1;
+        struct mk_error err;
+        for (int i = 0; i < 8; i++) {
+            struct mk_step_cmd c = greedy_cmd(tok, i);
+            CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
+        }
+        struct mk_step_cmd c = greedy_cmd(tok, 8);
+        enum mk_status st = b->vt->step(b, &c, &tok, &err);
+        CHECK(st == MK_ERR_CONTEXT_FULL);
+        CHECK(strstr(err.msg, "context of 8") != NULL);
+        printf("RESULT context limit %s: %s: %s\n", b->vt->name, mk_status_str(st), err.msg);
+        /* Still usable after the refusal. */
+        c = greedy_cmd(1, 0);
+        CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
+        b->vt->free(b);
+    }
+}
+
+static void test_hang(const struct mk_model *m) {
+    struct mk_backend *b = create_gpu(m, MK_BACKEND_MEGAKERNEL, 64, 1500);
+    if (!b) return;
+    int32_t tok;
+    struct mk_error err;
+    struct mk_step_cmd c = greedy_cmd(1, 0);
+    CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
+    double t0 = now_ms();
+    enum mk_status st = mk_backend_cuda_debug_hang(b, &err);
+    double took = now_ms() - t0;
+    printf("RESULT hang: %s after %.0f ms: %s\n", mk_status_str(st), took, err.msg);
+    CHECK(st == MK_ERR_TIMEOUT);
+    CHECK(took >= 1400.0 && took < 5000.0);
+    CHECK(strstr(err.msg, "MK_CMD_HANG") != NULL);
+    c = greedy_cmd(tok, 1);
+    st = b->vt->step(b, &c, &tok, &err);
+    CHECK(st == MK_ERR_TIMEOUT);
+    printf("RESULT after hang: %s: %s\n", mk_status_str(st), err.msg);
+    t0 = now_ms();
+    b->vt->free(b);
+    took = now_ms() - t0;
+    printf("RESULT free after hang: %.0f ms\n", took);
+    CHECK(took < 8000.0);
+    /* The GPU is usable again: a new megakernel runs. */
+    b = create_gpu(m, MK_BACKEND_MEGAKERNEL, 64, 0);
+    if (b) {
+        c = greedy_cmd(1, 0);
+        CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
+        CHECK(tok == golden_ids[0]);
+        b->vt->free(b);
+    }
+}
+
+/* llama-1b shape in BF16: greedy tokens of every backend against the CPU executor for 64 steps;
+ * where a token differs, the reference's own margin must be within the logit error there. */
+static void test_llama1b(void) {
+    const char *path = getenv("MK_GPU_LLAMA1B");
+    char buf[512];
+    if (!path) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(buf, sizeof buf, "%s/mk_llama1b_bf16.gguf", tmp && *tmp ? tmp : "/tmp");
+        path = buf;
+    }
+    struct stat sb;
+    struct mk_error err;
+    if (stat(path, &sb) != 0) {
+        struct mk_gen_params gp = mk_gen_default_params();
+        gp.preset = "llama-1b";
+        gp.dtype = "bf16";
+        double t0 = now_ms();
+        if (mk_gen_write(path, &gp, &err) != MK_OK) {
+            fprintf(stderr, "gen llama-1b: %s\n", err.msg);
+            CHECK(0);
+            return;
+        }
+        printf("INFO wrote %s in %.1f s\n", path, (now_ms() - t0) / 1e3);
+    }
+    struct mk_model *m = NULL;
+    if (mk_model_load(path, &m, &err) != MK_OK) {
+        fprintf(stderr, "load %s: %s\n", path, err.msg);
+        CHECK(0);
+        return;
+    }
+    const uint32_t steps = 64, n_ctx = 512;
+    struct trace t;
+    double t0 = now_ms();
+    if (cpu_reference(m, n_ctx, 1, steps, &t) != 0) {
+        CHECK(0);
+        mk_model_free(m);
+        return;
+    }
+    printf("INFO cpu reference llama-1b bf16: %u steps in %.1f s\n", steps, (now_ms() - t0) / 1e3);
+    for (int k = 0; k < N_GPU_KINDS; k++) {
+        struct mk_backend *b = create_gpu(m, gpu_kinds[k], n_ctx, 0);
+        if (!b) continue;
+        int diff;
+        uint64_t med;
+        double e = compare_backend(b, &t, &diff, &med, "llama-1b-bf16");
+        printf("RESULT llama-1b-bf16 %s: tokens %s cpu for %u steps%s, max rel logit err %.3g, median step %.1f us\n",
+               b->vt->name, diff < 0 ? "equal" : "part from", steps, diff < 0 ? "" : " (see above)", e, med / 1e3);
+        CHECK(e < 1e-3);
+        if (diff >= 0) {
+            /* A legitimate parting is a near tie that rounding order can flip. */
+            const float *ref = t.logits + (size_t)diff * t.vocab;
+            int32_t cpu_pick = t.out[diff];
+            float second = -INFINITY;
+            for (uint32_t i = 0; i < t.vocab; i++)
+                if ((int32_t)i != cpu_pick && ref[i] > second) second = ref[i];
+            double margin = ref[cpu_pick] - second;
+            double scale = fabs(ref[cpu_pick]);
+            printf("RESULT llama-1b-bf16 %s: parts at step %d, cpu top-2 margin %.3g (%.3g relative)\n", b->vt->name, diff,
+                   margin, margin / (scale > 0 ? scale : 1));
+            CHECK(margin <= 1e-3 * (scale > 1 ? scale : 1));
+        }
+        b->vt->free(b);
+    }
+    trace_free(&t);
+    mk_model_free(m);
+}
+
+
+/* Timings, not checks: greedy decode from BOS on each backend, wall and device time per step. */
+static void bench_model(const struct mk_model *m, const char *name, uint32_t n) {
+    uint64_t bytes = mk_model_bytes_per_token(m);
+    for (int k = 0; k < N_GPU_KINDS; k++) {
+        struct mk_backend *b = create_gpu(m, gpu_kinds[k], 512, 0);
+        if (!b) continue;
+        struct mk_error err;
+        int32_t tok = 1;
+        double *wall = calloc(n, sizeof *wall), *dev = calloc(n, sizeof *dev);
+        int ok = 1;
+        for (uint32_t i = 0; i < 8 && ok; i++) {
+            struct mk_step_cmd c = greedy_cmd(tok, (int32_t)i);
+            ok = b->vt->step(b, &c, &tok, &err) == MK_OK;
+        }
+        ok = ok && b->vt->reset(b, &err) == MK_OK;
+        tok = 1;
+        for (uint32_t i = 0; i < n && ok; i++) {
+            struct mk_step_cmd c = greedy_cmd(tok, (int32_t)i);
+            double t0 = now_ms();
+            ok = b->vt->step(b, &c, &tok, &err) == MK_OK;
+            wall[i] = now_ms() - t0;
+            dev[i] = b->last_step_ns / 1e6;
+        }
+        if (!ok) {
+            fprintf(stderr, "bench %s %s: %s\n", name, b->vt->name, err.msg);
+            CHECK(ok);
+        } else {
+            double w50, w99, d50, d99;
+            double *v = wall;
+            for (int pass = 0; pass < 2; pass++, v = dev) {
+                for (uint32_t i = 1; i < n; i++)
+                    for (uint32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+                        double x = v[j];
+                        v[j] = v[j - 1];
+                        v[j - 1] = x;
+                    }
+            }
+            w50 = wall[n / 2];
+            w99 = wall[(n * 99) / 100];
+            d50 = dev[n / 2];
+            d99 = dev[(n * 99) / 100];
+            printf("BENCH %s %s tg%u: wall p50 %.3f ms p99 %.3f ms (%.1f tok/s), device p50 %.3f ms p99 %.3f ms, "
+                   "%.1f MB/token -> %.0f GB/s at device p50\n",
+                   name, b->vt->name, n, w50, w99, 1e3 / w50, d50, d99, bytes / 1e6, bytes / (d50 * 1e-3) / 1e9);
+        }
+        free(wall);
+        free(dev);
+        b->vt->free(b);
+    }
+}
+
+/* Where the megakernel's time goes: per-opcode task time and span of one step, from the trace. */
+static void trace_model(const struct mk_model *m, const char *name, uint32_t steps) {
+    setenv("MK_CUDA_TRACE", "1", 1);
+    struct mk_backend *b = create_gpu(m, MK_BACKEND_MEGAKERNEL, 512, 0);
+    unsetenv("MK_CUDA_TRACE");
+    if (!b) return;
+    struct mk_cuda_backend_info info;
+    struct mk_error err;
+    mk_backend_cuda_info(b, &info, &err);
+    int32_t tok = 1;
+    for (uint32_t i = 0; i < steps; i++) {
+        struct mk_step_cmd c = greedy_cmd(tok, (int32_t)i);
+        if (b->vt->step(b, &c, &tok, &err) != MK_OK) {
+            fprintf(stderr, "trace %s: %s\n", name, err.msg);
+            b->vt->free(b);
+            return;
+        }
+    }
+    uint64_t *tr = calloc((size_t)info.n_tasks * 2, sizeof *tr);
+    if (mk_backend_cuda_trace(b, tr, info.n_tasks, &err) != MK_OK) {
+        fprintf(stderr, "trace %s: %s\n", name, err.msg);
+    } else {
+        /* The program is the CPU executor's, compiled for the same grid: ops per task by task_base. */
+        struct mk_compile_params cp = mk_compile_default_params();
+        cp.n_workers = info.grid;
+        cp.n_ctx = 512;
+        struct mk_program *p = NULL;
+        if (mk_program_compile(m, &cp, &p, &err) == MK_OK && p->n_tasks == info.n_tasks) {
+            double busy[MK_OP_COUNT] = {0}, first[MK_OP_COUNT], last[MK_OP_COUNT] = {0};
+            uint32_t count[MK_OP_COUNT] = {0};
+            uint64_t t0 = UINT64_MAX, t1 = 0;
+            for (uint32_t t = 0; t < p->n_tasks; t++) {
+                if (tr[2 * t] < t0) t0 = tr[2 * t];
+                if (tr[2 * t + 1] > t1) t1 = tr[2 * t + 1];
+            }
+            for (int o = 0; o < (int)MK_OP_COUNT; o++) first[o] = 1e30;
+            for (uint32_t t = 0; t < p->n_tasks; t++) {
+                uint32_t op = p->instrs[mk_program_instr_of_task(p, t)].op;
+                double s = (tr[2 * t] - t0) / 1e3, e = (tr[2 * t + 1] - t0) / 1e3;
+                busy[op] += e - s;
+                count[op]++;
+                if (s < first[op]) first[op] = s;
+                if (e > last[op]) last[op] = e;
+            }
+            printf("TRACE %s megakernel: step span %.1f us over %u tasks on %u blocks\n", name, (t1 - t0) / 1e3,
+                   p->n_tasks, info.grid);
+            for (int o = 0; o < (int)MK_OP_COUNT; o++)
+                if (count[o])
+                    printf("TRACE %s   %-18s %5u tasks, busy %9.1f us (%.2f us/task), first start %8.1f us, last end %8.1f us\n",
+                           name, mk_opcode_name((uint32_t)o), count[o], busy[o], busy[o] / count[o], first[o], last[o]);
+        }
+        mk_program_free(p);
+    }
+    free(tr);
+    b->vt->free(b);
+}
+
+static void test_bench(const char *dir) {
+    char path[1100];
+    struct mk_error err;
+    struct mk_model *m = NULL;
+    snprintf(path, sizeof path, "%s/stories260K-f32.gguf", dir);
+    if (mk_model_load(path, &m, &err) == MK_OK) {
+        bench_model(m, "stories260K-f32", 256);
+        trace_model(m, "stories260K-f32", 16);
+        mk_model_free(m);
+    }
+    const char *big = getenv("MK_GPU_LLAMA1B");
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/mk_llama1b_bf16.gguf", tmp && *tmp ? tmp : "/tmp");
+    if (mk_model_load(big ? big : path, &m, &err) == MK_OK) {
+        bench_model(m, "llama-1b-bf16", 128);
+        trace_model(m, "llama-1b-bf16", 16);
+        mk_model_free(m);
+    } else {
+        printf("INFO bench: no llama-1b model (%s)\n", err.msg);
+    }
+}
+
+int main(int argc, char **argv) {
+    const struct mk_cuda *cu = NULL;
+    struct mk_error err;
+    const char *dir = models_dir();
+    struct mk_model *m = NULL;
+    if (dir) {
+        char path[1100];
+        snprintf(path, sizeof path, "%s/stories260K-f32.gguf", dir);
+        if (mk_model_load(path, &m, &err) != MK_OK) {
+            fprintf(stderr, "load %s: %s\n", path, err.msg);
+            return 1;
+        }
+    }
+    if (mk_cuda_load(&cu, &err) != MK_OK) {
+        /* No GPU: the GPU backends must say so clearly, with the reason. */
+        CHECK(err.status == MK_ERR_NO_DEVICE);
+        CHECK(strlen(err.msg) > 10);
+        if (m) {
+            struct mk_backend_params p = params(MK_BACKEND_MEGAKERNEL, 64);
+            struct mk_backend *b = NULL;
+            struct mk_error e2;
+            enum mk_status st = mk_backend_create_cuda(m, &p, &b, &e2);
+            CHECK(st == MK_ERR_NO_DEVICE && b == NULL);
+            CHECK(strcmp(e2.msg, err.msg) == 0);
+            mk_model_free(m);
+        }
+        printf("SKIP: %s\n", err.msg);
+        return failures ? 1 : 0;
+    }
+    printf("INFO CUDA driver %d\n", cu->driver_version);
+    if (!m) {
+        printf("SKIP: models folder not found (set MK_MODELS_DIR); GPU tests need stories260K-f32.gguf\n");
+        return 0;
+    }
+    const char *only = argc > 1 ? argv[1] : "all";
+    int all = !strcmp(only, "all");
+    if (all || !strcmp(only, "stories")) test_stories(m);
+    if (all || !strcmp(only, "sampling")) test_sampling(m);
+    if (all || !strcmp(only, "context")) test_context_limit(m);
+    if (all || !strcmp(only, "hang")) test_hang(m);
+    mk_model_free(m);
+    if (all || !strcmp(only, "llama1b")) test_llama1b();
+    if (!strcmp(only, "bench")) test_bench(dir);
+    if (failures) {
+        fprintf(stderr, "cuda_test: %d checks failed\n", failures);
+        return 1;
+    }
+    printf("cuda_test: all passed\n");
+    return 0;
+}

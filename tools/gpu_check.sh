@@ -1,0 +1,106 @@
+#!/bin/bash
+# Runs mk's GPU tests and benchmarks on a GPU host that has no Bazel, from prebuilt binaries; logs go to $OUT.
+#
+# usage: tools/gpu_check.sh [BIN_DIR] [what...]
+#   BIN_DIR  folder of binaries built elsewhere with `bazel build -c opt`: cuda_test (and mk,
+#            megakernel_module.cubin when present); default gpu/. Models: $MK_MODELS_DIR, else
+#            BIN_DIR/models (copies of ../shared/models files, never committed).
+#   what     any of: info tests llama1b bench nodriver mk (default: all of them, in that order).
+# Writes $OUT/gpu_check.log (everything) and $OUT/summary.txt (the RESULT/BENCH/TRACE lines and
+# the verdict of each part). Exit status 1 when any part failed.
+set -u
+BIN=${1:-gpu}
+shift || true
+WHAT=${*:-info tests llama1b bench nodriver mk}
+OUT=${OUT:-/tmp/mk-gpu-check}
+mkdir -p "$OUT"
+LOG=$OUT/gpu_check.log
+SUM=$OUT/summary.txt
+: > "$LOG"
+: > "$SUM"
+export MK_MODELS_DIR=${MK_MODELS_DIR:-$(cd "$BIN" && pwd)/models}
+export TMPDIR=${TMPDIR:-/tmp}
+failed=0
+
+note() { echo "$*" | tee -a "$LOG" >> "$SUM"; }
+
+# run NAME TIMEOUT CMD...: runs with a time limit, logs everything, keeps the tagged lines.
+run() {
+    local name=$1 limit=$2
+    shift 2
+    echo "=== $name: $* (limit ${limit}s)" >> "$LOG"
+    local t0=$(date +%s.%N)
+    timeout -k 10 "$limit" "$@" > "$OUT/.part" 2>&1
+    local rc=$?
+    local t1=$(date +%s.%N)
+    cat "$OUT/.part" >> "$LOG"
+    grep -E '^(RESULT|BENCH|TRACE|INFO|SKIP)' "$OUT/.part" >> "$SUM"
+    grep -E 'check failed' "$OUT/.part" >> "$SUM"
+    rm -f "$OUT/.part"
+    local verdict=ok
+    [ $rc -eq 124 ] && verdict="TIMED OUT"
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && verdict="FAILED (exit $rc)"
+    [ $rc -ne 0 ] && failed=1
+    note "--- $name: $verdict in $(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }") s"
+}
+
+for w in $WHAT; do
+    case $w in
+    info)
+        {
+            echo "=== info"
+            nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
+            nvcc --version 2>&1 | tail -2
+            if [ -f "$BIN/megakernel_module.cubin" ] && command -v cuobjdump > /dev/null; then
+                cuobjdump -res-usage "$BIN/megakernel_module.cubin" 2>&1 | grep -A1 -E 'mk_megakernel|mk_perop'
+                cuobjdump -sass "$BIN/megakernel_module.cubin" 2>/dev/null | grep -c 'LDG.E.128' | sed 's/^/16-byte global loads in SASS: /'
+                cuobjdump -sass "$BIN/megakernel_module.cubin" 2>/dev/null | grep -cE 'LDL|STL' | sed 's/^/local-memory ops in SASS: /'
+            fi
+        } >> "$LOG" 2>&1
+        grep -E 'H100|H200|NVIDIA|REG|16-byte|local-memory' "$LOG" >> "$SUM"
+        ;;
+    tests)
+        for t in stories sampling context hang; do
+            run "cuda_test $t" 300 "$BIN/cuda_test" "$t"
+        done
+        ;;
+    llama1b)
+        run "cuda_test llama1b" 580 "$BIN/cuda_test" llama1b
+        ;;
+    bench)
+        run "cuda_test bench" 300 "$BIN/cuda_test" bench
+        ;;
+    nodriver)
+        # The same binaries where the driver cannot be opened: a clear reason, exit 0 for the test.
+        run "cuda_test without driver" 60 env MK_CUDA_LIB=libcuda-absent.so.1 "$BIN/cuda_test"
+        if [ -x "$BIN/mk" ]; then
+            echo "=== mk run --backend megakernel without driver" >> "$LOG"
+            MK_CUDA_LIB=libcuda-absent.so.1 "$BIN/mk" run -m "$MK_MODELS_DIR/stories260K-f32.gguf" --backend megakernel -n 4 \
+                >> "$OUT/.nd" 2>&1
+            rc=$?
+            cat "$OUT/.nd" >> "$LOG"
+            if [ $rc -ne 0 ] && grep -q 'libcuda-absent.so.1 not found' "$OUT/.nd"; then
+                note "--- mk run --backend megakernel without driver: ok (fails with: $(grep -m1 'not found' "$OUT/.nd"))"
+            else
+                note "--- mk run --backend megakernel without driver: FAILED (exit $rc, no clear reason)"
+                failed=1
+            fi
+            rm -f "$OUT/.nd"
+        fi
+        ;;
+    mk)
+        if [ -x "$BIN/mk" ]; then
+            run "mk run megakernel" 120 "$BIN/mk" run -m "$MK_MODELS_DIR/stories260K-f32.gguf" --backend megakernel -n 60 -v
+            m1b=$TMPDIR/mk_llama1b_bf16.gguf
+            [ -f "$m1b" ] && run "mk bench llama-1b" 400 "$BIN/mk" bench -m "$m1b" --backend megakernel,perop,graph -n 128
+        fi
+        ;;
+    *)
+        note "unknown part '$w'"
+        failed=1
+        ;;
+    esac
+done
+note "=== gpu_check: $([ $failed -eq 0 ] && echo PASSED || echo FAILED)"
+cat "$SUM"
+exit $failed
