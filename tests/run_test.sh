@@ -115,6 +115,26 @@ if [ "$(cat "$work/out")" != "$golden" ]; then
     fail "golden text from BOS: got '$(cat "$work/out")'"
 fi
 
+# ---- Requantized copies (made with 'mk quantize'): F16 and BF16 keep the first 20 greedy ids ----
+golden20="$(echo "$golden_ids" | cut -d' ' -f1-20)"
+for dtype in f16 bf16 q8_0; do
+    if ! "$MK" quantize "$stories" "$work/stories-$dtype.gguf" --dtype "$dtype" >/dev/null 2>"$work/err"; then
+        fail "mk quantize --dtype $dtype: $(cat "$work/err")"
+        continue
+    fi
+    run -m "$work/stories-$dtype.gguf" --temp 0 -n 20 --ids
+    if [ "$dtype" = q8_0 ]; then
+        run -m "$work/stories-$dtype.gguf" -p "Once upon a time" --temp 0 -n 40
+        echo "ok: q8_0 greedy text: $(cat "$work/out")"
+        case "$(cat "$work/out")" in "Once upon a time, there was a little girl"*) ;; *) fail "q8_0 text strays at once" ;; esac
+    elif [ "$rc" -ne 0 ] || [ "$(cat "$work/out")" != "$golden20" ]; then
+        fail "$dtype: first 20 greedy ids '$(cat "$work/out")', expected '$golden20'"
+    else
+        echo "ok: $dtype: first 20 greedy ids equal the f32 golden ids"
+    fi
+    rm -f "$work/stories-$dtype.gguf"
+done
+
 # ---- Sampling: a fixed seed reproduces; the default seed is reported ----
 run -m "$stories" -p "Once upon a time" -n 30 --seed 7 --temp 1
 first="$(cat "$work/out")"
