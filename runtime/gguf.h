@@ -122,11 +122,13 @@ enum mk_status mk_gguf_writer_add_tensor(struct mk_gguf_writer *w, const char *n
 /* Appends bytes of the current tensor's data; after a tensor's last byte the writer pads to the
  * alignment. May be called several times per tensor (streaming rows). */
 enum mk_status mk_gguf_writer_write_data(struct mk_gguf_writer *w, const void *data, size_t n);
-/* Checks every declared tensor got exactly its bytes, flushes and closes. */
+/* Checks every declared tensor got exactly its bytes, flushes and closes. Always frees the writer
+ * (never call abort after it); on failure the partial file is removed. */
 enum mk_status mk_gguf_writer_finish(struct mk_gguf_writer *w, struct mk_error *err);
 /* Frees without finishing (on error paths); removes the partial file. */
 void mk_gguf_writer_abort(struct mk_gguf_writer *w);
-/* Last error of a writer call that returned non-OK. */
+/* Last error of a writer call that returned non-OK. Errors are sticky: after one failure every
+ * later call returns it, so streaming code may check once at the end. */
 const struct mk_error *mk_gguf_writer_error(const struct mk_gguf_writer *w);
 
 #ifdef __cplusplus
