@@ -52,7 +52,8 @@ struct mk_layer_weights {
     struct mk_weight w_down;    /* (n_embd, n_ff) */
 };
 
-/* Vocabulary as stored in the file (pointers into the map). */
+/* Vocabulary of the file: tokens and merges point into the map; scores and types are aligned
+ * copies owned by the model (the file's arrays need not be aligned). */
 struct mk_vocab_data {
     char model[16];           /* "llama", "gpt2", or "" when the file has none */
     uint32_t n_tokens;
