@@ -14,6 +14,13 @@
 #define MK_DEV_F16 1u
 #define MK_DEV_BF16 30u
 
+/* RoPE's (cos, sin) per (position, pair), computed by the host in double exactly as the CPU
+ * executor does, for rope base mk_rope_base over 2 * mk_rope_pairs rotated dimensions; 0 when the
+ * host gave none (the op then computes the angles itself). */
+__device__ unsigned long long mk_rope_table;
+__device__ uint32_t mk_rope_pairs;
+__device__ float mk_rope_base;
+
 /* One task as an op sees it. in and cmd point into shared memory. */
 struct mk_task_ctx {
     const struct mk_kernel_args *a;
@@ -114,19 +121,21 @@ __device__ __forceinline__ void mk_block_load(float *xs, const float *x, uint32_
     __syncthreads();
 }
 
-/* xs = RMSNorm(x) * norm weight: x * (1 / sqrt(mean(x^2) + eps)) * w. */
+/* xs = RMSNorm(x) * norm weight: x * w * (1 / sqrt(mean(x^2) + eps)). x and w are read in the
+ * same pass, so a norm costs one round of loads; the product is formed as x * w first, which
+ * differs from the CPU's (x * scale) * w by at most one rounding. */
 __device__ __noinline__ void mk_block_rmsnorm(const struct mk_task_ctx *c, float *xs, const float *x, uint32_t n,
                                               uint32_t norm_idx, float eps) {
     struct mk_wdesc nw = mk_weight(c, norm_idx);
     float ss = 0.0f;
     for (uint32_t i = threadIdx.x; i < n; i += MK_BLOCK_THREADS) {
         float v = __ldcg(x + i);
-        xs[i] = v;
+        xs[i] = v * mk_elem(nw.dtype, nw.ptr, i);
         ss += v * v;
     }
     ss = mk_block_sum(ss);
     float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    for (uint32_t i = threadIdx.x; i < n; i += MK_BLOCK_THREADS) xs[i] = xs[i] * scale * mk_elem(nw.dtype, nw.ptr, i);
+    for (uint32_t i = threadIdx.x; i < n; i += MK_BLOCK_THREADS) xs[i] *= scale;
     __syncthreads();
 }
 
@@ -174,8 +183,10 @@ __device__ __forceinline__ float mk_dot_f16x8(uint4 w, float4 a, float4 b) {
     return s;
 }
 
-/* Loads in flight per lane in the row-dot loop. */
+/* 16-byte loads in flight per lane in the row-dot loop. */
+#ifndef MK_DOT_INFLIGHT
 #define MK_DOT_INFLIGHT 8
+#endif
 
 /* acc[r] = row[r] . xs over n elements for R (1, 2 or 4, a constant after inlining) rows of one
  * format, reduced over the warp: every lane gets the sums. All rows share dtype and `vec`. */

@@ -26,14 +26,20 @@
 
 MK_LAYOUT_FN uint32_t mk_layout_align4(uint32_t n) { return (n + 3u) & ~3u; }
 
+/* Attention takes at most this many positions into shared memory at a time. */
+#define MK_ATTN_TILE 64u
+MK_LAYOUT_FN uint32_t mk_layout_attn_tile(uint32_t block) { return block < MK_ATTN_TILE ? block : MK_ATTN_TILE; }
+
 /* 4-byte words of dynamic shared memory the op of `in` uses; the kernels carve exactly this.
  * `w` is the weight table (for the column count of the first matrix). */
 MK_LAYOUT_FN uint32_t mk_layout_smem_words(const struct mk_instr *in, const struct mk_weight_ref *w) {
     switch (in->op) {
     case MK_OP_MATVEC_RESIDUAL: return mk_layout_align4(w[in->weight[0]].cols);
     case MK_OP_NORM_QKV_ROPE: return mk_layout_align4(w[in->weight[1]].cols) + mk_layout_align4(in->p[0]);
-    case MK_OP_ATTN_PARTIAL:
-        return mk_layout_align4(in->p[5]) + mk_layout_align4(in->p[0]) + MK_BLOCK_THREADS;
+    case MK_OP_ATTN_PARTIAL: {
+        uint32_t tile = mk_layout_attn_tile(in->p[0]);
+        return mk_layout_align4(in->p[5]) + 2u * tile * (in->p[5] + 1u) + mk_layout_align4(tile) + MK_BLOCK_THREADS;
+    }
     case MK_OP_NORM_GATE_UP_SILU: return mk_layout_align4(w[in->weight[1]].cols);
     case MK_OP_NORM_LM_HEAD: return mk_layout_align4(w[in->weight[1]].cols);
     case MK_OP_SAMPLE: return MK_SAMPLE_SMEM_WORDS;

@@ -17,6 +17,9 @@
 
 /* The host sets this before launch: struct mk_watch in device-mapped host memory, or 0. */
 __device__ unsigned long long mk_watch_area;
+/* What a trace's first word holds: 0 the task's start after its waits, 1 when it was fetched
+ * (before the waits). Set by the host; a tuning aid. */
+__device__ uint32_t mk_trace_mode;
 /* A block that saw the host's abort sets this, so that the others leave without PCIe reads. */
 __device__ uint32_t mk_abort_relay;
 
@@ -63,15 +66,18 @@ __device__ bool mk_wait_counter(const struct mk_kernel_args *a, const struct mk_
     if (w->ctr == MK_NO_COUNTER) return true;
     const uint32_t *ctr = (const uint32_t *)a->counters + w->ctr;
     const uint32_t target = step * w->mul + w->add;
-    uint32_t v = mk_ld_acquire_gpu(ctr);
-    if (mk_reached(v, target)) return true;
+    uint32_t v = mk_ld_relaxed_gpu(ctr);
+    if (mk_reached(v, target)) {
+        mk_fence_acquire_gpu();
+        return true;
+    }
     const uint64_t t0 = mk_globaltimer();
     uint64_t last_host = t0;
     uint32_t ns = 8;
     bool published = false;
     for (uint32_t it = 1;; it++) {
         mk_spin_pause(&ns);
-        v = mk_ld_acquire_gpu(ctr);
+        v = mk_ld_relaxed_gpu(ctr);
         if (mk_reached(v, target)) break;
         if ((it & 63u) == 0) {
             uint64_t now = mk_globaltimer();
@@ -86,6 +92,7 @@ __device__ bool mk_wait_counter(const struct mk_kernel_args *a, const struct mk_
             if (mk_should_abort(host)) return false;
         }
     }
+    mk_fence_acquire_gpu();
     if (published) mk_st_relaxed_sys(&mk_watch_slot()->state, MK_WATCH_IDLE);
     return true;
 }
@@ -141,16 +148,57 @@ __device__ void mk_hang(uint32_t step) {
     }
 }
 
-/* Instruction of global task t: the last i with task_base[i] <= t (empty instructions skipped). */
-__device__ __forceinline__ uint32_t mk_instr_of_task(const struct mk_kernel_args *a, uint32_t t) {
-    const uint32_t *base = (const uint32_t *)a->task_base;
-    uint32_t lo = 0, hi = a->n_instr - 1u;
+/* task_base entries the megakernel keeps in shared memory (programs with more search global memory). */
+#define MK_SMEM_TASK_BASE 512u
+
+/* Instruction of global task t: the last i with base[i] <= t (empty instructions skipped). */
+__device__ __forceinline__ uint32_t mk_instr_of_task(const uint32_t *base, uint32_t n_instr, uint32_t t) {
+    uint32_t lo = 0, hi = n_instr - 1u;
     while (lo < hi) {
         uint32_t mid = (lo + hi + 1u) >> 1;
-        if (__ldg(base + mid) <= t) lo = mid;
+        if (base[mid] <= t) lo = mid;
         else hi = mid - 1u;
     }
     return lo;
+}
+
+/* Bytes of a task's weights thread 0 asks L2 for before its waits. More would flood L2 with
+ * lines evicted before use: the FFN and LM-head ops read more than L2 holds. */
+#ifndef MK_PREFETCH_TASK_MAX
+#define MK_PREFETCH_TASK_MAX 65536u
+#endif
+
+/* Thread 0, before the task's waits: the first weight rows it will stream, on their way into L2
+ * while the inputs are still being computed elsewhere. */
+__device__ void mk_prefetch_task(const struct mk_kernel_args *a, const struct mk_instr *in, uint32_t t) {
+    const struct mk_weight_ref *wt = (const struct mk_weight_ref *)a->weights;
+    uint32_t first = 0, n_mats = 0;
+    switch (in->op) {
+    case MK_OP_MATVEC_RESIDUAL: first = 0, n_mats = 1; break;
+    case MK_OP_NORM_QKV_ROPE: first = 1, n_mats = 3; break;
+    case MK_OP_NORM_GATE_UP_SILU: first = 1, n_mats = 2; break;
+    case MK_OP_NORM_LM_HEAD: first = 1, n_mats = 1; break;
+    default: return;
+    }
+    const bool stacked = in->op == MK_OP_NORM_QKV_ROPE; /* rows of [wq; wk; wv] in one range */
+    const uint64_t r0 = (uint64_t)t * in->p[0], r1 = r0 + in->p[0];
+    uint64_t budget = MK_PREFETCH_TASK_MAX / (stacked ? 1u : n_mats), base = 0;
+    for (uint32_t k = 0; k < n_mats && budget; k++) {
+        const struct mk_weight_ref *w = wt + in->weight[first + k];
+        const uint64_t rows = __ldg(&w->rows), rb = __ldg(&w->row_bytes);
+        uint64_t lo = r0, hi = r1;
+        if (stacked) {
+            lo = r0 > base ? r0 - base : 0;
+            hi = r1 > base ? r1 - base : 0;
+            base += rows;
+        }
+        if (hi > rows) hi = rows;
+        if (lo >= hi) continue;
+        uint64_t bytes = (hi - lo) * rb;
+        if (bytes > budget) bytes = budget;
+        if (stacked) budget -= bytes;
+        mk_prefetch_l2((const uint8_t *)__ldg((const unsigned long long *)&w->ptr) + lo * rb, bytes);
+    }
 }
 
 __device__ __forceinline__ void mk_fetch_instr(const struct mk_kernel_args *a, uint32_t ii, struct mk_instr *dst) {
@@ -182,14 +230,18 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER
     __shared__ struct mk_instr s_in;
     __shared__ struct mk_step_cmd s_cmd;
     __shared__ uint32_t s_ctl[4]; /* command, task within instr, instr, run state */
+    __shared__ uint32_t s_base[MK_SMEM_TASK_BASE];
+    const bool base_in_smem = a.n_instr + 1u <= MK_SMEM_TASK_BASE;
+    for (uint32_t i = threadIdx.x; base_in_smem && i <= a.n_instr; i += MK_BLOCK_THREADS)
+        s_base[i] = __ldg((const uint32_t *)a.task_base + i);
+    const uint32_t *base = base_in_smem ? s_base : (const uint32_t *)a.task_base;
     struct mk_task_ctx c;
     c.a = &a;
     c.in = &s_in;
     c.cmd = &s_cmd;
     c.smem = (float *)mk_dyn_smem;
     const bool dynamic = a.sched_offsets == 0;
-    const uint32_t *task_base = (const uint32_t *)a.task_base;
-    uint64_t held = ~0ull; /* thread 0, dynamic: the next work item already taken */
+    uint64_t held = ~0ull; /* thread 0, dynamic: a work item of a later step, kept for it */
     uint32_t cursor = 0, end = 0;
     for (uint32_t s = 0;; s++) {
         if (threadIdx.x == 0) s_ctl[0] = mk_wait_command(&a, s, &s_cmd);
@@ -210,24 +262,28 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER
                 uint32_t task = MK_NO_TASK;
                 if (dynamic) {
                     /* Work items are handed out in program order across steps; one of a later
-                     * step is kept for that step (every block is resident, so this cannot deadlock). */
+                     * step is kept for that step (every block is resident, so this cannot deadlock).
+                     * Only one item is taken at a time: a block holding two tasks of one op would
+                     * run them back to back while other blocks idle. */
                     if (held == ~0ull) held = atomicAdd((unsigned long long *)a.work, 1ull);
                     if (held / a.n_tasks == s) {
                         task = (uint32_t)(held % a.n_tasks);
-                        held = atomicAdd((unsigned long long *)a.work, 1ull); /* in flight during the task */
+                        held = ~0ull;
                     }
                 } else if (cursor < end) {
                     task = __ldg((const uint32_t *)a.sched_tasks + cursor++);
                 }
                 uint32_t run = 0;
                 if (task != MK_NO_TASK) {
-                    uint32_t ii = mk_instr_of_task(&a, task);
+                    uint32_t ii = mk_instr_of_task(base, a.n_instr, task);
+                    if (a.trace && mk_trace_mode) ((uint64_t *)a.trace)[2u * task] = mk_globaltimer();
                     mk_fetch_instr(&a, ii, &s_in);
+                    mk_prefetch_task(&a, &s_in, task - base[ii]);
                     run = 1;
                     if (!mk_wait_counter(&a, &s_in.wait[0], s, ii) || !mk_wait_counter(&a, &s_in.wait[1], s, ii))
                         run = MK_ABORTED;
-                    if (a.trace) ((uint64_t *)a.trace)[2u * task] = mk_globaltimer();
-                    s_ctl[1] = task - __ldg(task_base + ii);
+                    if (a.trace && !mk_trace_mode) ((uint64_t *)a.trace)[2u * task] = mk_globaltimer();
+                    s_ctl[1] = task - base[ii];
                     s_ctl[2] = ii;
                 }
                 s_ctl[3] = run;
@@ -244,7 +300,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER
                 uint32_t *counters = (uint32_t *)a.counters;
                 if (s_in.signal != MK_NO_COUNTER) mk_red_release_gpu_add(counters + s_in.signal, 1u);
                 mk_red_release_gpu_add(counters + MK_COUNTER_ALL, 1u);
-                if (a.trace) ((uint64_t *)a.trace)[2u * (task_base[c.ii] + c.t) + 1u] = mk_globaltimer();
+                if (a.trace) ((uint64_t *)a.trace)[2u * (base[c.ii] + c.t) + 1u] = mk_globaltimer();
             }
         }
     }

@@ -18,6 +18,16 @@ __device__ __forceinline__ uint32_t mk_ld_acquire_sys(const uint32_t *p) {
     return v;
 }
 
+/* The polling read of a spin: no L1 invalidation per iteration; mk_fence_acquire_gpu after. */
+__device__ __forceinline__ uint32_t mk_ld_relaxed_gpu(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* Turns the last relaxed read of a spin into an acquire (the PTX model's acquire pattern). */
+__device__ __forceinline__ void mk_fence_acquire_gpu(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
 /* A plain system-scope read that the compiler may not cache (the host's abort flag). */
 __device__ __forceinline__ uint32_t mk_ld_relaxed_sys(const uint32_t *p) {
     uint32_t v;
@@ -58,6 +68,23 @@ __device__ __forceinline__ bool mk_reached(uint32_t value, uint32_t target) {
 __device__ __forceinline__ void mk_spin_pause(uint32_t *ns) {
     __nanosleep(*ns);
     if (*ns < 128u) *ns *= 2u;
+}
+
+/* Starts pulling [p, p + bytes) from HBM into L2 without waiting for it (Hopper's bulk prefetch;
+ * nothing on older GPUs). Ranges are cut to 64 KB pieces. */
+__device__ __forceinline__ void mk_prefetch_l2(const void *p, uint64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)15u;
+    uintptr_t end = ((uintptr_t)p + bytes + 15u) & ~(uintptr_t)15u;
+    while (a < end) {
+        uint32_t n = end - a > 65536u ? 65536u : (uint32_t)(end - a);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
+        a += n;
+    }
+#else
+    (void)p;
+    (void)bytes;
+#endif
 }
 
 #endif

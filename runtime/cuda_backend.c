@@ -1,6 +1,7 @@
 /* The GPU backends: the persistent megakernel fed through the host queue, per-op launches, and those launches replayed as a CUDA graph. */
 #include "runtime/cuda_backend.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,12 +31,14 @@ struct mk_cuda_backend {
     mk_cu_stream copy_stream;     /* read-backs while the megakernel stays resident */
     mk_cu_event ev0, ev1;
     struct mk_program *prog;
+    uint32_t watchdog_ms;         /* 0 = the host queue's default */
     struct mk_cuda_backend_info info;
     /* Device memory. */
     mk_cu_devptr d_weight_data;   /* every distinct weight, 256-byte aligned */
     mk_cu_devptr d_wtable;        /* struct mk_weight_ref[n_weights] with device pointers */
     mk_cu_devptr d_instrs, d_task_base, d_counters, d_arena, d_k, d_v, d_state, d_work;
     mk_cu_devptr d_sched_offsets, d_sched_tasks, d_trace;
+    mk_cu_devptr d_rope;          /* float2 (n_ctx, n_rot / 2): RoPE's cos, sin */
     struct mk_kernel_args args;
     /* Megakernel. */
     struct mk_hostqueue *hq;
@@ -172,13 +175,56 @@ static enum mk_status mk_cuda_compile(const struct mk_model *m, const struct mk_
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_workers = workers;
     cp.n_ctx = bp->n_ctx;
+    /* The static schedule: measured faster on the H100 (every block knows its next task and
+     * prefetches its weights while it waits). MK_CUDA_SCHEDULE=dynamic for the work counter. */
+    cp.schedule = MK_SCHED_STATIC;
     const char *sched = getenv("MK_CUDA_SCHEDULE");
-    if (sched && !strcmp(sched, "static")) cp.schedule = MK_SCHED_STATIC;
+    if (sched && !strcmp(sched, "dynamic")) cp.schedule = MK_SCHED_DYNAMIC;
+    /* More knobs for tuning experiments; the defaults are the compiler's. */
+    const char *tpw = getenv("MK_CUDA_TASKS_PER_WORKER");
+    if (tpw && atoi(tpw) > 0) cp.tasks_per_worker = (uint32_t)atoi(tpw);
+    const char *ab = getenv("MK_CUDA_ATTN_BLOCK");
+    if (ab && atoi(ab) > 0) cp.attn_block = (uint32_t)atoi(ab);
     return mk_program_compile(m, &cp, out, err);
+}
+
+/* MK_CUDA_CUBIN=file loads that image instead of the embedded ones (kernel experiments). */
+static enum mk_status mk_cuda_load_file_module(struct mk_cuda_backend *b, const char *path, struct mk_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return mk_error_set(err, MK_ERR_IO, "MK_CUDA_CUBIN: cannot open %s", path);
+    enum mk_status st = MK_OK;
+    void *img = NULL;
+    long n = 0;
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET) != 0) {
+        st = mk_error_set(err, MK_ERR_IO, "MK_CUDA_CUBIN: cannot size %s", path);
+        goto done;
+    }
+    img = aligned_alloc(256, ((size_t)n + 256u) & ~(size_t)255u);
+    if (!img) {
+        st = mk_error_set(err, MK_ERR_NOMEM, "out of memory reading %s", path);
+        goto done;
+    }
+    memset(img, 0, ((size_t)n + 256u) & ~(size_t)255u); /* NUL-terminates a PTX file too */
+    if (fread(img, 1, (size_t)n, f) != (size_t)n) {
+        st = mk_error_set(err, MK_ERR_IO, "MK_CUDA_CUBIN: short read of %s", path);
+        goto done;
+    }
+    if (MK_CU(b->cu, err, cuModuleLoadDataEx(&b->mod, img, 0, NULL, NULL))) {
+        mk_error_prefix(err, "MK_CUDA_CUBIN=%s", path);
+        st = MK_ERR_CUDA;
+        goto done;
+    }
+    b->info.from_cubin = 2;
+done:
+    free(img);
+    fclose(f);
+    return st;
 }
 
 static enum mk_status mk_cuda_load_module(struct mk_cuda_backend *b, struct mk_error *err) {
     const struct mk_cuda *cu = b->cu;
+    const char *file = getenv("MK_CUDA_CUBIN");
+    if (file && *file) return mk_cuda_load_file_module(b, file, err);
     if (b->info.cc_major == 9 && b->info.cc_minor == 0 && mk_megakernel_cubin_size) {
         /* An ELF image wants its natural alignment; the embedded array has none promised. */
         void *img = aligned_alloc(256, (mk_megakernel_cubin_size + 255u) & ~(size_t)255u);
@@ -285,7 +331,7 @@ static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_
             return st;
     }
     const char *tr = getenv("MK_CUDA_TRACE");
-    if (b->base.kind == MK_BACKEND_MEGAKERNEL && tr && !strcmp(tr, "1"))
+    if (b->base.kind == MK_BACKEND_MEGAKERNEL && tr && (!strcmp(tr, "1") || !strcmp(tr, "fetch")))
         if ((st = mk_cuda_alloc(b, &b->d_trace, (size_t)p->n_tasks * 16u, true, "the trace", err))) return st;
     struct mk_kernel_args *a = &b->args;
     memset(a, 0, sizeof *a);
@@ -312,6 +358,47 @@ static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_
     return MK_OK;
 }
 
+/* RoPE's (cos, sin) for every position and pair, in double as the CPU executor computes them,
+ * so that the kernels skip double-precision pow/cos/sin in the qkv op. Skipped (the kernels then
+ * compute the angles) when the layers disagree on the rope parameters. */
+static enum mk_status mk_cuda_setup_rope(struct mk_cuda_backend *b, struct mk_error *err) {
+    const struct mk_program *p = b->prog;
+    uint32_t n_rot = 0;
+    float base = 0.0f;
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        const struct mk_instr *in = &p->instrs[i];
+        if (in->op != MK_OP_NORM_QKV_ROPE) continue;
+        if (n_rot && (in->p[5] != n_rot || in->f[1] != base)) return MK_OK;
+        n_rot = in->p[5];
+        base = in->f[1];
+    }
+    if (!n_rot) return MK_OK;
+    const uint32_t pairs = n_rot / 2u;
+    size_t n = (size_t)p->n_ctx * pairs;
+    float *tab = malloc(n * 2u * sizeof(float));
+    if (!tab) return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the RoPE table (%zu entries)", n);
+    for (uint32_t pos = 0; pos < p->n_ctx; pos++)
+        for (uint32_t k = 0; k < pairs; k++) {
+            double theta = (double)pos * pow((double)base, -(double)(2u * k) / (double)n_rot);
+            tab[2u * ((size_t)pos * pairs + k)] = (float)cos(theta);
+            tab[2u * ((size_t)pos * pairs + k) + 1u] = (float)sin(theta);
+        }
+    enum mk_status st = mk_cuda_upload(b, &b->d_rope, tab, n * 2u * sizeof(float), "the RoPE table", err);
+    free(tab);
+    if (st != MK_OK) return st;
+    mk_cu_devptr sym = 0;
+    size_t sym_bytes = 0;
+    uint64_t ptr = b->d_rope;
+    if (MK_CU(b->cu, err, cuModuleGetGlobal_v2(&sym, &sym_bytes, b->mod, "mk_rope_pairs")) ||
+        MK_CU(b->cu, err, cuMemcpyHtoD_v2(sym, &pairs, sizeof pairs)) ||
+        MK_CU(b->cu, err, cuModuleGetGlobal_v2(&sym, &sym_bytes, b->mod, "mk_rope_base")) ||
+        MK_CU(b->cu, err, cuMemcpyHtoD_v2(sym, &base, sizeof base)) ||
+        MK_CU(b->cu, err, cuModuleGetGlobal_v2(&sym, &sym_bytes, b->mod, "mk_rope_table")) ||
+        MK_CU(b->cu, err, cuMemcpyHtoD_v2(sym, &ptr, sizeof ptr)))
+        return MK_ERR_CUDA;
+    return MK_OK;
+}
+
 /* ---- The megakernel. ---- */
 
 static enum mk_status mk_cuda_start_megakernel(struct mk_cuda_backend *b, struct mk_error *err) {
@@ -328,10 +415,16 @@ static enum mk_status mk_cuda_start_megakernel(struct mk_cuda_backend *b, struct
     if (MK_CU(cu, err, cuMemHostGetDevicePointer_v2(&watch_dev, h, 0))) return MK_ERR_CUDA;
     if (MK_CU(cu, err, cuModuleGetGlobal_v2(&sym, &sym_bytes, b->mod, "mk_watch_area"))) return MK_ERR_CUDA;
     if (MK_CU(cu, err, cuMemcpyHtoD_v2(sym, &watch_dev, sizeof watch_dev))) return MK_ERR_CUDA;
+    const char *tr = getenv("MK_CUDA_TRACE");
+    if (tr && !strcmp(tr, "fetch")) {
+        uint32_t mode = 1;
+        if (MK_CU(cu, err, cuModuleGetGlobal_v2(&sym, &sym_bytes, b->mod, "mk_trace_mode"))) return MK_ERR_CUDA;
+        if (MK_CU(cu, err, cuMemcpyHtoD_v2(sym, &mode, sizeof mode))) return MK_ERR_CUDA;
+    }
 
     struct mk_hostqueue_params qp = {
         .cu = cu,
-        .watchdog_ms = 0,
+        .watchdog_ms = b->watchdog_ms,
         .probe = mk_cuda_probe,
         .describe = mk_cuda_describe,
         .ctx = b,
@@ -505,7 +598,8 @@ static void mk_cuda_free(struct mk_backend *base) {
     if (b->h_cmd) MK_CU(cu, &e, cuMemFreeHost(b->h_cmd));
     if (b->h_token) MK_CU(cu, &e, cuMemFreeHost(b->h_token));
     mk_cu_devptr bufs[] = {b->d_weight_data, b->d_wtable, b->d_instrs, b->d_task_base, b->d_counters, b->d_arena, b->d_k,
-                           b->d_v, b->d_state, b->d_work, b->d_sched_offsets, b->d_sched_tasks, b->d_trace};
+                           b->d_v, b->d_state, b->d_work, b->d_sched_offsets, b->d_sched_tasks, b->d_trace,
+                           b->d_rope};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) MK_CU(cu, &e, cuMemFree_v2(bufs[i]));
     if (b->ev0) MK_CU(cu, &e, cuEventDestroy_v2(b->ev0));
@@ -611,6 +705,7 @@ enum mk_status mk_backend_create_cuda(const struct mk_model *m, const struct mk_
     if (!b) return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the %s backend", vt->name);
     b->cu = cu;
     b->verbose = bp->verbose;
+    b->watchdog_ms = bp->watchdog_ms;
     b->base.vt = vt;
     b->base.kind = bp->kind;
     b->base.n_ctx = bp->n_ctx;
@@ -674,6 +769,7 @@ enum mk_status mk_backend_create_cuda(const struct mk_model *m, const struct mk_
         goto fail;
     }
     if ((st = mk_cuda_setup_memory(b, err)) != MK_OK) goto fail;
+    if (!getenv("MK_CUDA_NO_ROPE_TABLE") && (st = mk_cuda_setup_rope(b, err)) != MK_OK) goto fail;
 
     if (bp->kind == MK_BACKEND_MEGAKERNEL) {
         if ((st = mk_cuda_start_megakernel(b, err)) != MK_OK) goto fail;
@@ -721,7 +817,7 @@ enum mk_status mk_backend_create_cuda(const struct mk_model *m, const struct mk_
                 "%u instructions, %u tasks, %s schedule, %.1f MB weights\n",
                 vt->name, b->info.device, b->info.cc_major, b->info.cc_minor, b->info.sm_count, b->info.grid,
                 b->info.blocks_per_sm, MK_BLOCK_THREADS, b->info.smem_bytes, b->info.regs, b->info.local_bytes,
-                b->info.from_cubin ? "sm_90 cubin" : "PTX JIT", b->prog->n_instr, b->prog->n_tasks,
+                b->info.from_cubin == 2 ? getenv("MK_CUDA_CUBIN") : b->info.from_cubin ? "sm_90 cubin" : "PTX JIT", b->prog->n_instr, b->prog->n_tasks,
                 b->prog->schedule == MK_SCHED_STATIC ? "static" : "dynamic", b->info.weight_bytes / 1e6);
     *out = &b->base;
     return MK_OK;

@@ -21,7 +21,8 @@ struct mk_cuda_backend_info {
     uint32_t threads;        /* per block */
     uint32_t smem_bytes;     /* dynamic shared memory per block */
     int regs, local_bytes;   /* of the kernel this backend launches */
-    int from_cubin;          /* 1: the embedded sm_90 cubin loaded; 0: PTX compiled by the driver */
+    int from_cubin;          /* 1: the embedded sm_90 cubin; 0: the PTX compiled by the driver;
+                              * 2: the file named by $MK_CUDA_CUBIN */
     uint32_t n_instr, n_tasks;
     uint64_t weight_bytes;   /* uploaded */
 };
@@ -36,7 +37,8 @@ enum mk_status mk_backend_cuda_debug_hang(struct mk_backend *b, struct mk_error 
 
 /* Per-task device timestamps of the last megakernel step, when the backend was created with
  * MK_CUDA_TRACE=1 in the environment: start/end ns pairs of each of the n_tasks tasks into
- * out[2 * n_tasks]. MK_ERR_UNSUPPORTED when tracing is off. */
+ * out[2 * n_tasks] (start = after the task's waits; with MK_CUDA_TRACE=fetch, when the block took
+ * the task, before its waits). MK_ERR_UNSUPPORTED when tracing is off. */
 enum mk_status mk_backend_cuda_trace(struct mk_backend *b, uint64_t *out, uint32_t n_tasks, struct mk_error *err);
 
 #ifdef __cplusplus

@@ -201,7 +201,7 @@ static struct mk_backend *create_gpu(const struct mk_model *m, enum mk_backend_k
         printf("INFO %s: %s, grid %u (%d/SM x %d SMs), %u threads, %u B smem, %d regs, %d B local, %s, %u instr, "
                "%u tasks, %.1f MB weights, created in %.0f ms\n",
                b->vt->name, info.device, info.grid, info.blocks_per_sm, info.sm_count, info.threads, info.smem_bytes,
-               info.regs, info.local_bytes, info.from_cubin ? "cubin" : "ptx", info.n_instr, info.n_tasks,
+               info.regs, info.local_bytes, info.from_cubin == 2 ? "MK_CUDA_CUBIN" : info.from_cubin ? "cubin" : "ptx", info.n_instr, info.n_tasks,
                info.weight_bytes / 1e6, now_ms() - t0);
     return b;
 }
@@ -412,7 +412,9 @@ static void test_llama1b(void) {
 /* Timings, not checks: greedy decode from BOS on each backend, wall and device time per step. */
 static void bench_model(const struct mk_model *m, const char *name, uint32_t n) {
     uint64_t bytes = mk_model_bytes_per_token(m);
+    const char *only = getenv("MK_BENCH_KINDS"); /* e.g. "megakernel" */
     for (int k = 0; k < N_GPU_KINDS; k++) {
+        if (only && !strstr(only, mk_backend_kind_name(gpu_kinds[k]))) continue;
         struct mk_backend *b = create_gpu(m, gpu_kinds[k], 512, 0);
         if (!b) continue;
         struct mk_error err;
@@ -461,8 +463,8 @@ static void bench_model(const struct mk_model *m, const char *name, uint32_t n) 
 }
 
 /* Where the megakernel's time goes: per-opcode task time and span of one step, from the trace. */
-static void trace_model(const struct mk_model *m, const char *name, uint32_t steps) {
-    setenv("MK_CUDA_TRACE", "1", 1);
+static void trace_model(const struct mk_model *m, const char *name, uint32_t steps, const char *mode) {
+    setenv("MK_CUDA_TRACE", mode, 1);
     struct mk_backend *b = create_gpu(m, MK_BACKEND_MEGAKERNEL, 512, 0);
     unsetenv("MK_CUDA_TRACE");
     if (!b) return;
@@ -486,6 +488,10 @@ static void trace_model(const struct mk_model *m, const char *name, uint32_t ste
         struct mk_compile_params cp = mk_compile_default_params();
         cp.n_workers = info.grid;
         cp.n_ctx = 512;
+        if (getenv("MK_CUDA_TASKS_PER_WORKER")) cp.tasks_per_worker = (uint32_t)atoi(getenv("MK_CUDA_TASKS_PER_WORKER"));
+        if (getenv("MK_CUDA_ATTN_BLOCK")) cp.attn_block = (uint32_t)atoi(getenv("MK_CUDA_ATTN_BLOCK"));
+        cp.schedule = getenv("MK_CUDA_SCHEDULE") && !strcmp(getenv("MK_CUDA_SCHEDULE"), "dynamic") ? MK_SCHED_DYNAMIC
+                                                                                                   : MK_SCHED_STATIC;
         struct mk_program *p = NULL;
         if (mk_program_compile(m, &cp, &p, &err) == MK_OK && p->n_tasks == info.n_tasks) {
             double busy[MK_OP_COUNT] = {0}, first[MK_OP_COUNT], last[MK_OP_COUNT] = {0};
@@ -504,8 +510,27 @@ static void trace_model(const struct mk_model *m, const char *name, uint32_t ste
                 if (s < first[op]) first[op] = s;
                 if (e > last[op]) last[op] = e;
             }
-            printf("TRACE %s megakernel: step span %.1f us over %u tasks on %u blocks\n", name, (t1 - t0) / 1e3,
-                   p->n_tasks, info.grid);
+            printf("TRACE %s megakernel (%s): step span %.1f us over %u tasks on %u blocks\n", name,
+                   !strcmp(mode, "fetch") ? "start = fetch" : "start = after waits", (t1 - t0) / 1e3, p->n_tasks,
+                   info.grid);
+            /* One layer in the middle, instruction by instruction: when its tasks began and ended. */
+            char want[16];
+            snprintf(want, sizeof want, "blk.%u.", m->cfg.n_layer / 2);
+            for (uint32_t i = 0; i < p->n_instr; i++) {
+                if (strncmp(p->labels[i], want, strlen(want)) && p->instrs[i].op != MK_OP_NORM_LM_HEAD) continue;
+                double s_min = 1e30, s_max = 0, e_min = 1e30, e_max = 0, sum = 0;
+                for (uint32_t t = p->task_base[i]; t < p->task_base[i + 1]; t++) {
+                    double s = (tr[2 * t] - t0) / 1e3, e = (tr[2 * t + 1] - t0) / 1e3;
+                    if (s < s_min) s_min = s;
+                    if (s > s_max) s_max = s;
+                    if (e < e_min) e_min = e;
+                    if (e > e_max) e_max = e;
+                    sum += e - s;
+                }
+                uint32_t n = p->task_base[i + 1] - p->task_base[i];
+                printf("TRACE %s   %-22s %4u tasks: start %8.1f..%8.1f  end %8.1f..%8.1f  mean %6.2f us\n", name,
+                       p->labels[i], n, s_min, s_max, e_min, e_max, n ? sum / n : 0.0);
+            }
             for (int o = 0; o < (int)MK_OP_COUNT; o++)
                 if (count[o])
                     printf("TRACE %s   %-18s %5u tasks, busy %9.1f us (%.2f us/task), first start %8.1f us, last end %8.1f us\n",
@@ -522,9 +547,9 @@ static void test_bench(const char *dir) {
     struct mk_error err;
     struct mk_model *m = NULL;
     snprintf(path, sizeof path, "%s/stories260K-f32.gguf", dir);
-    if (mk_model_load(path, &m, &err) == MK_OK) {
+    if (!getenv("MK_BENCH_SKIP_STORIES") && mk_model_load(path, &m, &err) == MK_OK) {
         bench_model(m, "stories260K-f32", 256);
-        trace_model(m, "stories260K-f32", 16);
+        trace_model(m, "stories260K-f32", 16, "1");
         mk_model_free(m);
     }
     const char *big = getenv("MK_GPU_LLAMA1B");
@@ -532,11 +557,44 @@ static void test_bench(const char *dir) {
     snprintf(path, sizeof path, "%s/mk_llama1b_bf16.gguf", tmp && *tmp ? tmp : "/tmp");
     if (mk_model_load(big ? big : path, &m, &err) == MK_OK) {
         bench_model(m, "llama-1b-bf16", 128);
-        trace_model(m, "llama-1b-bf16", 16);
+        if (!getenv("MK_BENCH_SKIP_TRACE")) {
+            trace_model(m, "llama-1b-bf16", 16, "1");
+            trace_model(m, "llama-1b-bf16", 16, "fetch");
+        }
         mk_model_free(m);
     } else {
         printf("INFO bench: no llama-1b model (%s)\n", err.msg);
     }
+}
+
+/* llama-8b shape in BF16 (generated into $TMPDIR when missing): timings of every backend. */
+static void test_bench8b(void) {
+    const char *tmp = getenv("TMPDIR");
+    char path[512];
+    snprintf(path, sizeof path, "%s/mk_llama8b_bf16.gguf", tmp && *tmp ? tmp : "/tmp");
+    struct stat sb;
+    struct mk_error err;
+    if (stat(path, &sb) != 0) {
+        struct mk_gen_params gp = mk_gen_default_params();
+        gp.preset = "llama-8b";
+        gp.dtype = "bf16";
+        double t0 = now_ms();
+        if (mk_gen_write(path, &gp, &err) != MK_OK) {
+            fprintf(stderr, "gen llama-8b: %s\n", err.msg);
+            CHECK(0);
+            return;
+        }
+        printf("INFO wrote %s in %.1f s\n", path, (now_ms() - t0) / 1e3);
+    }
+    struct mk_model *m = NULL;
+    if (mk_model_load(path, &m, &err) != MK_OK) {
+        fprintf(stderr, "load %s: %s\n", path, err.msg);
+        CHECK(0);
+        return;
+    }
+    bench_model(m, "llama-8b-bf16", 128);
+    if (!getenv("MK_BENCH_SKIP_TRACE")) trace_model(m, "llama-8b-bf16", 16, "1");
+    mk_model_free(m);
 }
 
 int main(int argc, char **argv) {
@@ -582,6 +640,7 @@ int main(int argc, char **argv) {
     mk_model_free(m);
     if (all || !strcmp(only, "llama1b")) test_llama1b();
     if (!strcmp(only, "bench")) test_bench(dir);
+    if (!strcmp(only, "bench8b")) test_bench8b();
     if (failures) {
         fprintf(stderr, "cuda_test: %d checks failed\n", failures);
         return 1;

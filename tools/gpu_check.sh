@@ -3,15 +3,16 @@
 #
 # usage: tools/gpu_check.sh [BIN_DIR] [what...]
 #   BIN_DIR  folder of binaries built elsewhere with `bazel build -c opt`: cuda_test (and mk,
-#            megakernel_module.cubin when present); default gpu/. Models: $MK_MODELS_DIR, else
+#            megakernel_module.cubin/.ptx, variant_*.cubin when present); default gpu/. Models: $MK_MODELS_DIR, else
 #            BIN_DIR/models (copies of ../shared/models files, never committed).
-#   what     any of: info tests llama1b bench nodriver mk (default: all of them, in that order).
+#   what     any of: info tests ptx llama1b bench bench8b variants nodriver mk (default: all but
+#            bench8b and variants).
 # Writes $OUT/gpu_check.log (everything) and $OUT/summary.txt (the RESULT/BENCH/TRACE lines and
 # the verdict of each part). Exit status 1 when any part failed.
 set -u
 BIN=${1:-gpu}
 shift || true
-WHAT=${*:-info tests llama1b bench nodriver mk}
+WHAT=${*:-info tests ptx llama1b bench nodriver mk}
 OUT=${OUT:-/tmp/mk-gpu-check}
 mkdir -p "$OUT"
 LOG=$OUT/gpu_check.log
@@ -64,11 +65,28 @@ for w in $WHAT; do
             run "cuda_test $t" 300 "$BIN/cuda_test" "$t"
         done
         ;;
+    ptx)
+        # The PTX path (what GPUs other than sm_90 run), JIT-compiled by the driver.
+        [ -f "$BIN/megakernel_module.ptx" ] &&
+            run "cuda_test stories via PTX JIT" 300 env MK_CUDA_CUBIN="$BIN/megakernel_module.ptx" "$BIN/cuda_test" stories
+        ;;
     llama1b)
         run "cuda_test llama1b" 580 "$BIN/cuda_test" llama1b
         ;;
     bench)
         run "cuda_test bench" 300 "$BIN/cuda_test" bench
+        ;;
+    bench8b)
+        run "cuda_test bench8b" 580 "$BIN/cuda_test" bench8b
+        ;;
+    variants)
+        # Megakernel tuning knobs on llama-1b (timings only).
+        for v in "MK_CUDA_ATTN_BLOCK=512" "MK_CUDA_TASKS_PER_WORKER=2" "MK_CUDA_TASKS_PER_WORKER=4" \
+            "MK_CUDA_BLOCKS_PER_SM=1" "MK_CUDA_SCHEDULE=dynamic" "MK_CUDA_ATTN_BLOCK=512 MK_CUDA_TASKS_PER_WORKER=2" \
+            $(for f in "$BIN"/variant_*.cubin; do [ -f "$f" ] && echo "MK_CUDA_CUBIN=$f"; done); do
+            run "megakernel $v" 120 env $v MK_BENCH_SKIP_STORIES=1 MK_BENCH_KINDS=megakernel MK_BENCH_SKIP_TRACE=1 \
+                "$BIN/cuda_test" bench
+        done
         ;;
     nodriver)
         # The same binaries where the driver cannot be opened: a clear reason, exit 0 for the test.

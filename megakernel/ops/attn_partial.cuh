@@ -4,6 +4,8 @@
 
 #include "megakernel/common.cuh"
 
+/* Positions are taken MK_ATTN_TILE at a time: their K and V rows land in shared memory with one
+ * round of parallel loads, instead of one dependent L2 round trip per position. */
 __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
     const struct mk_instr *in = c->in;
     const uint32_t bs = in->p[0], nb = in->p[1], layer = in->p[2];
@@ -22,51 +24,65 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
         }
         return;
     }
-    const uint32_t n = end - start;
-    float *qs = c->smem;
-    float *sc = qs + mk_layout_align4(hd);        /* (n) scores, then weights */
-    float *red = sc + mk_layout_align4(bs);       /* (MK_BLOCK_THREADS) partial sums of o */
+    const uint32_t tile = mk_layout_attn_tile(bs), stride = hd + 1u; /* +1: conflict-free columns */
+    float *qs = c->smem;                                  /* (hd) */
+    float *ks = qs + mk_layout_align4(hd);                /* (tile, hd + 1) */
+    float *vs = ks + tile * stride;                       /* (tile, hd + 1) */
+    float *sc = vs + tile * stride;                       /* (tile) scores, then weights */
+    float *red = sc + mk_layout_align4(tile);             /* (MK_BLOCK_THREADS) partial sums of o */
     const float *q = mk_arena(c) + in->buf[0] + (uint64_t)h * hd;
-    for (uint32_t d = threadIdx.x; d < hd; d += MK_BLOCK_THREADS) qs[d] = __ldcg(q + d);
-    __syncthreads();
-
     const uint32_t kv_dim = c->a->kv_dim;
     const uint32_t kvh = h / (n_head / n_head_kv);
     const uint64_t base = (uint64_t)layer * c->a->n_ctx * kv_dim + (uint64_t)kvh * hd;
     const float *kb = (const float *)c->a->k_cache + base;
     const float *vb = (const float *)c->a->v_cache + base;
     const float scale = 1.0f / sqrtf((float)hd);
-    const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    for (uint32_t j = warp; j < n; j += MK_BLOCK_WARPS) {
-        const float *k = kb + (uint64_t)(start + j) * kv_dim;
-        float s = 0.0f;
-        for (uint32_t d = lane; d < hd; d += 32u) s += qs[d] * __ldcg(k + d);
-        s = mk_warp_sum(s);
-        if (lane == 0) sc[j] = s * scale;
-    }
-    __syncthreads();
-    float m = -INFINITY;
-    for (uint32_t j = threadIdx.x; j < n; j += MK_BLOCK_THREADS) m = fmaxf(m, sc[j]);
-    m = mk_block_max(m);
-    float l = 0.0f;
-    for (uint32_t j = threadIdx.x; j < n; j += MK_BLOCK_THREADS) {
-        float p = expf(sc[j] - m);
-        sc[j] = p;
-        l += p;
-    }
-    l = mk_block_sum(l); /* its barriers also publish sc */
-
     const uint32_t groups = MK_BLOCK_THREADS / hd; /* hd <= MK_MAX_HEAD_DIM = MK_BLOCK_THREADS */
     const uint32_t g = threadIdx.x / hd, d = threadIdx.x % hd;
-    float acc = 0.0f;
-    if (g < groups)
-        for (uint32_t j = g; j < n; j += groups) acc += sc[j] * __ldcg(vb + (uint64_t)(start + j) * kv_dim + d);
-    red[threadIdx.x] = acc;
+    for (uint32_t i = threadIdx.x; i < hd; i += MK_BLOCK_THREADS) qs[i] = __ldcg(q + i);
+    float m = -INFINITY, l = 0.0f, o = 0.0f; /* o: this thread's (group g, dim d) share */
+    for (uint32_t t0 = start; t0 < end; t0 += tile) {
+        const uint32_t n = min(tile, end - t0);
+        __syncthreads(); /* the previous tile's readers are done */
+        for (uint32_t i = threadIdx.x; i < n * hd; i += MK_BLOCK_THREADS) {
+            uint32_t j = i / hd, e = i % hd;
+            uint64_t off = (uint64_t)(t0 + j) * kv_dim + e;
+            ks[j * stride + e] = __ldcg(kb + off);
+            vs[j * stride + e] = __ldcg(vb + off);
+        }
+        __syncthreads();
+        for (uint32_t j = threadIdx.x; j < n; j += MK_BLOCK_THREADS) {
+            const float *k = ks + j * stride;
+            float s = 0.0f;
+            for (uint32_t e = 0; e < hd; e++) s += qs[e] * k[e];
+            sc[j] = s * scale;
+        }
+        __syncthreads();
+        float tm = -INFINITY;
+        for (uint32_t j = threadIdx.x; j < n; j += MK_BLOCK_THREADS) tm = fmaxf(tm, sc[j]);
+        tm = mk_block_max(tm);
+        const float m_new = fmaxf(m, tm);
+        const float rescale = expf(m - m_new); /* 0 on the first tile (m = -inf) */
+        float tl = 0.0f;
+        for (uint32_t j = threadIdx.x; j < n; j += MK_BLOCK_THREADS) {
+            float p = expf(sc[j] - m_new);
+            sc[j] = p;
+            tl += p;
+        }
+        tl = mk_block_sum(tl); /* its barriers also publish sc */
+        l = l * rescale + tl;
+        m = m_new;
+        float acc = 0.0f;
+        if (g < groups)
+            for (uint32_t j = g; j < n; j += groups) acc += sc[j] * vs[j * stride + d];
+        o = o * rescale + acc;
+    }
+    red[threadIdx.x] = g < groups ? o : 0.0f;
     __syncthreads();
     if (threadIdx.x < hd) {
-        float o = 0.0f;
-        for (uint32_t k = 0; k < groups; k++) o += red[k * hd + threadIdx.x];
-        out[threadIdx.x] = o;
+        float s = 0.0f;
+        for (uint32_t k = 0; k < groups; k++) s += red[k * hd + threadIdx.x];
+        out[threadIdx.x] = s;
     }
     if (threadIdx.x == 0) {
         out[hd] = m;

@@ -7,14 +7,18 @@
 __device__ __forceinline__ void mk_matvec_residual_rows(const struct mk_wdesc *w, const float *xs, float *out,
                                                         uint32_t r0, uint32_t count, uint32_t g, const int R) {
     const uint8_t *rows[4];
-    float acc[4];
+    float acc[4], old[4];
 #pragma unroll
-    for (int r = 0; r < R; r++) rows[r] = mk_row(w, r0 + min(g + (uint32_t)r, count - 1u));
+    for (int r = 0; r < R; r++) {
+        uint32_t row = r0 + min(g + (uint32_t)r, count - 1u);
+        rows[r] = mk_row(w, row);
+        old[r] = __ldcg(out + row); /* in flight during the dot */
+    }
     mk_dot_rows(rows, R, w->dtype, w->vec, w->cols, xs, acc);
     if ((threadIdx.x & 31u) == 0) {
 #pragma unroll
         for (int r = 0; r < R; r++)
-            if (g + (uint32_t)r < count) out[r0 + g + r] = __ldcg(out + r0 + g + r) + acc[r];
+            if (g + (uint32_t)r < count) out[r0 + g + r] = old[r] + acc[r];
     }
 }
 

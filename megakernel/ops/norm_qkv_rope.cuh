@@ -66,6 +66,9 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
     const uint64_t cache_row = ((uint64_t)layer * c->a->n_ctx + (uint32_t)pos) * q.kv_dim;
     float *kc = (float *)c->a->k_cache + cache_row;
     float *vc = (float *)c->a->v_cache + cache_row;
+    const float2 *table = mk_rope_table && mk_rope_pairs * 2u == n_rot && mk_rope_base == in->f[1]
+                              ? (const float2 *)mk_rope_table
+                              : NULL;
     for (uint32_t i = 2u * threadIdx.x; i < count; i += 2u * MK_BLOCK_THREADS) {
         uint32_t r = r0 + i;
         float a = res[i], b = res[i + 1];
@@ -73,9 +76,17 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
             uint32_t local = r < q.q_dim ? r : r - q.q_dim;
             uint32_t dim = local % head_dim; /* 2i of the pair */
             if (dim < n_rot) {
-                /* In double, as the CPU executor does, so both round the same angles. */
-                double theta = (double)pos * pow((double)in->f[1], -(double)dim / (double)n_rot);
-                float cs = (float)cos(theta), sn = (float)sin(theta);
+                float cs, sn;
+                if (table) {
+                    float2 t = __ldg(table + (uint64_t)pos * (n_rot / 2u) + dim / 2u);
+                    cs = t.x;
+                    sn = t.y;
+                } else {
+                    /* In double, as the CPU executor does, so both round the same angles. */
+                    double theta = (double)pos * pow((double)in->f[1], -(double)dim / (double)n_rot);
+                    cs = (float)cos(theta);
+                    sn = (float)sin(theta);
+                }
                 float ra = a * cs - b * sn;
                 float rb = a * sn + b * cs;
                 a = ra;
