@@ -59,6 +59,7 @@ const char *mk_node_op_name(enum mk_node_op op) {
     case MK_NODE_MATVEC_RESIDUAL: return "matvec_residual";
     case MK_NODE_NORM_GATE_UP_SILU: return "norm_gate_up_silu";
     case MK_NODE_NORM_LM_HEAD: return "norm_lm_head";
+    case MK_NODE_ATTN_OUTPUT: return "attn_output";
     }
     return "?";
 }

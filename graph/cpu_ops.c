@@ -98,10 +98,8 @@ static void mk_cpu_attn_partial(const struct mk_cpu_ctx *c, const struct mk_inst
     o[hd + 1] = l;
 }
 
-static void mk_cpu_attn_combine(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t h) {
-    uint32_t nb = in->p[1], hd = in->p[5];
-    const float *part = c->arena + in->buf[0] + (uint64_t)h * nb * (hd + 2);
-    float *out = c->arena + in->buf[1] + (uint64_t)h * hd;
+/* Merges the first nb sequence blocks of head h's partials into out (hd floats). */
+static void mk_cpu_combine_head(const float *part, uint32_t nb, uint32_t hd, float *out) {
     float M = -INFINITY;
     for (uint32_t b = 0; b < nb; b++)
         if (part[b * (hd + 2) + hd] > M) M = part[b * (hd + 2) + hd];
@@ -115,6 +113,25 @@ static void mk_cpu_attn_combine(const struct mk_cpu_ctx *c, const struct mk_inst
         for (uint32_t d = 0; d < hd; d++) out[d] += pb[d] * e;
     }
     for (uint32_t d = 0; d < hd; d++) out[d] /= L;
+}
+
+static void mk_cpu_attn_combine(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t h) {
+    uint32_t nb = in->p[1], hd = in->p[5];
+    mk_cpu_combine_head(c->arena + in->buf[0] + (uint64_t)h * nb * (hd + 2), nb, hd, c->arena + in->buf[1] + (uint64_t)h * hd);
+}
+
+static void mk_cpu_attn_output(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
+    const struct mk_weight_ref *w = &c->weights[in->weight[0]];
+    uint32_t nb = in->p[1], bs = in->p[2], nh = in->p[3], hd = in->p[5];
+    /* Blocks past the position hold an earlier step's partials: only the live ones count. */
+    uint32_t live = ((uint32_t)c->cmd->pos + bs) / bs;
+    if (live > nb) live = nb;
+    float *att = c->scratch;
+    for (uint32_t h = 0; h < nh; h++)
+        mk_cpu_combine_head(c->arena + in->buf[0] + (uint64_t)h * nb * (hd + 2), live, hd, att + (uint64_t)h * hd);
+    uint32_t lo = t * in->p[0], hi = lo + in->p[0] > w->rows ? w->rows : lo + in->p[0];
+    float *y = c->arena + in->buf[1];
+    for (uint32_t r = lo; r < hi; r++) y[r] += mk_cpu_dot(w, r, att);
 }
 
 static void mk_cpu_matvec_residual(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
@@ -178,6 +195,7 @@ int mk_cpu_run_task(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint3
     case MK_OP_NORM_LM_HEAD: mk_cpu_lm_head(c, in, t); return 0;
     case MK_OP_SAMPLE: *sampled = mk_cpu_sample(c, in); return 0;
     case MK_OP_BARRIER: return 0;
+    case MK_OP_ATTN_OUTPUT: mk_cpu_attn_output(c, in, t); return 0;
     }
     return -1;
 }

@@ -16,6 +16,7 @@ const char *mk_opcode_name(uint32_t op) {
     case MK_OP_NORM_LM_HEAD: return "norm_lm_head";
     case MK_OP_SAMPLE: return "sample";
     case MK_OP_BARRIER: return "barrier";
+    case MK_OP_ATTN_OUTPUT: return "attn_output";
     }
     return "unknown";
 }

@@ -156,11 +156,34 @@ static void mk_fuse_residual(struct mk_graph *g) {
     }
 }
 
-enum mk_status mk_graph_fuse(struct mk_graph *g, struct mk_error *err) {
+/* attention -> (its only reader) x += Wo . att  ==>  ATTN_OUTPUT: the combine of the attention's
+ * sequence blocks moves into every Wo task, saving an op and a wait per layer. */
+static void mk_fuse_attn_output(struct mk_graph *g) {
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        struct mk_node *att = &g->nodes[i];
+        if (att->dead || att->op != MK_NODE_ATTENTION) continue;
+        int mv = mk_fuse_single_consumer(g, att->out);
+        if (mv < 0 || g->nodes[mv].op != MK_NODE_MATVEC_RESIDUAL || g->nodes[mv].in[0] != att->out) continue;
+        struct mk_node *o = &g->nodes[mv];
+        att->op = MK_NODE_ATTN_OUTPUT;
+        att->w[0] = o->w[0];
+        att->in[1] = o->in[1];
+        att->out = o->out;
+        o->dead = true;
+        /* The attention node stands where the matvec stood: move it there to keep node order. */
+        struct mk_node moved = *att;
+        att->dead = true;
+        *o = moved;
+        o->dead = false;
+    }
+}
+
+enum mk_status mk_graph_fuse(struct mk_graph *g, const struct mk_compile_params *p, struct mk_error *err) {
     mk_fuse_qkv(g);
     mk_fuse_swiglu(g);
     mk_fuse_lm_head(g);
     mk_fuse_residual(g);
+    if (p->fuse_attn_output) mk_fuse_attn_output(g);
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         const struct mk_node *n = &g->nodes[i];
         if (n->dead) continue;
@@ -171,6 +194,7 @@ enum mk_status mk_graph_fuse(struct mk_graph *g, struct mk_error *err) {
         case MK_NODE_MATVEC_RESIDUAL:
         case MK_NODE_NORM_GATE_UP_SILU:
         case MK_NODE_NORM_LM_HEAD:
+        case MK_NODE_ATTN_OUTPUT:
         case MK_NODE_SAMPLE:
             break;
         default:

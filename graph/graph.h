@@ -25,6 +25,7 @@ enum mk_node_op {
     MK_NODE_MATVEC_RESIDUAL,
     MK_NODE_NORM_GATE_UP_SILU,
     MK_NODE_NORM_LM_HEAD,
+    MK_NODE_ATTN_OUTPUT, /* attention whose output only the attention-output matvec reads */
 };
 
 #define MK_NODE_MAX_IN 3
@@ -65,7 +66,7 @@ void mk_graph_free(struct mk_graph *g);
 
 /* Pass 1: fold norms, residual adds, RoPE + KV append and SwiGLU into matvec nodes. Fails if a
  * node is left that no executor implements. */
-enum mk_status mk_graph_fuse(struct mk_graph *g, struct mk_error *err);
+enum mk_status mk_graph_fuse(struct mk_graph *g, const struct mk_compile_params *p, struct mk_error *err);
 
 /* Passes 2-4 (tile, depend, schedule) and placement, emitting the program. */
 enum mk_status mk_graph_lower(const struct mk_graph *g, const struct mk_compile_params *p,

@@ -156,7 +156,8 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
             mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), kv_buf0 + (int)n->layer);
             break;
         }
-        case MK_NODE_ATTENTION: {
+        case MK_NODE_ATTENTION:
+        case MK_NODE_ATTN_OUTPUT: {
             uint32_t part = mk_lower_alloc(L, (uint64_t)c->n_head * n_blocks * (c->head_dim + 2));
             int part_buf = scratch++;
             x = mk_lower_emit(L, MK_OP_ATTN_PARTIAL, c->n_head * n_blocks, n->label);
@@ -170,6 +171,23 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
             x->ins.p[4] = c->n_head_kv;
             x->ins.p[5] = c->head_dim;
             mk_lower_access(x, BUF(n->in[0]), kv_buf0 + (int)n->layer, part_buf, -1);
+            if (n->op == MK_NODE_ATTN_OUTPUT) {
+                uint32_t rows = (uint32_t)n->w[0]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
+                char lab[40];
+                snprintf(lab, sizeof lab, "blk.%u.attn_output", n->layer);
+                x = mk_lower_emit(L, MK_OP_ATTN_OUTPUT, mk_lower_div_up(rows, rpt), lab);
+                if (!x) break;
+                x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
+                x->ins.buf[0] = part;
+                x->ins.buf[1] = OFF(n->out);
+                x->ins.p[0] = rpt;
+                x->ins.p[1] = n_blocks;
+                x->ins.p[2] = attn_block;
+                x->ins.p[3] = c->n_head;
+                x->ins.p[5] = c->head_dim;
+                mk_lower_access(x, part_buf, BUF(n->out), BUF(n->out), -1);
+                break;
+            }
             char lab[40];
             snprintf(lab, sizeof lab, "blk.%u.attn_combine", n->layer);
             x = mk_lower_emit(L, MK_OP_ATTN_COMBINE, c->n_head, lab);
@@ -474,7 +492,7 @@ enum mk_status mk_program_compile(const struct mk_model *m, const struct mk_comp
     struct mk_graph g;
     enum mk_status st = mk_graph_build_llama(m, &g, err);
     if (st != MK_OK) return st;
-    if ((st = mk_graph_fuse(&g, err)) == MK_OK) st = mk_graph_lower(&g, p, out, err);
+    if ((st = mk_graph_fuse(&g, p, err)) == MK_OK) st = mk_graph_lower(&g, p, out, err);
     mk_graph_free(&g);
     if (st == MK_OK && (st = mk_program_validate(*out, err)) != MK_OK) {
         mk_error_prefix(err, "compiled program failed validation (compiler bug)");

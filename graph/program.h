@@ -25,7 +25,10 @@ struct mk_compile_params {
     enum mk_schedule schedule;
     uint32_t attn_block;     /* sequence positions per attention task; 0 = auto */
     uint32_t tasks_per_worker; /* matvec tiling target; 0 = auto */
-    bool barriers;           /* let the compiler replace wide joins by grid barriers */
+    bool barriers;           /* join every dependency with a grid barrier (a baseline) */
+    bool fuse_attn_output;   /* fold ATTN_COMBINE into every attention-output task (one op and one
+                              * wait less per layer, but each task redoes the combine; measured
+                              * slower on the H100, see BENCHMARKS.md) */
 };
 struct mk_compile_params mk_compile_default_params(void);
 

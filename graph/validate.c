@@ -78,6 +78,18 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         WR(in->buf[1], (uint64_t)nh * hd);
         break;
     }
+    case MK_OP_ATTN_OUTPUT: {
+        NEED_W(0);
+        uint32_t nb = in->p[1], bs = in->p[2], nh = in->p[3], hd = in->p[5];
+        if (!nb || !bs || !nh || !hd || w0->cols != nh * hd || (uint64_t)bs * nb < p->n_ctx || !in->p[0] ||
+            T * in->p[0] < w0->rows)
+            FAIL("instr %u (%s): attention output shape (blocks %u x %u, heads %u of %u, %u cols, tiles %llu x %u) inconsistent",
+                 i, lab, nb, bs, nh, hd, w0->cols, (unsigned long long)T, in->p[0]);
+        RD(in->buf[0], (uint64_t)nh * nb * (hd + 2));
+        RD(in->buf[1], w0->rows);
+        WR(in->buf[1], w0->rows);
+        break;
+    }
     case MK_OP_MATVEC_RESIDUAL: {
         NEED_W(0);
         if (!in->p[0] || T * in->p[0] < w0->rows) FAIL("instr %u (%s): tiles cover %llu of %u rows", i, lab, (unsigned long long)(T * in->p[0]), w0->rows);

@@ -61,8 +61,13 @@ enum mk_opcode {
     MK_OP_SAMPLE = 8,
     /* One task that does nothing but wait: a join of every task before it (waits on counter 0). */
     MK_OP_BARRIER = 9,
+    /* ATTN_COMBINE fused into the attention-output matvec: the task merges the partials at buf0
+     * (p1 blocks of p2 positions, p3 heads of p5 dims, laid out as ATTN_PARTIAL writes them; only
+     * the blocks that hold positions <= pos) into the attention vector, then
+     * out[buf1 + r] += dot(weight0[r], attention) for its rows. p0 = rows per task. */
+    MK_OP_ATTN_OUTPUT = 10,
 };
-#define MK_OP_COUNT 10u
+#define MK_OP_COUNT 11u
 
 /* wait until counter[ctr] >= step * mul + add (compared wrap-safe as int32 of the difference). */
 struct mk_wait {

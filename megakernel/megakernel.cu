@@ -6,6 +6,7 @@
 #include "megakernel/cuda_layout.h"
 #include "megakernel/sync.cuh"
 #include "megakernel/ops/attn_combine.cuh"
+#include "megakernel/ops/attn_output.cuh"
 #include "megakernel/ops/attn_partial.cuh"
 #include "megakernel/ops/barrier.cuh"
 #include "megakernel/ops/embed.cuh"
@@ -174,7 +175,8 @@ __device__ void mk_prefetch_task(const struct mk_kernel_args *a, const struct mk
     const struct mk_weight_ref *wt = (const struct mk_weight_ref *)a->weights;
     uint32_t first = 0, n_mats = 0;
     switch (in->op) {
-    case MK_OP_MATVEC_RESIDUAL: first = 0, n_mats = 1; break;
+    case MK_OP_MATVEC_RESIDUAL:
+    case MK_OP_ATTN_OUTPUT: first = 0, n_mats = 1; break;
     case MK_OP_NORM_QKV_ROPE: first = 1, n_mats = 3; break;
     case MK_OP_NORM_GATE_UP_SILU: first = 1, n_mats = 2; break;
     case MK_OP_NORM_LM_HEAD: first = 1, n_mats = 1; break;
@@ -220,6 +222,7 @@ __device__ void mk_run_op(const struct mk_task_ctx *c) {
     case MK_OP_NORM_LM_HEAD: mk_op_norm_lm_head(c); break;
     case MK_OP_SAMPLE: mk_op_sample(c); break;
     case MK_OP_BARRIER: mk_op_barrier(c); break;
+    case MK_OP_ATTN_OUTPUT: mk_op_attn_output(c); break;
     default: mk_device_fail(c->a, MK_DEVERR_BAD_OPCODE, c->ii);
     }
 }

@@ -151,10 +151,11 @@ static enum mk_status mk_cuda_check_program(const struct mk_program *p, struct m
             return mk_error_set(err, MK_ERR_UNSUPPORTED,
                                 "instruction %u '%s': gate and up weights of different formats are not supported on GPU yet",
                                 i, p->labels[i]);
-        if ((in->op == MK_OP_ATTN_PARTIAL || in->op == MK_OP_ATTN_COMBINE) && in->p[5] > MK_MAX_HEAD_DIM)
+        if ((in->op == MK_OP_ATTN_PARTIAL || in->op == MK_OP_ATTN_COMBINE || in->op == MK_OP_ATTN_OUTPUT) &&
+            in->p[5] > MK_MAX_HEAD_DIM)
             return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': head_dim %u is over the GPU limit of %u", i,
                                 p->labels[i], in->p[5], MK_MAX_HEAD_DIM);
-        if (in->op > MK_OP_BARRIER)
+        if (in->op >= MK_OP_COUNT)
             return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': opcode %u is unknown to the GPU kernels", i,
                                 p->labels[i], in->op);
     }
@@ -185,6 +186,9 @@ static enum mk_status mk_cuda_compile(const struct mk_model *m, const struct mk_
     if (tpw && atoi(tpw) > 0) cp.tasks_per_worker = (uint32_t)atoi(tpw);
     const char *ab = getenv("MK_CUDA_ATTN_BLOCK");
     if (ab && atoi(ab) > 0) cp.attn_block = (uint32_t)atoi(ab);
+    /* MK_CUDA_FUSE_ATTN_OUTPUT=1: the attention combine folded into the attention-output tasks. */
+    const char *fuse = getenv("MK_CUDA_FUSE_ATTN_OUTPUT");
+    cp.fuse_attn_output = fuse && !strcmp(fuse, "1");
     return mk_program_compile(m, &cp, out, err);
 }
 

@@ -82,13 +82,14 @@ static double rel_err(const float *a, const float *b, int n) {
 
 /* Greedy decode from BOS on the executor, checking ids against golden and logits against ref. */
 static void run_executor(const struct mk_model *m, struct mk_backend *ref, const int32_t *golden, int n_golden,
-                         uint32_t threads, enum mk_schedule sched) {
+                         uint32_t threads, enum mk_schedule sched, bool fuse) {
     struct mk_error err = {0};
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_workers = threads;
     cp.n_ctx = 128;
     cp.schedule = sched;
     cp.attn_block = 16; /* several attention blocks, so the combine step is exercised */
+    cp.fuse_attn_output = fuse;
     struct mk_program *prog = NULL;
     enum mk_status st = mk_program_compile(m, &cp, &prog, &err);
     CHECK(st == MK_OK, "compile for %u workers: %s", threads, err.msg);
@@ -123,8 +124,8 @@ static void run_executor(const struct mk_model *m, struct mk_backend *ref, const
         tok = next;
     }
     CHECK(worst < 1e-5, "%u threads: logits differ from the reference by %.3g (relative)", threads, worst);
-    printf("executor %2u threads %-7s: %d golden ids, max logit error vs reference %.2e\n", threads,
-           sched == MK_SCHED_STATIC ? "static" : "dynamic", n_golden, worst);
+    printf("executor %2u threads %-7s %-8s: %d golden ids, max logit error vs reference %.2e\n", threads,
+           sched == MK_SCHED_STATIC ? "static" : "dynamic", fuse ? "fused" : "split", n_golden, worst);
     free(ref_logits);
     mk_cpu_exec_free(ex);
     mk_program_free(prog);
@@ -149,16 +150,18 @@ static void test_validator(const struct mk_model *m) {
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_workers = 3;
     cp.n_ctx = 64;
+    cp.fuse_attn_output = true;
     struct mk_program *p = NULL;
     if (mk_program_compile(m, &cp, &p, &err) != MK_OK) {
         CHECK(0, "compile: %s", err.msg);
         return;
     }
     CHECK(mk_program_validate(p, &err) == MK_OK, "pristine program rejected: %s", err.msg);
-    uint32_t attn = find_op(p, MK_OP_ATTN_PARTIAL, 1), comb = find_op(p, MK_OP_ATTN_COMBINE, 1);
+    uint32_t attn = find_op(p, MK_OP_ATTN_PARTIAL, 1), comb = find_op(p, MK_OP_ATTN_OUTPUT, 1);
     struct mk_instr saved;
 
-    /* A dropped signal: the combine's counter is never signaled, so its waiter can never go. */
+    CHECK(find_op(p, MK_OP_ATTN_COMBINE, 0) == UINT32_MAX, "the combine was not fused into the attention output");
+    /* A dropped signal: the attention's counter is never signaled, so its waiter can never go. */
     saved = p->instrs[attn];
     p->instrs[attn].signal = MK_NO_COUNTER;
     expect_invalid(p, "a dropped signal", "nothing signals");
@@ -231,6 +234,7 @@ static void test_worker_counts(const struct mk_model *m) {
         cp.n_ctx = 40 + w;
         cp.schedule = w % 2 ? MK_SCHED_STATIC : MK_SCHED_DYNAMIC;
         cp.barriers = w % 5 == 0;
+        cp.fuse_attn_output = w % 3 == 0;
         struct mk_program *p = NULL;
         enum mk_status st = mk_program_compile(m, &cp, &p, &err);
         CHECK(st == MK_OK, "compile for %u workers: %s", w, err.msg);
@@ -262,9 +266,13 @@ int main(void) {
     CHECK(mk_backend_create_ref(m, &bp, &ref, &err) == MK_OK, "ref backend: %s", err.msg);
     if (ref && n_golden == 60) {
         uint32_t counts[] = {1, 2, 3, 7, 64};
-        for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) run_executor(m, ref, golden, n_golden, counts[i], MK_SCHED_DYNAMIC);
-        run_executor(m, ref, golden, n_golden, 3, MK_SCHED_STATIC);
-        run_executor(m, ref, golden, n_golden, 7, MK_SCHED_STATIC);
+        for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+            run_executor(m, ref, golden, n_golden, counts[i], MK_SCHED_DYNAMIC, false);
+        run_executor(m, ref, golden, n_golden, 3, MK_SCHED_STATIC, false);
+        run_executor(m, ref, golden, n_golden, 7, MK_SCHED_STATIC, false);
+        /* The combine fused into the attention output must agree too. */
+        run_executor(m, ref, golden, n_golden, 2, MK_SCHED_DYNAMIC, true);
+        run_executor(m, ref, golden, n_golden, 5, MK_SCHED_STATIC, true);
     }
     test_validator(m);
     test_worker_counts(m);

@@ -9,12 +9,14 @@
 
 static void mk_dump_usage(FILE *f) {
     fprintf(f,
-            "usage: mk dump -m FILE [--workers N] [--ctx N] [--schedule dynamic|static] [--barriers] [--json]\n"
+            "usage: mk dump -m FILE [--workers N] [--ctx N] [--schedule dynamic|static] [--barriers]\n"
+            "               [--fuse-attn-output] [--json]\n"
             "  Compiles one decode step of FILE for N workers (default 132, an H100's SM count) and a\n"
             "  KV cache of --ctx positions (default 512), validates it, and prints every instruction:\n"
             "  tasks, weight bytes per task, the counter it signals and the counters it waits on, then\n"
             "  totals (instructions, barriers and weight bytes per token).\n"
-            "  --barriers joins every dependency with a grid barrier (a baseline for comparisons).\n");
+            "  --barriers joins every dependency with a grid barrier (a baseline for comparisons).\n"
+            "  --fuse-attn-output folds the attention combine into the attention-output matvec.\n");
 }
 
 static int mk_dump_uint(const char *opt, const char *v, uint32_t *out) {
@@ -57,6 +59,8 @@ int mk_cmd_dump(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--barriers")) {
             cp.barriers = true;
+        } else if (!strcmp(a, "--fuse-attn-output")) {
+            cp.fuse_attn_output = true;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else {

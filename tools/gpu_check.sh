@@ -64,6 +64,8 @@ for w in $WHAT; do
         for t in stories sampling context hang; do
             run "cuda_test $t" 300 "$BIN/cuda_test" "$t"
         done
+        # The optional ATTN_OUTPUT op (combine fused into the attention output) must agree too.
+        run "cuda_test stories, fused attention output" 300 env MK_CUDA_FUSE_ATTN_OUTPUT=1 "$BIN/cuda_test" stories
         ;;
     ptx)
         # The PTX path (what GPUs other than sm_90 run), JIT-compiled by the driver.
@@ -72,6 +74,7 @@ for w in $WHAT; do
         ;;
     llama1b)
         run "cuda_test llama1b" 580 "$BIN/cuda_test" llama1b
+        run "cuda_test llama1b, fused attention output" 580 env MK_CUDA_FUSE_ATTN_OUTPUT=1 "$BIN/cuda_test" llama1b
         ;;
     bench)
         run "cuda_test bench" 300 "$BIN/cuda_test" bench

@@ -22,24 +22,29 @@ __device__ __forceinline__ void mk_matvec_residual_rows(const struct mk_wdesc *w
     }
 }
 
-__device__ void mk_op_matvec_residual(const struct mk_task_ctx *c) {
+/* out[buf1 + r] += W[r] . xs for the task's rows; xs (w.cols floats, shared memory) is ready. */
+__device__ void mk_matvec_residual_tile(const struct mk_task_ctx *c, const struct mk_wdesc *w, const float *xs) {
     const struct mk_instr *in = c->in;
-    struct mk_wdesc w = mk_weight(c, in->weight[0]);
-    float *xs = c->smem;
-    mk_block_load(xs, mk_arena(c) + in->buf[0], w.cols);
     uint32_t r0 = c->t * in->p[0];
-    if (r0 >= w.rows) return;
-    uint32_t count = min(in->p[0], w.rows - r0);
+    if (r0 >= w->rows) return;
+    uint32_t count = min(in->p[0], w->rows - r0);
     float *out = mk_arena(c) + in->buf[1];
     uint32_t warp = threadIdx.x >> 5;
     int R = mk_rows_per_warp(count);
     if (R == 4) {
-        for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u) mk_matvec_residual_rows(&w, xs, out, r0, count, g, 4);
+        for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u) mk_matvec_residual_rows(w, xs, out, r0, count, g, 4);
     } else if (R == 2) {
-        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u) mk_matvec_residual_rows(&w, xs, out, r0, count, g, 2);
+        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u) mk_matvec_residual_rows(w, xs, out, r0, count, g, 2);
     } else {
-        for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS) mk_matvec_residual_rows(&w, xs, out, r0, count, g, 1);
+        for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS) mk_matvec_residual_rows(w, xs, out, r0, count, g, 1);
     }
+}
+
+__device__ void mk_op_matvec_residual(const struct mk_task_ctx *c) {
+    struct mk_wdesc w = mk_weight(c, c->in->weight[0]);
+    float *xs = c->smem;
+    mk_block_load(xs, mk_arena(c) + c->in->buf[0], w.cols);
+    mk_matvec_residual_tile(c, &w, xs);
 }
 
 #endif
