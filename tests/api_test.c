@@ -8,45 +8,15 @@
 
 #include "runtime/gguf.h"
 #include "runtime/mk.h"
+#include "tests/test_util.h"
 
-static int g_failures;
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);    \
-            g_failures++;                                                      \
-        }                                                                      \
-    } while (0)
-
-/* From /work/shared/models/README.md. */
-static const int32_t k_golden_ids[60] = {
-    403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
-    410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352,
-    266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415,
-};
+/* From /work/shared/models/README.md: the text of stories260K's golden greedy ids. */
 static const char k_golden_text[] =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a "
     "big, red ball. She wanted to play with it, but it was too high";
-static const double k_golden_logits[5] = {-6.222914, 8.404342, -6.223739, -6.222544, -6.221953};
 
-static char g_models[4096];
-static char g_stories[4200];
-
-static int find_models_dir(void) {
-    const char *cands[] = {getenv("MK_MODELS_DIR"), "../shared/models", "/work/shared/models"};
-    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
-        if (!cands[i]) continue;
-        char probe[4200];
-        snprintf(probe, sizeof probe, "%s/stories260K-f32.gguf", cands[i]);
-        if (access(probe, R_OK) == 0) {
-            snprintf(g_models, sizeof g_models, "%s", cands[i]);
-            snprintf(g_stories, sizeof g_stories, "%s", probe);
-            return 0;
-        }
-    }
-    return -1;
-}
+static const char *g_models; /* the models folder */
+static char g_stories[4200]; /* its stories260K-f32.gguf */
 
 /* Collects what the callback saw; stops after stop_after tokens when that is > 0. */
 struct collect {
@@ -81,8 +51,7 @@ static struct mk_session *open_session(const struct mk_lm *lm, enum mk_backend_k
     struct mk_error err;
     mk_error_clear(&err);
     if (mk_session_create(lm, &sp, &s, &err) != MK_OK) {
-        fprintf(stderr, "FAIL: mk_session_create(%s): %s\n", mk_backend_kind_name(kind), err.msg);
-        g_failures++;
+        mk_test_fail("FAIL: mk_session_create(%s): %s", mk_backend_kind_name(kind), err.msg);
         return NULL;
     }
     return s;
@@ -90,71 +59,72 @@ static struct mk_session *open_session(const struct mk_lm *lm, enum mk_backend_k
 
 static void test_defaults(void) {
     struct mk_session_params p = mk_session_default_params();
-    CHECK(p.sampling.top_k == 40);
-    CHECK(fabsf(p.sampling.top_p - 0.95f) < 1e-7f);
-    CHECK(fabsf(p.sampling.min_p - 0.05f) < 1e-7f);
-    CHECK(fabsf(p.sampling.temperature - 0.8f) < 1e-7f);
-    CHECK(p.sampling.seed == MK_SEED_RANDOM);
-    CHECK(p.backend == MK_BACKEND_AUTO);
+    MK_CHECK(p.sampling.top_k == 40);
+    MK_CHECK(fabsf(p.sampling.top_p - 0.95f) < 1e-7f);
+    MK_CHECK(fabsf(p.sampling.min_p - 0.05f) < 1e-7f);
+    MK_CHECK(fabsf(p.sampling.temperature - 0.8f) < 1e-7f);
+    MK_CHECK(p.sampling.seed == MK_SEED_RANDOM);
+    MK_CHECK(p.backend == MK_BACKEND_AUTO);
 }
 
 static void test_tokenize(const struct mk_lm *lm) {
     struct mk_lm_info info = mk_lm_get_info(lm);
-    CHECK(info.n_vocab == 512 && info.n_layer == 5 && info.bos == 1 && info.eos == 2 && info.add_bos && info.can_decode);
-    CHECK(!strcmp(info.tokenizer, "llama"));
+    MK_CHECK(info.n_vocab == 512 && info.n_layer == 5 && info.bos == 1 && info.eos == 2 && info.add_bos &&
+             info.can_decode);
+    MK_CHECK(!strcmp(info.tokenizer, "llama"));
     int32_t ids[16];
     int64_t n = mk_lm_tokenize_prompt(lm, "Once upon a time", ids, 16);
     const int32_t want[5] = {1, 403, 407, 261, 378};
-    CHECK(n == 5 && !memcmp(ids, want, sizeof want));
+    MK_CHECK(n == 5 && !memcmp(ids, want, sizeof want));
     n = mk_lm_tokenize_prompt(lm, "", ids, 16);
-    CHECK(n == 1 && ids[0] == 1);
+    MK_CHECK(n == 1 && ids[0] == 1);
     /* Too little room: the count needed comes back. */
-    CHECK(mk_lm_tokenize_prompt(lm, "Once upon a time", ids, 2) == 5);
+    MK_CHECK(mk_lm_tokenize_prompt(lm, "Once upon a time", ids, 2) == 5);
     char text[64];
     size_t len = mk_lm_detokenize(lm, want, 5, text, sizeof text - 1);
     text[len] = '\0';
-    CHECK(!strcmp(text, "Once upon a time"));
+    MK_CHECK(!strcmp(text, "Once upon a time"));
 }
 
 /* Empty prompt: the README's 60 ids and text, the logits at pos 0, and the timings. */
 static void test_golden_from_bos(const struct mk_lm *lm) {
     struct mk_session *s = open_session(lm, MK_BACKEND_REF, 256, 0.0f, 1);
     if (!s) return;
-    CHECK(!strcmp(mk_session_backend_name(s), "ref"));
-    CHECK(mk_session_feed_text(s, "") == MK_OK);
-    CHECK(mk_session_n_past(s) == 1);
+    MK_CHECK(!strcmp(mk_session_backend_name(s), "ref"));
+    MK_CHECK(mk_session_feed_text(s, "") == MK_OK);
+    MK_CHECK(mk_session_n_past(s) == 1);
     float logits[512];
-    CHECK(mk_session_logits(s, logits, 511) == MK_ERR_INVALID_ARG); /* too small */
-    CHECK(mk_session_logits(s, logits, 512) == MK_OK);
+    MK_CHECK(mk_session_logits(s, logits, 511) == MK_ERR_INVALID_ARG); /* too small */
+    MK_CHECK(mk_session_logits(s, logits, 512) == MK_OK);
     double worst = 0.0;
     for (int i = 0; i < 5; i++)
-        if (fabs(logits[i] - k_golden_logits[i]) > worst) worst = fabs(logits[i] - k_golden_logits[i]);
+        if (fabs(logits[i] - mk_test_golden_logits[i]) > worst) worst = fabs(logits[i] - mk_test_golden_logits[i]);
     printf("api: logits at pos 0 max |error| vs README = %.3g\n", worst);
-    CHECK(worst < 1e-4);
+    MK_CHECK(worst < 1e-4);
 
     struct collect c = {.stop_after = 0};
     enum mk_stop_reason why = MK_STOP_NONE;
     uint32_t n = 0;
-    CHECK(mk_session_generate(s, 60, collect_token, &c, &why, &n) == MK_OK);
-    CHECK(why == MK_STOP_LENGTH && n == 60 && c.n == 60);
-    CHECK(!memcmp(c.ids, k_golden_ids, sizeof k_golden_ids));
-    CHECK(!strcmp(c.text, k_golden_text));
-    printf("api: empty prompt, 60 greedy tokens %s the README ids and text\n",
-           !memcmp(c.ids, k_golden_ids, sizeof k_golden_ids) && !strcmp(c.text, k_golden_text) ? "equal" : "DIFFER from");
+    MK_CHECK(mk_session_generate(s, 60, collect_token, &c, &why, &n) == MK_OK);
+    MK_CHECK(why == MK_STOP_LENGTH && n == 60 && c.n == 60);
+    MK_CHECK(!memcmp(c.ids, mk_test_golden_ids, sizeof mk_test_golden_ids));
+    MK_CHECK(!strcmp(c.text, k_golden_text));
+    int same = !memcmp(c.ids, mk_test_golden_ids, sizeof mk_test_golden_ids) && !strcmp(c.text, k_golden_text);
+    printf("api: empty prompt, 60 greedy tokens %s the README ids and text\n", same ? "equal" : "DIFFER from");
     struct mk_timings t = mk_session_timings(s);
-    CHECK(t.n_prompt == 1 && t.n_generated == 60 && t.n_eval == 59);
-    CHECK(t.load_ms > 0.0 && t.prompt_ms >= 0.0 && t.eval_ms > 0.0);
-    CHECK(mk_session_n_past(s) == 60); /* the 60th token is generated but not yet evaluated */
+    MK_CHECK(t.n_prompt == 1 && t.n_generated == 60 && t.n_eval == 59);
+    MK_CHECK(t.load_ms > 0.0 && t.prompt_ms >= 0.0 && t.eval_ms > 0.0);
+    MK_CHECK(mk_session_n_past(s) == 60); /* the 60th token is generated but not yet evaluated */
 
     /* Reset starts over: same text again, timings of the sequence cleared. */
-    CHECK(mk_session_reset(s) == MK_OK);
-    CHECK(mk_session_n_past(s) == 0 && mk_session_timings(s).n_generated == 0);
-    CHECK(mk_session_generate(s, 5, NULL, NULL, &why, &n) == MK_ERR_INVALID_ARG); /* nothing fed */
-    CHECK(strstr(mk_session_last_error(s), "feed") != NULL);
-    CHECK(mk_session_feed_text(s, NULL) == MK_OK);
+    MK_CHECK(mk_session_reset(s) == MK_OK);
+    MK_CHECK(mk_session_n_past(s) == 0 && mk_session_timings(s).n_generated == 0);
+    MK_CHECK(mk_session_generate(s, 5, NULL, NULL, &why, &n) == MK_ERR_INVALID_ARG); /* nothing fed */
+    MK_CHECK(strstr(mk_session_last_error(s), "feed") != NULL);
+    MK_CHECK(mk_session_feed_text(s, NULL) == MK_OK);
     struct collect c2 = {.stop_after = 0};
-    CHECK(mk_session_generate(s, 60, collect_token, &c2, &why, &n) == MK_OK);
-    CHECK(c2.n == 60 && !memcmp(c2.ids, k_golden_ids, sizeof k_golden_ids));
+    MK_CHECK(mk_session_generate(s, 60, collect_token, &c2, &why, &n) == MK_OK);
+    MK_CHECK(c2.n == 60 && !memcmp(c2.ids, mk_test_golden_ids, sizeof mk_test_golden_ids));
     mk_session_free(s);
 }
 
@@ -162,26 +132,26 @@ static void test_golden_from_bos(const struct mk_lm *lm) {
 static void test_prompt_and_callback_stop(const struct mk_lm *lm) {
     struct mk_session *s = open_session(lm, MK_BACKEND_REF, 256, 0.0f, 1);
     if (!s) return;
-    CHECK(mk_session_feed_text(s, "Once upon a time") == MK_OK);
-    CHECK(mk_session_n_past(s) == 5);
+    MK_CHECK(mk_session_feed_text(s, "Once upon a time") == MK_OK);
+    MK_CHECK(mk_session_n_past(s) == 5);
     struct collect c = {.stop_after = 7};
     enum mk_stop_reason why;
     uint32_t n;
-    CHECK(mk_session_generate(s, 40, collect_token, &c, &why, &n) == MK_OK);
-    CHECK(why == MK_STOP_CALLBACK && n == 7 && c.n == 7);
+    MK_CHECK(mk_session_generate(s, 40, collect_token, &c, &why, &n) == MK_OK);
+    MK_CHECK(why == MK_STOP_CALLBACK && n == 7 && c.n == 7);
     c.stop_after = 0;
-    CHECK(mk_session_generate(s, 33, collect_token, &c, &why, &n) == MK_OK);
-    CHECK(why == MK_STOP_LENGTH && n == 33 && c.n == 40);
-    CHECK(!memcmp(c.ids, k_golden_ids + 4, 40 * sizeof(int32_t)));
+    MK_CHECK(mk_session_generate(s, 33, collect_token, &c, &why, &n) == MK_OK);
+    MK_CHECK(why == MK_STOP_LENGTH && n == 33 && c.n == 40);
+    MK_CHECK(!memcmp(c.ids, mk_test_golden_ids + 4, 40 * sizeof(int32_t)));
     char expect[8192];
     snprintf(expect, sizeof expect, "Once upon a time%s", c.text);
-    CHECK(!strncmp(expect, k_golden_text, strlen(expect)));
+    MK_CHECK(!strncmp(expect, k_golden_text, strlen(expect)));
     printf("api: prompt \"Once upon a time\" + 40 greedy tokens: \"%s\"\n", expect);
 
     /* Feeding text after generation evaluates the pending generated token first. */
     uint32_t past = mk_session_n_past(s);
-    CHECK(mk_session_feed_text(s, " The end.") == MK_OK);
-    CHECK(mk_session_n_past(s) > past + 1);
+    MK_CHECK(mk_session_feed_text(s, " The end.") == MK_OK);
+    MK_CHECK(mk_session_n_past(s) > past + 1);
     mk_session_free(s);
 }
 
@@ -189,29 +159,29 @@ static void test_prompt_and_callback_stop(const struct mk_lm *lm) {
 static void test_context_full(const struct mk_lm *lm) {
     struct mk_session *s = open_session(lm, MK_BACKEND_REF, 16, 0.0f, 1);
     if (!s) return;
-    CHECK(mk_session_n_ctx(s) == 16);
-    CHECK(mk_session_feed_text(s, "") == MK_OK);
+    MK_CHECK(mk_session_n_ctx(s) == 16);
+    MK_CHECK(mk_session_feed_text(s, "") == MK_OK);
     struct collect c = {.stop_after = 0};
     enum mk_stop_reason why;
     uint32_t n;
-    CHECK(mk_session_generate(s, -1, collect_token, &c, &why, &n) == MK_OK);
-    CHECK(why == MK_STOP_CONTEXT_FULL && n == 16 && mk_session_n_past(s) == 16);
-    CHECK(!memcmp(c.ids, k_golden_ids, 16 * sizeof(int32_t)));
-    CHECK(!strcmp(mk_stop_reason_str(why), "context full"));
+    MK_CHECK(mk_session_generate(s, -1, collect_token, &c, &why, &n) == MK_OK);
+    MK_CHECK(why == MK_STOP_CONTEXT_FULL && n == 16 && mk_session_n_past(s) == 16);
+    MK_CHECK(!memcmp(c.ids, mk_test_golden_ids, 16 * sizeof(int32_t)));
+    MK_CHECK(!strcmp(mk_stop_reason_str(why), "context full"));
     /* The last token was never evaluated, so nothing more fits. */
     int32_t one = 5;
-    CHECK(mk_session_feed(s, &one, 0) == MK_ERR_CONTEXT_FULL);
+    MK_CHECK(mk_session_feed(s, &one, 0) == MK_ERR_CONTEXT_FULL);
     mk_session_free(s);
 
     s = open_session(lm, MK_BACKEND_REF, 4, 0.0f, 1);
     if (!s) return;
-    CHECK(mk_session_feed_text(s, "Once upon a time there was") == MK_ERR_CONTEXT_FULL);
-    CHECK(mk_session_error(s)->status == MK_ERR_CONTEXT_FULL);
-    CHECK(strstr(mk_session_last_error(s), "n_ctx = 4") != NULL);
+    MK_CHECK(mk_session_feed_text(s, "Once upon a time there was") == MK_ERR_CONTEXT_FULL);
+    MK_CHECK(mk_session_error(s)->status == MK_ERR_CONTEXT_FULL);
+    MK_CHECK(strstr(mk_session_last_error(s), "n_ctx = 4") != NULL);
     printf("api: prompt too long: %s\n", mk_session_last_error(s));
-    CHECK(mk_session_n_past(s) == 0);
+    MK_CHECK(mk_session_n_past(s) == 0);
     int32_t bad = 512;
-    CHECK(mk_session_feed(s, &bad, 1) == MK_ERR_INVALID_ARG);
+    MK_CHECK(mk_session_feed(s, &bad, 1) == MK_ERR_INVALID_ARG);
     mk_session_free(s);
 }
 
@@ -222,15 +192,15 @@ static void test_sampling_sessions(const struct mk_lm *lm) {
     struct mk_session *sb = open_session(lm, MK_BACKEND_REF, 256, 1.0f, 1234);
     struct mk_session *sd = open_session(lm, MK_BACKEND_REF, 256, 1.0f, 99);
     if (sa && sb && sd) {
-        CHECK(mk_session_seed(sa) == 1234);
-        CHECK(mk_session_feed_text(sa, "Once upon a time") == MK_OK);
-        CHECK(mk_session_feed_text(sb, "Once upon a time") == MK_OK);
-        CHECK(mk_session_feed_text(sd, "Once upon a time") == MK_OK);
-        CHECK(mk_session_generate(sa, 80, collect_token, &a, NULL, NULL) == MK_OK);
-        CHECK(mk_session_generate(sb, 80, collect_token, &b, NULL, NULL) == MK_OK);
-        CHECK(mk_session_generate(sd, 80, collect_token, &d, NULL, NULL) == MK_OK);
-        CHECK(a.n == b.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n));
-        CHECK(memcmp(a.ids, d.ids, sizeof(int32_t) * 80) != 0);
+        MK_CHECK(mk_session_seed(sa) == 1234);
+        MK_CHECK(mk_session_feed_text(sa, "Once upon a time") == MK_OK);
+        MK_CHECK(mk_session_feed_text(sb, "Once upon a time") == MK_OK);
+        MK_CHECK(mk_session_feed_text(sd, "Once upon a time") == MK_OK);
+        MK_CHECK(mk_session_generate(sa, 80, collect_token, &a, NULL, NULL) == MK_OK);
+        MK_CHECK(mk_session_generate(sb, 80, collect_token, &b, NULL, NULL) == MK_OK);
+        MK_CHECK(mk_session_generate(sd, 80, collect_token, &d, NULL, NULL) == MK_OK);
+        MK_CHECK(a.n == b.n && !memcmp(a.ids, b.ids, sizeof(int32_t) * (size_t)a.n));
+        MK_CHECK(memcmp(a.ids, d.ids, sizeof(int32_t) * 80) != 0);
         printf("api: sampled (T=1, seed 1234): \"Once upon a time%s\"\n", a.text);
     }
     mk_session_free(sa);
@@ -240,7 +210,7 @@ static void test_sampling_sessions(const struct mk_lm *lm) {
     /* MK_SEED_RANDOM picks a seed per session. */
     struct mk_session *r1 = open_session(lm, MK_BACKEND_REF, 8, 0.8f, MK_SEED_RANDOM);
     struct mk_session *r2 = open_session(lm, MK_BACKEND_REF, 8, 0.8f, MK_SEED_RANDOM);
-    if (r1 && r2) CHECK(mk_session_seed(r1) != mk_session_seed(r2) && mk_session_seed(r1) != MK_SEED_RANDOM);
+    if (r1 && r2) MK_CHECK(mk_session_seed(r1) != mk_session_seed(r2) && mk_session_seed(r1) != MK_SEED_RANDOM);
     mk_session_free(r1);
     mk_session_free(r2);
 }
@@ -272,15 +242,16 @@ static void test_two_sessions(const struct mk_lm *lm) {
     struct mk_session *s2 = open_session(lm, MK_BACKEND_REF, 128, 0.0f, 1);
     struct collect c1 = {.stop_after = 0}, c2 = {.stop_after = 0};
     if (s1 && s2) {
-        CHECK(mk_session_feed_text(s1, "") == MK_OK);
-        CHECK(mk_session_feed_text(s2, "") == MK_OK);
+        MK_CHECK(mk_session_feed_text(s1, "") == MK_OK);
+        MK_CHECK(mk_session_feed_text(s2, "") == MK_OK);
         for (int i = 0; i < 60; i++) {
-            CHECK(mk_session_generate(s1, 1, collect_token, &c1, NULL, NULL) == MK_OK);
-            CHECK(mk_session_generate(s2, 1, collect_token, &c2, NULL, NULL) == MK_OK);
+            MK_CHECK(mk_session_generate(s1, 1, collect_token, &c1, NULL, NULL) == MK_OK);
+            MK_CHECK(mk_session_generate(s2, 1, collect_token, &c2, NULL, NULL) == MK_OK);
         }
-        CHECK(c1.n == 60 && c2.n == 60);
-        CHECK(!memcmp(c1.ids, k_golden_ids, sizeof k_golden_ids) && !memcmp(c2.ids, k_golden_ids, sizeof k_golden_ids));
-        CHECK(!strcmp(c1.text, c2.text));
+        MK_CHECK(c1.n == 60 && c2.n == 60);
+        MK_CHECK(!memcmp(c1.ids, mk_test_golden_ids, sizeof mk_test_golden_ids) &&
+                 !memcmp(c2.ids, mk_test_golden_ids, sizeof mk_test_golden_ids));
+        MK_CHECK(!strcmp(c1.text, c2.text));
     }
     mk_session_free(s1);
     mk_session_free(s2);
@@ -290,12 +261,12 @@ static void test_two_sessions(const struct mk_lm *lm) {
     pthread_t th[2];
     for (int i = 0; i < 2; i++) {
         jobs[i].lm = lm;
-        CHECK(pthread_create(&th[i], NULL, thread_generate, &jobs[i]) == 0);
+        MK_CHECK(pthread_create(&th[i], NULL, thread_generate, &jobs[i]) == 0);
     }
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
     for (int i = 0; i < 2; i++) {
-        CHECK(jobs[i].st == MK_OK && jobs[i].c.n == 60);
-        CHECK(!memcmp(jobs[i].c.ids, k_golden_ids, sizeof k_golden_ids));
+        MK_CHECK(jobs[i].st == MK_OK && jobs[i].c.n == 60);
+        MK_CHECK(!memcmp(jobs[i].c.ids, mk_test_golden_ids, sizeof mk_test_golden_ids));
     }
     printf("api: two sessions (interleaved, and on two threads) gave the golden greedy output\n");
 }
@@ -304,14 +275,14 @@ static void test_two_sessions(const struct mk_lm *lm) {
 static void test_auto_backend(const struct mk_lm *lm) {
     struct mk_session *s = open_session(lm, MK_BACKEND_AUTO, 128, 0.0f, 1);
     if (!s) return;
-    CHECK(mk_session_backend_kind(s) != MK_BACKEND_AUTO && mk_session_backend_kind(s) != MK_BACKEND_REF);
+    MK_CHECK(mk_session_backend_kind(s) != MK_BACKEND_AUTO && mk_session_backend_kind(s) != MK_BACKEND_REF);
     struct collect c = {.stop_after = 0};
-    CHECK(mk_session_feed_text(s, "") == MK_OK);
-    CHECK(mk_session_generate(s, 40, collect_token, &c, NULL, NULL) == MK_OK);
-    int same = c.n == 40 && !memcmp(c.ids, k_golden_ids, 40 * sizeof(int32_t));
+    MK_CHECK(mk_session_feed_text(s, "") == MK_OK);
+    MK_CHECK(mk_session_generate(s, 40, collect_token, &c, NULL, NULL) == MK_OK);
+    int same = c.n == 40 && !memcmp(c.ids, mk_test_golden_ids, 40 * sizeof(int32_t));
     printf("api: backend auto chose %s; its 40 greedy ids %s the reference\n", mk_session_backend_name(s),
            same ? "equal" : "DIFFER from");
-    CHECK(same);
+    MK_CHECK(same);
     mk_session_free(s);
 }
 
@@ -379,39 +350,35 @@ fail:
 
 static void test_eos(void) {
     char dir[4200];
-    const char *tmp = getenv("TEST_TMPDIR");
-    snprintf(dir, sizeof dir, "%s/mk-api-test-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-    if (!mkdtemp(dir)) {
-        fprintf(stderr, "FAIL: mkdtemp\n");
-        g_failures++;
+    if (!mk_test_make_tmp_dir(dir, sizeof dir, "mk-api-test-")) {
+        mk_test_fail("FAIL: mkdtemp");
         return;
     }
     char path[4300];
     snprintf(path, sizeof path, "%s/eos-is-bos.gguf", dir);
     if (write_with_eos(g_stories, path, 1)) {
-        fprintf(stderr, "FAIL: writing %s\n", path);
-        g_failures++;
+        mk_test_fail("FAIL: writing %s", path);
         rmdir(dir);
         return;
     }
     struct mk_lm *lm = NULL;
     struct mk_error err;
-    CHECK(mk_lm_load(path, &lm, &err) == MK_OK);
+    MK_CHECK(mk_lm_load(path, &lm, &err) == MK_OK);
     if (lm) {
-        CHECK(mk_lm_get_info(lm).eos == 1);
+        MK_CHECK(mk_lm_get_info(lm).eos == 1);
         struct mk_session *s = open_session(lm, MK_BACKEND_REF, 512, 0.0f, 1);
         if (s) {
             struct collect c = {.stop_after = 0};
             enum mk_stop_reason why;
             uint32_t n;
-            CHECK(mk_session_feed_text(s, "") == MK_OK);
-            CHECK(mk_session_generate(s, -1, collect_token, &c, &why, &n) == MK_OK);
+            MK_CHECK(mk_session_feed_text(s, "") == MK_OK);
+            MK_CHECK(mk_session_generate(s, -1, collect_token, &c, &why, &n) == MK_OK);
             printf("api: with eos = 1 the first story ends after %u tokens (%s)\n", n, mk_stop_reason_str(why));
-            CHECK(why == MK_STOP_EOS && n > 60 && n < 500);
+            MK_CHECK(why == MK_STOP_EOS && n > 60 && n < 500);
             int has_eos = 0;
             for (int i = 0; i < c.n && i < 1024; i++) has_eos |= c.ids[i] == 1;
-            CHECK(!has_eos);
-            CHECK(!memcmp(c.ids, k_golden_ids, sizeof k_golden_ids));
+            MK_CHECK(!has_eos);
+            MK_CHECK(!memcmp(c.ids, mk_test_golden_ids, sizeof mk_test_golden_ids));
             mk_session_free(s);
         }
         mk_lm_free(lm);
@@ -424,21 +391,20 @@ static void test_load_errors(void) {
     struct mk_lm *lm = (struct mk_lm *)1;
     struct mk_error err;
     mk_error_clear(&err);
-    CHECK(mk_lm_load("/nonexistent/dir/model.gguf", &lm, &err) == MK_ERR_IO);
-    CHECK(lm == NULL && strstr(err.msg, "/nonexistent/dir/model.gguf") != NULL);
+    MK_CHECK(mk_lm_load("/nonexistent/dir/model.gguf", &lm, &err) == MK_ERR_IO);
+    MK_CHECK(lm == NULL && strstr(err.msg, "/nonexistent/dir/model.gguf") != NULL);
     printf("api: missing file: %s\n", err.msg);
 
     char path[4200];
-    const char *tmp = getenv("TEST_TMPDIR");
-    snprintf(path, sizeof path, "%s/mk-api-garbage-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    snprintf(path, sizeof path, "%s/mk-api-garbage-XXXXXX", mk_test_tmp_base());
     int fd = mkstemp(path);
-    CHECK(fd >= 0);
+    MK_CHECK(fd >= 0);
     if (fd >= 0) {
         const char junk[] = "this is not a GGUF file, just some text long enough to be read";
-        CHECK(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk);
+        MK_CHECK(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk);
         close(fd);
         mk_error_clear(&err);
-        CHECK(mk_lm_load(path, &lm, &err) == MK_ERR_FORMAT);
+        MK_CHECK(mk_lm_load(path, &lm, &err) == MK_ERR_FORMAT);
         printf("api: not a GGUF: %s\n", err.msg);
         unlink(path);
     }
@@ -446,25 +412,27 @@ static void test_load_errors(void) {
     /* A vocabulary-only file tokenizes but cannot decode. */
     char vocab[4200];
     snprintf(vocab, sizeof vocab, "%s/ggml-vocab-llama-spm.gguf", g_models);
-    CHECK(mk_lm_load(vocab, &lm, &err) == MK_OK);
+    MK_CHECK(mk_lm_load(vocab, &lm, &err) == MK_OK);
     if (lm) {
-        CHECK(!mk_lm_get_info(lm).can_decode);
+        MK_CHECK(!mk_lm_get_info(lm).can_decode);
         int32_t ids[8];
-        CHECK(mk_lm_tokenize(lm, "Hello", 5, true, false, ids, 8) >= 2 && ids[0] == 1);
+        MK_CHECK(mk_lm_tokenize(lm, "Hello", 5, true, false, ids, 8) >= 2 && ids[0] == 1);
         struct mk_session_params sp = mk_session_default_params();
         sp.backend = MK_BACKEND_REF;
         struct mk_session *s = NULL;
-        CHECK(mk_session_create(lm, &sp, &s, &err) == MK_ERR_UNSUPPORTED && s == NULL);
+        MK_CHECK(mk_session_create(lm, &sp, &s, &err) == MK_ERR_UNSUPPORTED && s == NULL);
         mk_lm_free(lm);
     }
 }
 
 int main(void) {
     test_defaults();
-    if (find_models_dir()) {
+    g_models = mk_test_models_dir("stories260K-f32.gguf");
+    if (!g_models) {
         printf("SKIP: models directory not found (set MK_MODELS_DIR); api_test's model checks need stories260K\n");
-        return g_failures ? 1 : 0;
+        return mk_test_failures ? 1 : 0;
     }
+    snprintf(g_stories, sizeof g_stories, "%s/stories260K-f32.gguf", g_models);
     struct mk_lm *lm = NULL;
     struct mk_error err;
     if (mk_lm_load(g_stories, &lm, &err) != MK_OK) {
@@ -481,10 +449,5 @@ int main(void) {
     mk_lm_free(lm);
     test_eos();
     test_load_errors();
-    if (g_failures) {
-        fprintf(stderr, "%d check(s) failed\n", g_failures);
-        return 1;
-    }
-    printf("api_test: all checks passed\n");
-    return 0;
+    return mk_test_finish("api_test");
 }

@@ -14,37 +14,10 @@
 #include "runtime/gen.h"
 #include "runtime/model.h"
 #include "runtime/sample.h"
-
-static int failures;
-#define CHECK(cond)                                                                 \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                             \
-        }                                                                           \
-    } while (0)
+#include "tests/test_util.h"
 
 static const enum mk_backend_kind gpu_kinds[] = {MK_BACKEND_MEGAKERNEL, MK_BACKEND_PEROP, MK_BACKEND_GRAPH};
 #define N_GPU_KINDS 3
-
-/* The first 60 greedy ids of stories260K from BOS (README of the models folder). */
-static const int32_t golden_ids[60] = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426,
-                                       338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433,
-                                       426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426, 338,
-                                       391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415};
-
-static const char *models_dir(void) {
-    static char buf[1024];
-    const char *env = getenv("MK_MODELS_DIR");
-    const char *cands[] = {env, "../shared/models", "/work/shared/models"};
-    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
-        if (!cands[i] || !*cands[i]) continue;
-        snprintf(buf, sizeof buf, "%s/stories260K-f32.gguf", cands[i]);
-        struct stat st;
-        if (stat(buf, &st) == 0) return cands[i];
-    }
-    return NULL;
-}
 
 static double now_ms(void) {
     struct timespec ts;
@@ -65,25 +38,9 @@ static struct mk_backend_params params(enum mk_backend_kind kind, uint32_t n_ctx
 }
 
 static struct mk_step_cmd greedy_cmd(int32_t token, int32_t pos) {
-    struct mk_step_cmd c;
-    memset(&c, 0, sizeof c);
-    c.cmd = MK_CMD_STEP;
-    c.token = token;
-    c.pos = pos;
-    c.temperature = 0.0f;
+    struct mk_step_cmd c = mk_test_step_cmd(token, pos);
     c.top_p = 1.0f;
     return c;
-}
-
-/* max |a - b| / max |b|: relative to the logits' scale, so near-zero logits do not dominate. */
-static double rel_err(const float *a, const float *b, uint32_t n) {
-    double num = 0.0, den = 0.0;
-    for (uint32_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= num)) num = d; /* NaN propagates */
-        if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
-    }
-    return den > 0.0 ? num / den : num;
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -147,7 +104,7 @@ static double compare_backend(struct mk_backend *b, const struct trace *t, int *
         struct mk_step_cmd c = greedy_cmd(t->in[i], (int32_t)i);
         int32_t tok = -1;
         enum mk_status st = b->vt->step(b, &c, &tok, &err);
-        CHECK(st == MK_OK);
+        MK_CHECK(st == MK_OK);
         if (st != MK_OK) {
             fprintf(stderr, "%s %s step %u: %s\n", what, b->vt->name, i, err.msg);
             worst = INFINITY;
@@ -155,14 +112,14 @@ static double compare_backend(struct mk_backend *b, const struct trace *t, int *
         }
         ns[i] = b->last_step_ns;
         st = b->vt->logits(b, lg, &err);
-        CHECK(st == MK_OK);
+        MK_CHECK(st == MK_OK);
         if (st != MK_OK) {
             fprintf(stderr, "%s %s logits %u: %s\n", what, b->vt->name, i, err.msg);
             worst = INFINITY;
             break;
         }
         const float *ref = t->logits + (size_t)i * t->vocab;
-        double e = rel_err(lg, ref, t->vocab);
+        double e = mk_test_rel_err(lg, ref, t->vocab);
         if (!(e <= worst)) worst = e;
         if (tok != t->out[i] && *first_diff < 0) {
             *first_diff = (int)i;
@@ -174,7 +131,7 @@ static double compare_backend(struct mk_backend *b, const struct trace *t, int *
                     lg[t->out[i]], lg[tok], e);
         }
         /* The token must be the greedy pick of the backend's own logits, whatever the reference did. */
-        CHECK(tok == mk_sample_argmax(lg, (int)t->vocab));
+        MK_CHECK(tok == mk_sample_argmax(lg, (int)t->vocab));
     }
     qsort(ns, t->n, sizeof *ns, cmp_u64);
     *med_ns = ns[t->n / 2];
@@ -193,7 +150,7 @@ static struct mk_backend *create_gpu(const struct mk_model *m, enum mk_backend_k
     enum mk_status st = mk_backend_create_cuda(m, &p, &b, &err);
     if (st != MK_OK) {
         fprintf(stderr, "create %s: %s: %s\n", mk_backend_kind_name(kind), mk_status_str(st), err.msg);
-        CHECK(st == MK_OK);
+        MK_CHECK(st == MK_OK);
         return NULL;
     }
     struct mk_cuda_backend_info info;
@@ -209,11 +166,11 @@ static struct mk_backend *create_gpu(const struct mk_model *m, enum mk_backend_k
 static void test_stories(const struct mk_model *m) {
     struct trace t;
     if (cpu_reference(m, 512, 1, 60, &t) != 0) {
-        CHECK(0);
+        MK_CHECK(0);
         return;
     }
     /* The CPU executor itself must give the golden text. */
-    CHECK(memcmp(t.out, golden_ids, sizeof golden_ids) == 0);
+    MK_CHECK(memcmp(t.out, mk_test_golden_ids, sizeof mk_test_golden_ids) == 0);
     for (int k = 0; k < N_GPU_KINDS; k++) {
         struct mk_backend *b = create_gpu(m, gpu_kinds[k], 512, 0);
         if (!b) continue;
@@ -230,18 +187,18 @@ static void test_stories(const struct mk_model *m) {
             }
             got[i] = tok;
         }
-        CHECK(ok);
-        int golden = ok && memcmp(got, golden_ids, sizeof golden_ids) == 0;
-        CHECK(golden);
+        MK_CHECK(ok);
+        int golden = ok && memcmp(got, mk_test_golden_ids, sizeof mk_test_golden_ids) == 0;
+        MK_CHECK(golden);
         /* Same positions again after reset: logits against the CPU executor step by step. */
-        CHECK(b->vt->reset(b, &err) == MK_OK);
+        MK_CHECK(b->vt->reset(b, &err) == MK_OK);
         int diff;
         uint64_t med;
         double e = compare_backend(b, &t, &diff, &med, "stories260K");
         printf("RESULT stories260K %s: golden %s, first token diff %d, max rel logit err %.3g, median step %.1f us\n",
                b->vt->name, golden ? "yes" : "NO", diff, e, med / 1e3);
-        CHECK(e < 1e-3);
-        CHECK(diff < 0);
+        MK_CHECK(e < 1e-3);
+        MK_CHECK(diff < 0);
         b->vt->free(b);
     }
     trace_free(&t);
@@ -270,7 +227,7 @@ static void test_sampling(const struct mk_model *m) {
             c.seed = 1234u + (uint64_t)i * 77u;
             if (b->vt->step(b, &c, &tok, &err) != MK_OK || b->vt->logits(b, lg, &err) != MK_OK) {
                 fprintf(stderr, "%s sampling step %d: %s\n", b->vt->name, i, err.msg);
-                CHECK(0);
+                MK_CHECK(0);
                 break;
             }
             int32_t want = mk_sample_token(lg, (int)m->cfg.n_vocab, &c);
@@ -280,7 +237,7 @@ static void test_sampling(const struct mk_model *m) {
         }
         printf("RESULT sampling %s: %d of %d draws equal the host sampler's on the device logits\n", b->vt->name, agree,
                total);
-        CHECK(agree == total && total == 48);
+        MK_CHECK(agree == total && total == 48);
         free(lg);
         b->vt->free(b);
     }
@@ -294,16 +251,16 @@ static void test_context_limit(const struct mk_model *m) {
         struct mk_error err;
         for (int i = 0; i < 8; i++) {
             struct mk_step_cmd c = greedy_cmd(tok, i);
-            CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
+            MK_CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
         }
         struct mk_step_cmd c = greedy_cmd(tok, 8);
         enum mk_status st = b->vt->step(b, &c, &tok, &err);
-        CHECK(st == MK_ERR_CONTEXT_FULL);
-        CHECK(strstr(err.msg, "context of 8") != NULL);
+        MK_CHECK(st == MK_ERR_CONTEXT_FULL);
+        MK_CHECK(strstr(err.msg, "context of 8") != NULL);
         printf("RESULT context limit %s: %s: %s\n", b->vt->name, mk_status_str(st), err.msg);
         /* Still usable after the refusal. */
         c = greedy_cmd(1, 0);
-        CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
+        MK_CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
         b->vt->free(b);
     }
 }
@@ -314,31 +271,57 @@ static void test_hang(const struct mk_model *m) {
     int32_t tok;
     struct mk_error err;
     struct mk_step_cmd c = greedy_cmd(1, 0);
-    CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
+    MK_CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
     double t0 = now_ms();
     enum mk_status st = mk_backend_cuda_debug_hang(b, &err);
     double took = now_ms() - t0;
     printf("RESULT hang: %s after %.0f ms: %s\n", mk_status_str(st), took, err.msg);
-    CHECK(st == MK_ERR_TIMEOUT);
-    CHECK(took >= 1400.0 && took < 5000.0);
-    CHECK(strstr(err.msg, "MK_CMD_HANG") != NULL);
+    MK_CHECK(st == MK_ERR_TIMEOUT);
+    MK_CHECK(took >= 1400.0 && took < 5000.0);
+    MK_CHECK(strstr(err.msg, "MK_CMD_HANG") != NULL);
     c = greedy_cmd(tok, 1);
     st = b->vt->step(b, &c, &tok, &err);
-    CHECK(st == MK_ERR_TIMEOUT);
+    MK_CHECK(st == MK_ERR_TIMEOUT);
     printf("RESULT after hang: %s: %s\n", mk_status_str(st), err.msg);
     t0 = now_ms();
     b->vt->free(b);
     took = now_ms() - t0;
     printf("RESULT free after hang: %.0f ms\n", took);
-    CHECK(took < 8000.0);
+    MK_CHECK(took < 8000.0);
     /* The GPU is usable again: a new megakernel runs. */
     b = create_gpu(m, MK_BACKEND_MEGAKERNEL, 64, 0);
     if (b) {
         c = greedy_cmd(1, 0);
-        CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
-        CHECK(tok == golden_ids[0]);
+        MK_CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
+        MK_CHECK(tok == mk_test_golden_ids[0]);
         b->vt->free(b);
     }
+}
+
+/* Loads path, first writing it from the BF16 preset when it is missing (it stays for later runs);
+ * NULL, as a failed check, when either fails. */
+static struct mk_model *load_or_generate(const char *path, const char *preset) {
+    struct stat sb;
+    struct mk_error err;
+    if (stat(path, &sb) != 0) {
+        struct mk_gen_params gp = mk_gen_default_params();
+        gp.preset = preset;
+        gp.dtype = "bf16";
+        double t0 = now_ms();
+        if (mk_gen_write(path, &gp, &err) != MK_OK) {
+            fprintf(stderr, "gen %s: %s\n", preset, err.msg);
+            MK_CHECK(0);
+            return NULL;
+        }
+        printf("INFO wrote %s in %.1f s\n", path, (now_ms() - t0) / 1e3);
+    }
+    struct mk_model *m = NULL;
+    if (mk_model_load(path, &m, &err) != MK_OK) {
+        fprintf(stderr, "load %s: %s\n", path, err.msg);
+        MK_CHECK(0);
+        return NULL;
+    }
+    return m;
 }
 
 /* llama-1b shape in BF16: greedy tokens of every backend against the CPU executor for 64 steps;
@@ -351,31 +334,13 @@ static void test_llama1b(void) {
         snprintf(buf, sizeof buf, "%s/mk_llama1b_bf16.gguf", tmp && *tmp ? tmp : "/tmp");
         path = buf;
     }
-    struct stat sb;
-    struct mk_error err;
-    if (stat(path, &sb) != 0) {
-        struct mk_gen_params gp = mk_gen_default_params();
-        gp.preset = "llama-1b";
-        gp.dtype = "bf16";
-        double t0 = now_ms();
-        if (mk_gen_write(path, &gp, &err) != MK_OK) {
-            fprintf(stderr, "gen llama-1b: %s\n", err.msg);
-            CHECK(0);
-            return;
-        }
-        printf("INFO wrote %s in %.1f s\n", path, (now_ms() - t0) / 1e3);
-    }
-    struct mk_model *m = NULL;
-    if (mk_model_load(path, &m, &err) != MK_OK) {
-        fprintf(stderr, "load %s: %s\n", path, err.msg);
-        CHECK(0);
-        return;
-    }
+    struct mk_model *m = load_or_generate(path, "llama-1b");
+    if (!m) return;
     const uint32_t steps = 64, n_ctx = 512;
     struct trace t;
     double t0 = now_ms();
     if (cpu_reference(m, n_ctx, 1, steps, &t) != 0) {
-        CHECK(0);
+        MK_CHECK(0);
         mk_model_free(m);
         return;
     }
@@ -388,7 +353,7 @@ static void test_llama1b(void) {
         double e = compare_backend(b, &t, &diff, &med, "llama-1b-bf16");
         printf("RESULT llama-1b-bf16 %s: tokens %s cpu for %u steps%s, max rel logit err %.3g, median step %.1f us\n",
                b->vt->name, diff < 0 ? "equal" : "part from", steps, diff < 0 ? "" : " (see above)", e, med / 1e3);
-        CHECK(e < 1e-3);
+        MK_CHECK(e < 1e-3);
         if (diff >= 0) {
             /* A legitimate parting is a near tie that rounding order can flip. */
             const float *ref = t.logits + (size_t)diff * t.vocab;
@@ -400,14 +365,13 @@ static void test_llama1b(void) {
             double scale = fabs(ref[cpu_pick]);
             printf("RESULT llama-1b-bf16 %s: parts at step %d, cpu top-2 margin %.3g (%.3g relative)\n", b->vt->name, diff,
                    margin, margin / (scale > 0 ? scale : 1));
-            CHECK(margin <= 1e-3 * (scale > 1 ? scale : 1));
+            MK_CHECK(margin <= 1e-3 * (scale > 1 ? scale : 1));
         }
         b->vt->free(b);
     }
     trace_free(&t);
     mk_model_free(m);
 }
-
 
 /* Timings, not checks: greedy decode from BOS on each backend, wall and device time per step. */
 static void bench_model(const struct mk_model *m, const char *name, uint32_t n) {
@@ -436,7 +400,7 @@ static void bench_model(const struct mk_model *m, const char *name, uint32_t n) 
         }
         if (!ok) {
             fprintf(stderr, "bench %s %s: %s\n", name, b->vt->name, err.msg);
-            CHECK(ok);
+            MK_CHECK(ok);
         } else {
             double w50, w99, d50, d99;
             double *v = wall;
@@ -572,26 +536,8 @@ static void test_bench8b(void) {
     const char *tmp = getenv("TMPDIR");
     char path[512];
     snprintf(path, sizeof path, "%s/mk_llama8b_bf16.gguf", tmp && *tmp ? tmp : "/tmp");
-    struct stat sb;
-    struct mk_error err;
-    if (stat(path, &sb) != 0) {
-        struct mk_gen_params gp = mk_gen_default_params();
-        gp.preset = "llama-8b";
-        gp.dtype = "bf16";
-        double t0 = now_ms();
-        if (mk_gen_write(path, &gp, &err) != MK_OK) {
-            fprintf(stderr, "gen llama-8b: %s\n", err.msg);
-            CHECK(0);
-            return;
-        }
-        printf("INFO wrote %s in %.1f s\n", path, (now_ms() - t0) / 1e3);
-    }
-    struct mk_model *m = NULL;
-    if (mk_model_load(path, &m, &err) != MK_OK) {
-        fprintf(stderr, "load %s: %s\n", path, err.msg);
-        CHECK(0);
-        return;
-    }
+    struct mk_model *m = load_or_generate(path, "llama-8b");
+    if (!m) return;
     bench_model(m, "llama-8b-bf16", 128);
     if (!getenv("MK_BENCH_SKIP_TRACE")) trace_model(m, "llama-8b-bf16", 16, "1");
     mk_model_free(m);
@@ -600,7 +546,7 @@ static void test_bench8b(void) {
 int main(int argc, char **argv) {
     const struct mk_cuda *cu = NULL;
     struct mk_error err;
-    const char *dir = models_dir();
+    const char *dir = mk_test_models_dir("stories260K-f32.gguf");
     struct mk_model *m = NULL;
     if (dir) {
         char path[1100];
@@ -612,19 +558,19 @@ int main(int argc, char **argv) {
     }
     if (mk_cuda_load(&cu, &err) != MK_OK) {
         /* No GPU: the GPU backends must say so clearly, with the reason. */
-        CHECK(err.status == MK_ERR_NO_DEVICE);
-        CHECK(strlen(err.msg) > 10);
+        MK_CHECK(err.status == MK_ERR_NO_DEVICE);
+        MK_CHECK(strlen(err.msg) > 10);
         if (m) {
             struct mk_backend_params p = params(MK_BACKEND_MEGAKERNEL, 64);
             struct mk_backend *b = NULL;
             struct mk_error e2;
             enum mk_status st = mk_backend_create_cuda(m, &p, &b, &e2);
-            CHECK(st == MK_ERR_NO_DEVICE && b == NULL);
-            CHECK(strcmp(e2.msg, err.msg) == 0);
+            MK_CHECK(st == MK_ERR_NO_DEVICE && b == NULL);
+            MK_CHECK(strcmp(e2.msg, err.msg) == 0);
             mk_model_free(m);
         }
         printf("SKIP: %s\n", err.msg);
-        return failures ? 1 : 0;
+        return mk_test_failures ? 1 : 0;
     }
     printf("INFO CUDA driver %d\n", cu->driver_version);
     if (!m) {
@@ -641,10 +587,5 @@ int main(int argc, char **argv) {
     if (all || !strcmp(only, "llama1b")) test_llama1b();
     if (!strcmp(only, "bench")) test_bench(dir);
     if (!strcmp(only, "bench8b")) test_bench8b();
-    if (failures) {
-        fprintf(stderr, "cuda_test: %d checks failed\n", failures);
-        return 1;
-    }
-    printf("cuda_test: all passed\n");
-    return 0;
+    return mk_test_finish("cuda_test");
 }

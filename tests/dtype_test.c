@@ -26,23 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_failures;
+#include "tests/test_util.h"
 
-#define CHECK(cond)                                                               \
-    do {                                                                          \
-        if (!(cond)) {                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            g_failures++;                                                         \
-        }                                                                         \
-    } while (0)
-
-#define CHECK_FEQ(got, want)                                                              \
-    do {                                                                                  \
-        float g_ = (got), w_ = (want);                                                    \
-        if (!(g_ == w_)) {                                                                \
-            fprintf(stderr, "%s:%d: %s = %.9g, want %.9g\n", __FILE__, __LINE__, #got, g_, w_); \
-            g_failures++;                                                                 \
-        }                                                                                 \
+#define CHECK_FEQ(got, want)                                                                \
+    do {                                                                                    \
+        float g_ = (got), w_ = (want);                                                      \
+        MK_CHECK_MSG(g_ == w_, "%s = %.9g, want %.9g", #got, g_, w_);                        \
     } while (0)
 
 static uint32_t f32_bits(float f)
@@ -98,19 +87,19 @@ static void test_tables(void)
     int supported = 0;
     for (uint32_t t = 0; t < 200; t++)
         supported += mk_dtype_get(t) != NULL;
-    CHECK(supported == 6);
-    CHECK(mk_dtype_get(0xffffffffu) == NULL);
+    MK_CHECK(supported == 6);
+    MK_CHECK(mk_dtype_get(0xffffffffu) == NULL);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         const struct mk_dtype_info *info = mk_dtype_get((uint32_t)want[i].type);
-        CHECK(info != NULL);
+        MK_CHECK(info != NULL);
         if (!info)
             continue;
-        CHECK(strcmp(info->name, want[i].name) == 0);
-        CHECK(info->block_size == want[i].block_size);
-        CHECK(info->type_size == want[i].type_size);
-        CHECK(strcmp(mk_dtype_ggml_name((uint32_t)want[i].type), want[i].name) == 0);
+        MK_CHECK(strcmp(info->name, want[i].name) == 0);
+        MK_CHECK(info->block_size == want[i].block_size);
+        MK_CHECK(info->type_size == want[i].type_size);
+        MK_CHECK(strcmp(mk_dtype_ggml_name((uint32_t)want[i].type), want[i].name) == 0);
         enum mk_dtype parsed = (enum mk_dtype)-1;
-        CHECK(mk_dtype_parse(want[i].name, &parsed) == 0 && parsed == want[i].type);
+        MK_CHECK(mk_dtype_parse(want[i].name, &parsed) == 0 && parsed == want[i].type);
     }
 
     /* ggml's numbering, gaps included */
@@ -128,34 +117,34 @@ static void test_tables(void)
     };
     for (size_t i = 0; i < sizeof(ggml) / sizeof(ggml[0]); i++) {
         const char *n = mk_dtype_ggml_name(ggml[i].id);
-        CHECK(n != NULL && strcmp(n, ggml[i].name) == 0);
+        MK_CHECK(n != NULL && strcmp(n, ggml[i].name) == 0);
     }
-    CHECK(mk_dtype_ggml_name(4) == NULL);
-    CHECK(mk_dtype_ggml_name(5) == NULL);
-    CHECK(mk_dtype_ggml_name(1000) == NULL);
-    CHECK(mk_dtype_ggml_name(0xffffffffu) == NULL);
-    CHECK(mk_dtype_get(2) == NULL && mk_dtype_get(13) == NULL && mk_dtype_get(39) == NULL);
+    MK_CHECK(mk_dtype_ggml_name(4) == NULL);
+    MK_CHECK(mk_dtype_ggml_name(5) == NULL);
+    MK_CHECK(mk_dtype_ggml_name(1000) == NULL);
+    MK_CHECK(mk_dtype_ggml_name(0xffffffffu) == NULL);
+    MK_CHECK(mk_dtype_get(2) == NULL && mk_dtype_get(13) == NULL && mk_dtype_get(39) == NULL);
 
     enum mk_dtype t = MK_DTYPE_F32;
-    CHECK(mk_dtype_parse("Q4_K", &t) == 0 && t == MK_DTYPE_Q4_K);
-    CHECK(mk_dtype_parse("BF16", &t) == 0 && t == MK_DTYPE_BF16);
-    CHECK(mk_dtype_parse("q6_K", &t) == 0 && t == MK_DTYPE_Q6_K);
+    MK_CHECK(mk_dtype_parse("Q4_K", &t) == 0 && t == MK_DTYPE_Q4_K);
+    MK_CHECK(mk_dtype_parse("BF16", &t) == 0 && t == MK_DTYPE_BF16);
+    MK_CHECK(mk_dtype_parse("q6_K", &t) == 0 && t == MK_DTYPE_Q6_K);
     t = MK_DTYPE_F16;
-    CHECK(mk_dtype_parse("q4_k_m", &t) == -1 && t == MK_DTYPE_F16);
-    CHECK(mk_dtype_parse("q4_0", &t) == -1);
-    CHECK(mk_dtype_parse("f32 ", &t) == -1);
-    CHECK(mk_dtype_parse("", &t) == -1);
-    CHECK(mk_dtype_parse(NULL, &t) == -1);
+    MK_CHECK(mk_dtype_parse("q4_k_m", &t) == -1 && t == MK_DTYPE_F16);
+    MK_CHECK(mk_dtype_parse("q4_0", &t) == -1);
+    MK_CHECK(mk_dtype_parse("f32 ", &t) == -1);
+    MK_CHECK(mk_dtype_parse("", &t) == -1);
+    MK_CHECK(mk_dtype_parse(NULL, &t) == -1);
 
-    CHECK(mk_dtype_row_bytes(MK_DTYPE_F32, 4096) == 16384);
-    CHECK(mk_dtype_row_bytes(MK_DTYPE_F16, 4096) == 8192);
-    CHECK(mk_dtype_row_bytes(MK_DTYPE_BF16, 3) == 6);
-    CHECK(mk_dtype_row_bytes(MK_DTYPE_Q8_0, 4096) == 128 * 34);
-    CHECK(mk_dtype_row_bytes(MK_DTYPE_Q4_K, 4096) == 16 * 144);
-    CHECK(mk_dtype_row_bytes(MK_DTYPE_Q6_K, 4096) == 16 * 210);
-    CHECK(mk_dtype_row_bytes(MK_DTYPE_Q6_K, 0) == 0);
+    MK_CHECK(mk_dtype_row_bytes(MK_DTYPE_F32, 4096) == 16384);
+    MK_CHECK(mk_dtype_row_bytes(MK_DTYPE_F16, 4096) == 8192);
+    MK_CHECK(mk_dtype_row_bytes(MK_DTYPE_BF16, 3) == 6);
+    MK_CHECK(mk_dtype_row_bytes(MK_DTYPE_Q8_0, 4096) == 128 * 34);
+    MK_CHECK(mk_dtype_row_bytes(MK_DTYPE_Q4_K, 4096) == 16 * 144);
+    MK_CHECK(mk_dtype_row_bytes(MK_DTYPE_Q6_K, 4096) == 16 * 210);
+    MK_CHECK(mk_dtype_row_bytes(MK_DTYPE_Q6_K, 0) == 0);
     /* 14336-wide FFN rows, as in Llama 3 8B */
-    CHECK(mk_dtype_row_bytes(MK_DTYPE_Q4_K, 14336) == 56 * 144);
+    MK_CHECK(mk_dtype_row_bytes(MK_DTYPE_Q4_K, 14336) == 56 * 144);
 }
 
 /* ---- (2) fp16 / bf16 ---- */
@@ -181,73 +170,71 @@ static void test_fp16(void)
         float got = mk_fp16_to_fp32((uint16_t)h);
         double want = half_value((uint16_t)h);
         if (want != want) {
-            CHECK(got != got);
+            MK_CHECK(got != got);
             /* the payload survives in the top mantissa bits */
-            CHECK((f32_bits(got) & 0x7fffffu) >> 13 == (h & 0x3ffu));
+            MK_CHECK((f32_bits(got) & 0x7fffffu) >> 13 == (h & 0x3ffu));
         } else if (!((double)got == want && !signbit(got) == !signbit(want))) {
-            fprintf(stderr, "fp16 %04x -> %.9g, want %.9g\n", h, got, want);
-            g_failures++;
+            mk_test_fail("fp16 %04x -> %.9g, want %.9g", h, got, want);
         }
         /* and back: every non-NaN encoding round-trips exactly */
         uint16_t back = mk_fp32_to_fp16(got);
         if (want == want)
-            CHECK(back == h);
+            MK_CHECK(back == h);
         else
-            CHECK((back & 0x7c00) == 0x7c00 && (back & 0x3ff) != 0);
+            MK_CHECK((back & 0x7c00) == 0x7c00 && (back & 0x3ff) != 0);
     }
 
     /* named edge cases */
-    CHECK(mk_fp32_to_fp16(0.0f) == 0x0000);
-    CHECK(mk_fp32_to_fp16(-0.0f) == 0x8000);
-    CHECK(mk_fp32_to_fp16(1.0f) == 0x3c00);
-    CHECK(mk_fp32_to_fp16(-2.0f) == 0xc000);
-    CHECK(mk_fp32_to_fp16(65504.0f) == 0x7bff);
-    CHECK(mk_fp32_to_fp16(65519.99f) == 0x7bff); /* below the midpoint to 65536 */
-    CHECK(mk_fp32_to_fp16(65520.0f) == 0x7c00);  /* the tie goes to even, i.e. overflows */
-    CHECK(mk_fp32_to_fp16(1e10f) == 0x7c00);
-    CHECK(mk_fp32_to_fp16(-1e10f) == 0xfc00);
-    CHECK(mk_fp32_to_fp16(INFINITY) == 0x7c00);
-    CHECK(mk_fp32_to_fp16(-INFINITY) == 0xfc00);
-    CHECK(mk_fp32_to_fp16(0x1p-24f) == 0x0001);   /* smallest subnormal */
-    CHECK(mk_fp32_to_fp16(0x1p-14f) == 0x0400);   /* smallest normal */
-    CHECK(mk_fp32_to_fp16(0x1.ff8p-15f) == 0x03ff); /* largest subnormal */
-    CHECK(mk_fp32_to_fp16(0x1.ffcp-15f) == 0x0400); /* ... plus half a step: tie to even */
-    CHECK(mk_fp32_to_fp16(0x1p-25f) == 0x0000);   /* tie between 0 and the smallest: to 0 */
-    CHECK(mk_fp32_to_fp16(0x1.000002p-25f) == 0x0001);
-    CHECK(mk_fp32_to_fp16(0x1.8p-24f) == 0x0002); /* 1.5 steps: tie to even (2) */
-    CHECK(mk_fp32_to_fp16(0x1p-30f) == 0x0000);
-    CHECK(mk_fp32_to_fp16(-0x1p-30f) == 0x8000);
-    CHECK(mk_fp32_to_fp16(1.0f + 0x1p-11f) == 0x3c00); /* tie, 0x3c00 is even */
-    CHECK(mk_fp32_to_fp16(1.0f + 0x3p-11f) == 0x3c02); /* tie, 0x3c01 is odd */
-    CHECK(mk_fp32_to_fp16(1.0f + 0x1p-11f + 0x1p-23f) == 0x3c01);
-    CHECK(mk_fp32_to_fp16(2047.5f) == 0x67ff + 1); /* 2047.5 ties up to 2048 (even) */
+    MK_CHECK(mk_fp32_to_fp16(0.0f) == 0x0000);
+    MK_CHECK(mk_fp32_to_fp16(-0.0f) == 0x8000);
+    MK_CHECK(mk_fp32_to_fp16(1.0f) == 0x3c00);
+    MK_CHECK(mk_fp32_to_fp16(-2.0f) == 0xc000);
+    MK_CHECK(mk_fp32_to_fp16(65504.0f) == 0x7bff);
+    MK_CHECK(mk_fp32_to_fp16(65519.99f) == 0x7bff); /* below the midpoint to 65536 */
+    MK_CHECK(mk_fp32_to_fp16(65520.0f) == 0x7c00);  /* the tie goes to even, i.e. overflows */
+    MK_CHECK(mk_fp32_to_fp16(1e10f) == 0x7c00);
+    MK_CHECK(mk_fp32_to_fp16(-1e10f) == 0xfc00);
+    MK_CHECK(mk_fp32_to_fp16(INFINITY) == 0x7c00);
+    MK_CHECK(mk_fp32_to_fp16(-INFINITY) == 0xfc00);
+    MK_CHECK(mk_fp32_to_fp16(0x1p-24f) == 0x0001);   /* smallest subnormal */
+    MK_CHECK(mk_fp32_to_fp16(0x1p-14f) == 0x0400);   /* smallest normal */
+    MK_CHECK(mk_fp32_to_fp16(0x1.ff8p-15f) == 0x03ff); /* largest subnormal */
+    MK_CHECK(mk_fp32_to_fp16(0x1.ffcp-15f) == 0x0400); /* ... plus half a step: tie to even */
+    MK_CHECK(mk_fp32_to_fp16(0x1p-25f) == 0x0000);   /* tie between 0 and the smallest: to 0 */
+    MK_CHECK(mk_fp32_to_fp16(0x1.000002p-25f) == 0x0001);
+    MK_CHECK(mk_fp32_to_fp16(0x1.8p-24f) == 0x0002); /* 1.5 steps: tie to even (2) */
+    MK_CHECK(mk_fp32_to_fp16(0x1p-30f) == 0x0000);
+    MK_CHECK(mk_fp32_to_fp16(-0x1p-30f) == 0x8000);
+    MK_CHECK(mk_fp32_to_fp16(1.0f + 0x1p-11f) == 0x3c00); /* tie, 0x3c00 is even */
+    MK_CHECK(mk_fp32_to_fp16(1.0f + 0x3p-11f) == 0x3c02); /* tie, 0x3c01 is odd */
+    MK_CHECK(mk_fp32_to_fp16(1.0f + 0x1p-11f + 0x1p-23f) == 0x3c01);
+    MK_CHECK(mk_fp32_to_fp16(2047.5f) == 0x67ff + 1); /* 2047.5 ties up to 2048 (even) */
     CHECK_FEQ(mk_fp16_to_fp32(0x3555), 0.333251953125f);
     CHECK_FEQ(mk_fp16_to_fp32(0x0001), 0x1p-24f);
     CHECK_FEQ(mk_fp16_to_fp32(0x03ff), 0x1.ff8p-15f);
-    CHECK(isinf(mk_fp16_to_fp32(0xfc00)) && mk_fp16_to_fp32(0xfc00) < 0);
+    MK_CHECK(isinf(mk_fp16_to_fp32(0xfc00)) && mk_fp16_to_fp32(0xfc00) < 0);
     uint16_t qn = mk_fp32_to_fp16(NAN);
-    CHECK((qn & 0x7c00) == 0x7c00 && (qn & 0x3ff) != 0);
+    MK_CHECK((qn & 0x7c00) == 0x7c00 && (qn & 0x3ff) != 0);
     /* a signalling NaN whose payload lives only in the low bits must not turn into inf */
     uint16_t sn = mk_fp32_to_fp16(bits_f32(0x7f800001u));
-    CHECK((sn & 0x7c00) == 0x7c00 && (sn & 0x3ff) != 0);
+    MK_CHECK((sn & 0x7c00) == 0x7c00 && (sn & 0x3ff) != 0);
     sn = mk_fp32_to_fp16(bits_f32(0xff800001u));
-    CHECK(sn & 0x8000);
-    CHECK((sn & 0x7c00) == 0x7c00 && (sn & 0x3ff) != 0);
+    MK_CHECK(sn & 0x8000);
+    MK_CHECK((sn & 0x7c00) == 0x7c00 && (sn & 0x3ff) != 0);
 
     /* rounding: around every midpoint between adjacent positive halves */
     for (uint32_t h = 0; h < 0x7bff; h++) {
         double a = half_value((uint16_t)h), b = half_value((uint16_t)(h + 1));
         float mid = (float)((a + b) / 2); /* exact: needs 12 significant bits */
-        CHECK((double)mid == (a + b) / 2);
+        MK_CHECK((double)mid == (a + b) / 2);
         uint16_t even = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
         uint16_t got = mk_fp32_to_fp16(mid);
         if (got != even) {
-            fprintf(stderr, "fp16 round %.9g -> %04x, want %04x\n", mid, got, even);
-            g_failures++;
+            mk_test_fail("fp16 round %.9g -> %04x, want %04x", mid, got, even);
         }
-        CHECK(mk_fp32_to_fp16(nextafterf(mid, 0.0f)) == h);
-        CHECK(mk_fp32_to_fp16(nextafterf(mid, INFINITY)) == h + 1);
-        CHECK(mk_fp32_to_fp16(-nextafterf(mid, INFINITY)) == ((h + 1) | 0x8000));
+        MK_CHECK(mk_fp32_to_fp16(nextafterf(mid, 0.0f)) == h);
+        MK_CHECK(mk_fp32_to_fp16(nextafterf(mid, INFINITY)) == h + 1);
+        MK_CHECK(mk_fp32_to_fp16(-nextafterf(mid, INFINITY)) == ((h + 1) | 0x8000));
     }
 }
 
@@ -255,33 +242,33 @@ static void test_bf16(void)
 {
     for (uint32_t h = 0; h < 0x10000; h++) {
         float got = mk_bf16_to_fp32((uint16_t)h);
-        CHECK(f32_bits(got) == h << 16);
+        MK_CHECK(f32_bits(got) == h << 16);
         uint16_t back = mk_fp32_to_bf16(got);
         if (got == got)
-            CHECK(back == h);
+            MK_CHECK(back == h);
         else
-            CHECK((back & 0x7f80) == 0x7f80 && (back & 0x7f) != 0 && (back & 0x8000) == (h & 0x8000));
+            MK_CHECK((back & 0x7f80) == 0x7f80 && (back & 0x7f) != 0 && (back & 0x8000) == (h & 0x8000));
     }
-    CHECK(mk_fp32_to_bf16(0.0f) == 0x0000);
-    CHECK(mk_fp32_to_bf16(-0.0f) == 0x8000);
-    CHECK(mk_fp32_to_bf16(1.0f) == 0x3f80);
-    CHECK(mk_fp32_to_bf16(INFINITY) == 0x7f80);
-    CHECK(mk_fp32_to_bf16(-INFINITY) == 0xff80);
-    CHECK(mk_fp32_to_bf16(bits_f32(0x3f808000u)) == 0x3f80); /* tie to even */
-    CHECK(mk_fp32_to_bf16(bits_f32(0x3f818000u)) == 0x3f82); /* tie to even, upward */
-    CHECK(mk_fp32_to_bf16(bits_f32(0x3f808001u)) == 0x3f81);
-    CHECK(mk_fp32_to_bf16(bits_f32(0x3f807fffu)) == 0x3f80);
-    CHECK(mk_fp32_to_bf16(bits_f32(0x7f7fffffu)) == 0x7f80);  /* FLT_MAX rounds to inf */
-    CHECK(mk_fp32_to_bf16(bits_f32(0x00000001u)) == 0x0000);  /* subnormals round too */
-    CHECK(mk_fp32_to_bf16(bits_f32(0x00008000u)) == 0x0000);  /* tie to even (0) */
-    CHECK(mk_fp32_to_bf16(bits_f32(0x00018000u)) == 0x0002);
-    CHECK(mk_fp32_to_bf16(bits_f32(0x00008001u)) == 0x0001);
+    MK_CHECK(mk_fp32_to_bf16(0.0f) == 0x0000);
+    MK_CHECK(mk_fp32_to_bf16(-0.0f) == 0x8000);
+    MK_CHECK(mk_fp32_to_bf16(1.0f) == 0x3f80);
+    MK_CHECK(mk_fp32_to_bf16(INFINITY) == 0x7f80);
+    MK_CHECK(mk_fp32_to_bf16(-INFINITY) == 0xff80);
+    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x3f808000u)) == 0x3f80); /* tie to even */
+    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x3f818000u)) == 0x3f82); /* tie to even, upward */
+    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x3f808001u)) == 0x3f81);
+    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x3f807fffu)) == 0x3f80);
+    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x7f7fffffu)) == 0x7f80);  /* FLT_MAX rounds to inf */
+    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x00000001u)) == 0x0000);  /* subnormals round too */
+    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x00008000u)) == 0x0000);  /* tie to even (0) */
+    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x00018000u)) == 0x0002);
+    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x00008001u)) == 0x0001);
     /* signalling NaN with only low payload bits: truncation would give inf */
     uint16_t sn = mk_fp32_to_bf16(bits_f32(0x7f800001u));
-    CHECK((sn & 0x7f80) == 0x7f80 && (sn & 0x7f) != 0);
+    MK_CHECK((sn & 0x7f80) == 0x7f80 && (sn & 0x7f) != 0);
     sn = mk_fp32_to_bf16(bits_f32(0xffffffffu));
-    CHECK(sn == 0xffff || ((sn & 0xff80) == 0xff80 && (sn & 0x7f) != 0));
-    CHECK(isnan(mk_bf16_to_fp32(mk_fp32_to_bf16(NAN))));
+    MK_CHECK(sn == 0xffff || ((sn & 0xff80) == 0xff80 && (sn & 0x7f) != 0));
+    MK_CHECK(isnan(mk_bf16_to_fp32(mk_fp32_to_bf16(NAN))));
 }
 
 /* ---- (1) hand-built blocks ---- */
@@ -312,13 +299,13 @@ static void test_known_q8_0(void)
     /* the reference quantizer rounds half away from zero (roundf), with d = amax / 127 */
     float x[32] = {127.0f, 2.5f, -2.5f, 0.5f, -0.49f, -127.0f, 3.5f, 1.49f};
     struct mk_block_q8_0 q;
-    CHECK(mk_quantize_row(MK_DTYPE_Q8_0, x, &q, 32) == 34);
-    CHECK(q.d == 0x3c00);
+    MK_CHECK(mk_quantize_row(MK_DTYPE_Q8_0, x, &q, 32) == 34);
+    MK_CHECK(q.d == 0x3c00);
     static const int8_t want[8] = {127, 3, -3, 1, 0, -127, 4, 1};
     for (int l = 0; l < 8; l++)
-        CHECK(q.qs[l] == want[l]);
+        MK_CHECK(q.qs[l] == want[l]);
     for (int l = 8; l < 32; l++)
-        CHECK(q.qs[l] == 0);
+        MK_CHECK(q.qs[l] == 0);
 }
 
 /* Logical contents of the hand-built Q4_K block; packed by hand into bytes below. */
@@ -375,8 +362,7 @@ static void test_known_q4_k(void)
     for (int e = 0; e < 256; e++) {
         float want = 2.0f * k_q4_sc[e / 32] * qv[e] - 0.5f * k_q4_m[e / 32];
         if (y[e] != want) {
-            fprintf(stderr, "q4_k value %d = %g, want %g\n", e, y[e], want);
-            g_failures++;
+            mk_test_fail("q4_k value %d = %g, want %g", e, y[e], want);
         }
     }
 }
@@ -427,8 +413,7 @@ static void test_known_q6_k(void)
     for (int e = 0; e < 256; e++) {
         float want = 0.25f * (float)sc[e / 16] * (float)(qv[e] - 32);
         if (y[e] != want) {
-            fprintf(stderr, "q6_k value %d = %g, want %g\n", e, y[e], want);
-            g_failures++;
+            mk_test_fail("q6_k value %d = %g, want %g", e, y[e], want);
         }
     }
 }
@@ -507,13 +492,12 @@ static void test_golden_blocks(void)
     };
     for (size_t t = 0; t < sizeof(want) / sizeof(want[0]); t++) {
         size_t n = mk_quantize_row(want[t].type, x, q, GOLDEN_N);
-        CHECK(n == mk_dtype_row_bytes(want[t].type, GOLDEN_N));
+        MK_CHECK(n == mk_dtype_row_bytes(want[t].type, GOLDEN_N));
         uint64_t h = fnv1a(q, n);
         if (h != want[t].hash) {
-            fprintf(stderr, "%s blocks differ from llama.cpp's: hash %016llx, want %016llx\n",
-                    mk_dtype_get((uint32_t)want[t].type)->name, (unsigned long long)h,
-                    (unsigned long long)want[t].hash);
-            g_failures++;
+            mk_test_fail("%s blocks differ from llama.cpp's: hash %016llx, want %016llx",
+                         mk_dtype_get((uint32_t)want[t].type)->name, (unsigned long long)h,
+                         (unsigned long long)want[t].hash);
         }
     }
 }
@@ -541,7 +525,7 @@ static struct err_stats measure(enum mk_dtype type, const float *rows, int nrows
     for (int r = 0; r < nrows; r++) {
         const float *x = rows + (size_t)r * ROW_N;
         memset(q, 0xa5, nbytes);
-        CHECK(mk_quantize_row(type, x, q, ROW_N) == nbytes);
+        MK_CHECK(mk_quantize_row(type, x, q, ROW_N) == nbytes);
         mk_dequantize_row(type, q, y, ROW_N);
         double se = 0, sx = 0;
         for (int i = 0; i < ROW_N; i++) {
@@ -568,7 +552,7 @@ static struct err_stats measure(enum mk_dtype type, const float *rows, int nrows
             for (int i = 0; i < ROW_N; i++) {
                 double a = fabs((double)x[i]);
                 double tol = type == MK_DTYPE_F16 && a < 0x1p-14 ? 0x1p-25 : a * ulp_rel;
-                CHECK(fabs((double)y[i] - x[i]) <= tol);
+                MK_CHECK(fabs((double)y[i] - x[i]) <= tol);
             }
         }
     }
@@ -595,16 +579,16 @@ static void test_roundtrip_error(void)
         printf("%-5s rms_rel worst %.6f mean %.6f (bound %.6f)  block_max_rel %.6f (bound %.6f)\n",
                mk_dtype_get((uint32_t)bounds[t].type)->name, st.worst_rms_rel, st.mean_rms_rel,
                bounds[t].rms_bound, st.worst_block_rel, bounds[t].block_bound);
-        CHECK(st.worst_rms_rel <= bounds[t].rms_bound);
-        CHECK(st.worst_block_rel <= bounds[t].block_bound);
+        MK_CHECK(st.worst_rms_rel <= bounds[t].rms_bound);
+        MK_CHECK(st.worst_block_rel <= bounds[t].block_bound);
     }
 
     /* the quantizers must also separate formats: coarser formats really are coarser */
     struct err_stats s8 = measure(MK_DTYPE_Q8_0, rows, 4);
     struct err_stats s6 = measure(MK_DTYPE_Q6_K, rows, 4);
     struct err_stats s4 = measure(MK_DTYPE_Q4_K, rows, 4);
-    CHECK(s8.worst_rms_rel < s6.worst_rms_rel && s6.worst_rms_rel < s4.worst_rms_rel);
-    CHECK(s4.worst_rms_rel > 0.02); /* a 4-bit format cannot be this good on Gaussians */
+    MK_CHECK(s8.worst_rms_rel < s6.worst_rms_rel && s6.worst_rms_rel < s4.worst_rms_rel);
+    MK_CHECK(s4.worst_rms_rel > 0.02); /* a 4-bit format cannot be this good on Gaussians */
 
     /* zero rows quantize to blocks that decode to exact zeros */
     static const enum mk_dtype qtypes[] = {MK_DTYPE_Q8_0, MK_DTYPE_Q4_K, MK_DTYPE_Q6_K};
@@ -615,7 +599,7 @@ static void test_roundtrip_error(void)
         mk_quantize_row(qtypes[t], zero, buf, 512);
         mk_dequantize_row(qtypes[t], buf, y, 512);
         for (int i = 0; i < 512; i++)
-            CHECK(y[i] == 0.0f);
+            MK_CHECK(y[i] == 0.0f);
     }
 
     /* a row with a different magnitude per block: each block's error scales with the block */
@@ -623,7 +607,7 @@ static void test_roundtrip_error(void)
         rows[i] = rng_gauss() * ldexpf(1.0f, (i / 256) - 8);
     for (int t = 3; t < 6; t++) {
         struct err_stats st = measure(bounds[t].type, rows, 1);
-        CHECK(st.worst_block_rel <= bounds[t].block_bound);
+        MK_CHECK(st.worst_block_rel <= bounds[t].block_bound);
     }
     free(rows);
 }
@@ -663,9 +647,7 @@ static void test_dot(void)
             if (rel > worst[t])
                 worst[t] = rel;
             if (!(rel <= 1e-5)) {
-                fprintf(stderr, "dot %s trial %d: %.9g vs %.9g (rel %.3g)\n", info->name, trial,
-                        got, ref, rel);
-                g_failures++;
+                mk_test_fail("dot %s trial %d: %.9g vs %.9g (rel %.3g)", info->name, trial, got, ref, rel);
             }
         }
     }
@@ -700,10 +682,5 @@ int main(void)
     test_golden_blocks();
     test_roundtrip_error();
     test_dot();
-    if (g_failures) {
-        fprintf(stderr, "dtype_test: %d failure(s)\n", g_failures);
-        return 1;
-    }
-    printf("dtype_test: all passed\n");
-    return 0;
+    return mk_test_finish("dtype_test");
 }

@@ -27,16 +27,7 @@
 
 #include "runtime/gguf.h"
 #include "runtime/model.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
+#include "tests/test_util.h"
 
 #define SEED 7u
 
@@ -48,17 +39,6 @@ static const char *tmp_path(const char *name) {
     char *p = bufs[k++ % 4];
     snprintf(p, 700, "%s/%s", tmp_dir, name);
     return p;
-}
-
-static const char *models_dir(void) {
-    const char *cands[] = {getenv("MK_MODELS_DIR"), "../shared/models", "/work/shared/models"};
-    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
-        if (!cands[i] || !cands[i][0]) continue;
-        char probe[1100];
-        snprintf(probe, sizeof probe, "%s/stories260K-f32.gguf", cands[i]);
-        if (access(probe, R_OK) == 0) return cands[i];
-    }
-    return NULL;
 }
 
 static const char *const dtypes[] = {"f32", "f16", "bf16", "q8_0", "q4_k", "q6_k", "q4_k_m"};
@@ -75,7 +55,7 @@ static void check_weight(const struct mk_weight *w, uint64_t seed) {
     float *x = malloc((size_t)cols * sizeof *x), *y = malloc((size_t)cols * sizeof *y);
     const struct mk_dtype_info *info = mk_dtype_get(w->type);
     const int64_t blk = info->block_size > 1 ? info->block_size : 1;
-    const int failures_before = failures;
+    const int failures_before = mk_test_failures;
     double se = 0, sx = 0, block_rel = 0, elem_bad = 0;
     bool exact = true;
     for (int64_t r = 0; r < rows; r++) {
@@ -103,16 +83,16 @@ static void check_weight(const struct mk_weight *w, uint64_t seed) {
     ws->rms_rel = fmax(ws->rms_rel, rms_rel);
     ws->block_rel = fmax(ws->block_rel, block_rel);
     switch (w->type) {
-    case MK_DTYPE_F32: CHECK(exact); break;
+    case MK_DTYPE_F32: MK_CHECK(exact); break;
     case MK_DTYPE_F16:
-    case MK_DTYPE_BF16: CHECK(elem_bad == 0); break;
-    case MK_DTYPE_Q8_0: CHECK(rms_rel <= 0.0065 && block_rel <= 0.0045); break;
-    case MK_DTYPE_Q6_K: CHECK(rms_rel <= 0.021 && block_rel <= 0.025); break;
-    case MK_DTYPE_Q4_K: CHECK(rms_rel <= 0.085 && block_rel <= 0.12); break;
+    case MK_DTYPE_BF16: MK_CHECK(elem_bad == 0); break;
+    case MK_DTYPE_Q8_0: MK_CHECK(rms_rel <= 0.0065 && block_rel <= 0.0045); break;
+    case MK_DTYPE_Q6_K: MK_CHECK(rms_rel <= 0.021 && block_rel <= 0.025); break;
+    case MK_DTYPE_Q4_K: MK_CHECK(rms_rel <= 0.085 && block_rel <= 0.12); break;
     }
     /* Not all zeros: a broken writer could pass a relative bound on an empty tensor only if x were zero. */
-    CHECK(sx > 0);
-    if (failures != failures_before)
+    MK_CHECK(sx > 0);
+    if (mk_test_failures != failures_before)
         fprintf(stderr, "  (weight %s type %s rms_rel %g block_rel %g)\n", w->name, info->name, rms_rel, block_rel);
     free(x);
     free(y);
@@ -139,40 +119,39 @@ static void check_tiny_file(const char *path, const char *dtype, uint64_t seed) 
     struct mk_error err = {0};
     enum mk_status st = mk_model_load(path, &m, &err);
     if (st != MK_OK) fprintf(stderr, "%s: %s\n", path, err.msg);
-    CHECK(st == MK_OK);
+    MK_CHECK(st == MK_OK);
     if (st != MK_OK) return;
     const struct mk_gen_preset *pr = mk_gen_find_preset("tiny");
     const struct mk_llama_config *c = &m->cfg;
-    CHECK(!strcmp(c->arch, "llama"));
-    CHECK(c->n_embd == pr->n_embd && c->n_ff == pr->n_ff && c->n_layer == pr->n_layer);
-    CHECK(c->n_head == pr->n_head && c->n_head_kv == pr->n_head_kv && c->n_vocab == pr->n_vocab);
-    CHECK(c->head_dim == pr->n_embd / pr->n_head && c->head_dim % 2 == 0 && c->head_dim >= 8);
-    CHECK(c->n_rot == c->head_dim && c->rope_base == pr->rope_base && c->n_ctx_train == pr->n_ctx);
-    CHECK(c->tied_output && m->output.data == m->token_embd.data);
+    MK_CHECK(!strcmp(c->arch, "llama"));
+    MK_CHECK(c->n_embd == pr->n_embd && c->n_ff == pr->n_ff && c->n_layer == pr->n_layer);
+    MK_CHECK(c->n_head == pr->n_head && c->n_head_kv == pr->n_head_kv && c->n_vocab == pr->n_vocab);
+    MK_CHECK(c->head_dim == pr->n_embd / pr->n_head && c->head_dim % 2 == 0 && c->head_dim >= 8);
+    MK_CHECK(c->n_rot == c->head_dim && c->rope_base == pr->rope_base && c->n_ctx_train == pr->n_ctx);
+    MK_CHECK(c->tied_output && m->output.data == m->token_embd.data);
     const struct mk_vocab_data *v = &m->vocab;
-    CHECK(!strcmp(v->model, "llama") && v->n_tokens == pr->n_vocab);
-    CHECK(v->bos == 1 && v->eos == 2 && v->unk == 0 && v->add_bos && v->scores && v->types);
-    CHECK(mk_gguf_str_eq(v->tokens[0], "<unk>") && v->types[0] == 2);
-    CHECK(mk_gguf_str_eq(v->tokens[1], "<s>") && v->types[1] == 3);
-    CHECK(mk_gguf_str_eq(v->tokens[2], "</s>") && v->types[2] == 3);
-    CHECK(mk_gguf_str_eq(v->tokens[3], "<0x00>") && mk_gguf_str_eq(v->tokens[3 + 255], "<0xFF>") &&
-          v->types[258] == 6);
-    CHECK(mk_gguf_str_eq(v->tokens[259], "\xe2\x96\x81") && v->types[259] == 1);
-    CHECK(mk_gguf_str_eq(v->tokens[260], "\xe2\x96\x81" "a") && mk_gguf_str_eq(v->tokens[261], "a"));
-    CHECK(v->scores[260] > v->scores[261] && v->scores[261] > v->scores[v->n_tokens - 1]);
+    MK_CHECK(!strcmp(v->model, "llama") && v->n_tokens == pr->n_vocab);
+    MK_CHECK(v->bos == 1 && v->eos == 2 && v->unk == 0 && v->add_bos && v->scores && v->types);
+    MK_CHECK(mk_gguf_str_eq(v->tokens[0], "<unk>") && v->types[0] == 2);
+    MK_CHECK(mk_gguf_str_eq(v->tokens[1], "<s>") && v->types[1] == 3);
+    MK_CHECK(mk_gguf_str_eq(v->tokens[2], "</s>") && v->types[2] == 3);
+    MK_CHECK(mk_gguf_str_eq(v->tokens[3], "<0x00>") && mk_gguf_str_eq(v->tokens[3 + 255], "<0xFF>") &&
+             v->types[258] == 6);
+    MK_CHECK(mk_gguf_str_eq(v->tokens[259], "\xe2\x96\x81") && v->types[259] == 1);
+    MK_CHECK(mk_gguf_str_eq(v->tokens[260], "\xe2\x96\x81" "a") && mk_gguf_str_eq(v->tokens[261], "a"));
+    MK_CHECK(v->scores[260] > v->scores[261] && v->scores[261] > v->scores[v->n_tokens - 1]);
     for (uint32_t i = 0; i + 1 < v->n_tokens; i++)
         for (uint32_t j = i + 1; j < v->n_tokens; j++)
             if (v->tokens[i].len == v->tokens[j].len &&
                 !memcmp(v->tokens[i].data, v->tokens[j].data, v->tokens[i].len)) {
-                fprintf(stderr, "duplicate token %u %u\n", i, j);
-                failures++;
+                mk_test_fail("duplicate token %u %u", i, j);
             }
 
     struct mk_gguf *g = m->gguf;
     uint32_t ft = 999;
     struct mk_gen_format f;
     MK_ASSERT(mk_gen_parse_format(dtype, &f) == 0);
-    CHECK(mk_gguf_get_u32_opt(g, "general.file_type", &ft, NULL) == MK_OK && ft == mk_gen_file_type(f));
+    MK_CHECK(mk_gguf_get_u32_opt(g, "general.file_type", &ft, NULL) == MK_OK && ft == mk_gen_file_type(f));
 
     const struct mk_weight *ws[64];
     int n = 0;
@@ -188,31 +167,16 @@ static void check_tiny_file(const char *path, const char *dtype, uint64_t seed) 
         bool is_norm = ws[i]->rows == 1;
         enum mk_dtype want = expected_type(dtype, ws[i]->name, is_norm);
         if (ws[i]->type != want) fprintf(stderr, "%s: %s is %d, expected %d\n", path, ws[i]->name, ws[i]->type, want);
-        CHECK(ws[i]->type == want);
-        CHECK(want == mk_gen_tensor_type(f, ws[i]->name, is_norm ? 1 : 2, ws[i]->cols, c->n_layer, false));
+        MK_CHECK(ws[i]->type == want);
+        MK_CHECK(want == mk_gen_tensor_type(f, ws[i]->name, is_norm ? 1 : 2, ws[i]->cols, c->n_layer, false));
         check_weight(ws[i], seed);
     }
     mk_model_free(m);
 }
 
-static void *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *b = malloc(*n ? *n : 1);
-    if (b && fread(b, 1, *n, f) != *n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    return b;
-}
-
 static bool same_file(const char *a, const char *b) {
     size_t na = 0, nb = 0;
-    void *pa = read_all(a, &na), *pb = read_all(b, &nb);
+    void *pa = mk_test_read_file(a, &na), *pb = mk_test_read_file(b, &nb);
     bool same = pa && pb && na == nb && !memcmp(pa, pb, na);
     free(pa);
     free(pb);
@@ -224,12 +188,12 @@ static void test_values(void) {
     float all[3000], part[100];
     mk_gen_tensor_values(SEED, "blk.0.attn_q.weight", 256, 0, 3000, all);
     mk_gen_tensor_values(SEED, "blk.0.attn_q.weight", 256, 1234, 100, part);
-    CHECK(!memcmp(all + 1234, part, sizeof part));
+    MK_CHECK(!memcmp(all + 1234, part, sizeof part));
     /* Other names and seeds give other values. */
     mk_gen_tensor_values(SEED, "blk.0.attn_k.weight", 256, 1234, 100, part);
-    CHECK(memcmp(all + 1234, part, sizeof part) != 0);
+    MK_CHECK(memcmp(all + 1234, part, sizeof part) != 0);
     mk_gen_tensor_values(SEED + 1, "blk.0.attn_q.weight", 256, 1234, 100, part);
-    CHECK(memcmp(all + 1234, part, sizeof part) != 0);
+    MK_CHECK(memcmp(all + 1234, part, sizeof part) != 0);
 
     /* Matrices: mean 0, std 1/sqrt(cols); norms: mean 1, std 0.1. */
     enum { N = 200000 };
@@ -239,21 +203,21 @@ static void test_values(void) {
     for (int i = 0; i < N; i++) s += x[i], s2 += (double)x[i] * x[i], mx = fmax(mx, fabs(x[i]));
     double mean = s / N, sd = sqrt(s2 / N - mean * mean), want = 1 / sqrt(768.0);
     printf("matrix values: mean %.5f std %.5f (want %.5f) max %.4f\n", mean, sd, want, mx);
-    CHECK(fabs(mean) < 0.01 * want && fabs(sd - want) < 0.01 * want && mx <= 3.47 * want);
+    MK_CHECK(fabs(mean) < 0.01 * want && fabs(sd - want) < 0.01 * want && mx <= 3.47 * want);
     mk_gen_tensor_values(SEED, "blk.1.ffn_norm.weight", 256, 0, N, x);
     s = s2 = 0;
     for (int i = 0; i < N; i++) s += x[i], s2 += (double)x[i] * x[i];
     mean = s / N, sd = sqrt(s2 / N - mean * mean);
     printf("norm values: mean %.5f std %.5f\n", mean, sd);
-    CHECK(fabs(mean - 1) < 0.002 && fabs(sd - 0.1) < 0.002);
+    MK_CHECK(fabs(mean - 1) < 0.002 && fabs(sd - 0.1) < 0.002);
     free(x);
 }
 
 static void test_formats_api(void) {
     struct mk_gen_format f;
-    CHECK(mk_gen_parse_format("q4_k_m", &f) == 0 && f.q4_k_m && f.type == MK_DTYPE_Q4_K);
-    CHECK(mk_gen_parse_format("bf16", &f) == 0 && !f.q4_k_m && f.type == MK_DTYPE_BF16);
-    CHECK(mk_gen_parse_format("q4_0", &f) != 0 && mk_gen_parse_format("", &f) != 0);
+    MK_CHECK(mk_gen_parse_format("q4_k_m", &f) == 0 && f.q4_k_m && f.type == MK_DTYPE_Q4_K);
+    MK_CHECK(mk_gen_parse_format("bf16", &f) == 0 && !f.q4_k_m && f.type == MK_DTYPE_BF16);
+    MK_CHECK(mk_gen_parse_format("q4_0", &f) != 0 && mk_gen_parse_format("", &f) != 0);
     /* llama.cpp's use_more_bits over 16 layers: 0, 1 (first 1/8), 4, 7, 10, 13 (every third), 14, 15 (last 1/8). */
     MK_ASSERT(mk_gen_parse_format("q4_k_m", &f) == 0);
     const char *more = "1100100100100111";
@@ -261,35 +225,36 @@ static void test_formats_api(void) {
         char name[48];
         snprintf(name, sizeof name, "blk.%d.ffn_down.weight", l);
         enum mk_dtype t = mk_gen_tensor_type(f, name, 2, 8192, 16, false);
-        CHECK(t == (more[l] == '1' ? MK_DTYPE_Q6_K : MK_DTYPE_Q4_K));
+        MK_CHECK(t == (more[l] == '1' ? MK_DTYPE_Q6_K : MK_DTYPE_Q4_K));
         snprintf(name, sizeof name, "blk.%d.attn_q.weight", l);
-        CHECK(mk_gen_tensor_type(f, name, 2, 2048, 16, false) == MK_DTYPE_Q4_K);
+        MK_CHECK(mk_gen_tensor_type(f, name, 2, 2048, 16, false) == MK_DTYPE_Q4_K);
     }
-    CHECK(mk_gen_tensor_type(f, "output.weight", 2, 4096, 32, true) == MK_DTYPE_Q6_K);
-    CHECK(mk_gen_tensor_type(f, "token_embd.weight", 2, 4096, 32, true) == MK_DTYPE_Q4_K);
-    CHECK(mk_gen_tensor_type(f, "token_embd.weight", 2, 2048, 16, false) == MK_DTYPE_Q6_K);
-    CHECK(mk_gen_tensor_type(f, "output_norm.weight", 1, 2048, 16, false) == MK_DTYPE_F32);
+    MK_CHECK(mk_gen_tensor_type(f, "output.weight", 2, 4096, 32, true) == MK_DTYPE_Q6_K);
+    MK_CHECK(mk_gen_tensor_type(f, "token_embd.weight", 2, 4096, 32, true) == MK_DTYPE_Q4_K);
+    MK_CHECK(mk_gen_tensor_type(f, "token_embd.weight", 2, 2048, 16, false) == MK_DTYPE_Q6_K);
+    MK_CHECK(mk_gen_tensor_type(f, "output_norm.weight", 1, 2048, 16, false) == MK_DTYPE_F32);
     /* Rows a block does not divide fall back: K-quant -> q8_0 -> f16. */
-    CHECK(mk_gen_tensor_type(f, "blk.0.attn_q.weight", 2, 64, 5, true) == MK_DTYPE_Q8_0);
-    CHECK(mk_gen_tensor_type(f, "blk.0.ffn_down.weight", 2, 172, 5, true) == MK_DTYPE_F16);
-    CHECK(mk_gen_file_type(f) == 15);
+    MK_CHECK(mk_gen_tensor_type(f, "blk.0.attn_q.weight", 2, 64, 5, true) == MK_DTYPE_Q8_0);
+    MK_CHECK(mk_gen_tensor_type(f, "blk.0.ffn_down.weight", 2, 172, 5, true) == MK_DTYPE_F16);
+    MK_CHECK(mk_gen_file_type(f) == 15);
 
     struct mk_error err = {0};
     struct mk_gen_params p = mk_gen_default_params();
-    CHECK(!strcmp(p.preset, "tiny") && !strcmp(p.dtype, "f32") && p.seed == 42 && !p.progress);
+    MK_CHECK(!strcmp(p.preset, "tiny") && !strcmp(p.dtype, "f32") && p.seed == 42 && !p.progress);
     p.preset = "llama-70b";
-    CHECK(mk_gen_write(tmp_path("bad.gguf"), &p, &err) == MK_ERR_INVALID_ARG && strstr(err.msg, "llama-70b"));
+    MK_CHECK(mk_gen_write(tmp_path("bad.gguf"), &p, &err) == MK_ERR_INVALID_ARG && strstr(err.msg, "llama-70b"));
     p = mk_gen_default_params();
     p.dtype = "q5_k";
-    CHECK(mk_gen_write(tmp_path("bad.gguf"), &p, &err) == MK_ERR_INVALID_ARG && strstr(err.msg, "q5_k"));
-    CHECK(access(tmp_path("bad.gguf"), F_OK) != 0);
+    MK_CHECK(mk_gen_write(tmp_path("bad.gguf"), &p, &err) == MK_ERR_INVALID_ARG && strstr(err.msg, "q5_k"));
+    MK_CHECK(access(tmp_path("bad.gguf"), F_OK) != 0);
     p = mk_gen_default_params();
-    CHECK(mk_gen_write("/nonexistent-dir/x.gguf", &p, &err) == MK_ERR_IO && strstr(err.msg, "/nonexistent-dir/x.gguf"));
+    MK_CHECK(mk_gen_write("/nonexistent-dir/x.gguf", &p, &err) == MK_ERR_IO &&
+             strstr(err.msg, "/nonexistent-dir/x.gguf"));
 
     const struct mk_gen_preset *b1 = mk_gen_find_preset("llama-1b"), *b8 = mk_gen_find_preset("llama-8b");
-    CHECK(b1 && b1->n_embd == 2048 && b1->n_layer == 16 && b1->n_head == 32 && b1->n_head_kv == 8);
-    CHECK(b1 && b1->n_ff == 8192 && b1->n_vocab == 128256 && b1->tied_output && b1->rope_base == 500000.0f);
-    CHECK(b8 && b8->n_embd == 4096 && b8->n_layer == 32 && b8->n_ff == 14336 && !b8->tied_output);
+    MK_CHECK(b1 && b1->n_embd == 2048 && b1->n_layer == 16 && b1->n_head == 32 && b1->n_head_kv == 8);
+    MK_CHECK(b1 && b1->n_ff == 8192 && b1->n_vocab == 128256 && b1->tied_output && b1->rope_base == 500000.0f);
+    MK_CHECK(b8 && b8->n_embd == 4096 && b8->n_layer == 32 && b8->n_ff == 14336 && !b8->tied_output);
 }
 
 static void test_generated(void) {
@@ -302,7 +267,7 @@ static void test_generated(void) {
         struct mk_error err = {0};
         enum mk_status st = mk_gen_write(tmp_path(name), &p, &err);
         if (st != MK_OK) fprintf(stderr, "gen %s: %s\n", dtypes[i], err.msg);
-        CHECK(st == MK_OK);
+        MK_CHECK(st == MK_OK);
         if (st == MK_OK) check_tiny_file(tmp_path(name), dtypes[i], SEED);
     }
     /* Deterministic: the same parameters give the same bytes; another seed other weights. */
@@ -310,12 +275,12 @@ static void test_generated(void) {
     p.dtype = "q4_k_m";
     p.seed = SEED;
     struct mk_error err = {0};
-    CHECK(mk_gen_write(tmp_path("again.gguf"), &p, &err) == MK_OK);
-    CHECK(same_file(tmp_path("again.gguf"), tmp_path("tiny-q4_k_m.gguf")));
+    MK_CHECK(mk_gen_write(tmp_path("again.gguf"), &p, &err) == MK_OK);
+    MK_CHECK(same_file(tmp_path("again.gguf"), tmp_path("tiny-q4_k_m.gguf")));
     p.dtype = "f32";
     p.seed = SEED + 1;
-    CHECK(mk_gen_write(tmp_path("seed8.gguf"), &p, &err) == MK_OK);
-    CHECK(!same_file(tmp_path("seed8.gguf"), tmp_path("tiny-f32.gguf")));
+    MK_CHECK(mk_gen_write(tmp_path("seed8.gguf"), &p, &err) == MK_OK);
+    MK_CHECK(!same_file(tmp_path("seed8.gguf"), tmp_path("tiny-f32.gguf")));
     check_tiny_file(tmp_path("seed8.gguf"), "f32", SEED + 1);
 }
 
@@ -328,7 +293,7 @@ static void test_quantize(void) {
         snprintf(name, sizeof name, "requant-%s.gguf", dtypes[i]);
         enum mk_status st = mk_gen_quantize_file(src, tmp_path(name), dtypes[i], false, &err);
         if (st != MK_OK) fprintf(stderr, "quantize %s: %s\n", dtypes[i], err.msg);
-        CHECK(st == MK_OK);
+        MK_CHECK(st == MK_OK);
         if (st != MK_OK) continue;
         check_tiny_file(tmp_path(name), dtypes[i], SEED);
         /* The same quantizer on the same floats: identical to generating that dtype directly. */
@@ -337,53 +302,53 @@ static void test_quantize(void) {
         char rq[64];
         snprintf(rq, sizeof rq, "requant-%s.gguf", dtypes[i]);
         if (mk_model_load(tmp_path(name), &a, &err) == MK_OK && mk_model_load(tmp_path(rq), &b, &err) == MK_OK) {
-            CHECK(a->layers[3].w_down.n_bytes == b->layers[3].w_down.n_bytes &&
-                  !memcmp(a->layers[3].w_down.data, b->layers[3].w_down.data, a->layers[3].w_down.n_bytes));
-            CHECK(!memcmp(a->token_embd.data, b->token_embd.data, a->token_embd.n_bytes));
+            MK_CHECK(a->layers[3].w_down.n_bytes == b->layers[3].w_down.n_bytes &&
+                     !memcmp(a->layers[3].w_down.data, b->layers[3].w_down.data, a->layers[3].w_down.n_bytes));
+            MK_CHECK(!memcmp(a->token_embd.data, b->token_embd.data, a->token_embd.n_bytes));
             /* Metadata is carried over: vocab and name are the source's. */
-            CHECK(a->vocab.n_tokens == b->vocab.n_tokens &&
-                  mk_gguf_kv_count(a->gguf) == mk_gguf_kv_count(b->gguf));
+            MK_CHECK(a->vocab.n_tokens == b->vocab.n_tokens &&
+                     mk_gguf_kv_count(a->gguf) == mk_gguf_kv_count(b->gguf));
             struct mk_gguf_str n1 = {0, NULL}, n2 = {0, NULL};
             mk_gguf_get_str_opt(b->gguf, "general.name", &n1, NULL);
-            CHECK(n1.data && mk_gguf_str_eq(n1, "mk synthetic tiny f32"));
+            MK_CHECK(n1.data && mk_gguf_str_eq(n1, "mk synthetic tiny f32"));
             mk_gguf_get_str_opt(b->gguf, "tokenizer.ggml.model", &n2, NULL);
-            CHECK(n2.data && mk_gguf_str_eq(n2, "llama"));
+            MK_CHECK(n2.data && mk_gguf_str_eq(n2, "llama"));
         } else {
-            CHECK(0);
+            MK_CHECK(0);
         }
         mk_model_free(a);
         mk_model_free(b);
     }
     /* bf16 back to f32 is exact; a file already in the target format is copied byte for byte. */
-    CHECK(mk_gen_quantize_file(tmp_path("tiny-bf16.gguf"), tmp_path("bf16-f32.gguf"), "f32", false, &err) == MK_OK);
+    MK_CHECK(mk_gen_quantize_file(tmp_path("tiny-bf16.gguf"), tmp_path("bf16-f32.gguf"), "f32", false, &err) == MK_OK);
     struct mk_model *a = NULL, *b = NULL;
     if (mk_model_load(tmp_path("bf16-f32.gguf"), &a, &err) == MK_OK &&
         mk_model_load(tmp_path("tiny-bf16.gguf"), &b, &err) == MK_OK) {
-        CHECK(a->layers[1].wq.type == MK_DTYPE_F32);
+        MK_CHECK(a->layers[1].wq.type == MK_DTYPE_F32);
         float *x = malloc(256 * sizeof *x);
         mk_dequantize_row(MK_DTYPE_BF16, b->layers[1].wq.data, x, 256);
-        CHECK(!memcmp(x, a->layers[1].wq.data, 256 * sizeof *x));
+        MK_CHECK(!memcmp(x, a->layers[1].wq.data, 256 * sizeof *x));
         free(x);
     } else {
-        CHECK(0);
+        MK_CHECK(0);
     }
     mk_model_free(a);
     mk_model_free(b);
-    CHECK(mk_gen_quantize_file(tmp_path("tiny-q4_k_m.gguf"), tmp_path("copy.gguf"), "q4_k_m", false, &err) == MK_OK);
-    CHECK(same_file(tmp_path("tiny-q4_k_m.gguf"), tmp_path("copy.gguf")));
+    MK_CHECK(mk_gen_quantize_file(tmp_path("tiny-q4_k_m.gguf"), tmp_path("copy.gguf"), "q4_k_m", false, &err) == MK_OK);
+    MK_CHECK(same_file(tmp_path("tiny-q4_k_m.gguf"), tmp_path("copy.gguf")));
 
     /* Errors name the file; nothing is left behind. */
-    CHECK(mk_gen_quantize_file(src, src, "q8_0", false, &err) == MK_ERR_INVALID_ARG);
-    CHECK(mk_gen_quantize_file(tmp_path("none.gguf"), tmp_path("out.gguf"), "q8_0", false, &err) == MK_ERR_IO &&
-          strstr(err.msg, "none.gguf"));
-    CHECK(mk_gen_quantize_file(src, tmp_path("out.gguf"), "q3_k", false, &err) == MK_ERR_INVALID_ARG &&
-          strstr(err.msg, "q3_k"));
-    CHECK(access(tmp_path("out.gguf"), F_OK) != 0);
+    MK_CHECK(mk_gen_quantize_file(src, src, "q8_0", false, &err) == MK_ERR_INVALID_ARG);
+    MK_CHECK(mk_gen_quantize_file(tmp_path("none.gguf"), tmp_path("out.gguf"), "q8_0", false, &err) == MK_ERR_IO &&
+             strstr(err.msg, "none.gguf"));
+    MK_CHECK(mk_gen_quantize_file(src, tmp_path("out.gguf"), "q3_k", false, &err) == MK_ERR_INVALID_ARG &&
+             strstr(err.msg, "q3_k"));
+    MK_CHECK(access(tmp_path("out.gguf"), F_OK) != 0);
 }
 
 /* A real model: stories260K's rows (64 and 172 wide) cannot take K-quant blocks. */
 static void test_quantize_stories(void) {
-    const char *dir = models_dir();
+    const char *dir = mk_test_models_dir("stories260K-f32.gguf");
     if (!dir) {
         printf("SKIP: models dir not found (set MK_MODELS_DIR); stories260K requantization skipped\n");
         return;
@@ -393,30 +358,28 @@ static void test_quantize_stories(void) {
     struct mk_error err = {0};
     enum mk_status st = mk_gen_quantize_file(in, tmp_path("stories-q4_k_m.gguf"), "q4_k_m", false, &err);
     if (st != MK_OK) fprintf(stderr, "quantize stories: %s\n", err.msg);
-    CHECK(st == MK_OK);
+    MK_CHECK(st == MK_OK);
     struct mk_model *a = NULL, *b = NULL;
     if (st == MK_OK && mk_model_load(tmp_path("stories-q4_k_m.gguf"), &a, &err) == MK_OK &&
         mk_model_load(in, &b, &err) == MK_OK) {
-        CHECK(a->layers[0].wq.type == MK_DTYPE_Q8_0 && a->layers[0].w_down.type == MK_DTYPE_F16);
-        CHECK(a->output.type == MK_DTYPE_Q8_0 && a->layers[0].ffn_norm.type == MK_DTYPE_F32);
-        CHECK(!memcmp(a->layers[0].ffn_norm.data, b->layers[0].ffn_norm.data, 64 * 4));
-        CHECK(a->vocab.n_tokens == 512 && mk_gguf_kv_count(a->gguf) == mk_gguf_kv_count(b->gguf) + 1);
+        MK_CHECK(a->layers[0].wq.type == MK_DTYPE_Q8_0 && a->layers[0].w_down.type == MK_DTYPE_F16);
+        MK_CHECK(a->output.type == MK_DTYPE_Q8_0 && a->layers[0].ffn_norm.type == MK_DTYPE_F32);
+        MK_CHECK(!memcmp(a->layers[0].ffn_norm.data, b->layers[0].ffn_norm.data, 64 * 4));
+        MK_CHECK(a->vocab.n_tokens == 512 && mk_gguf_kv_count(a->gguf) == mk_gguf_kv_count(b->gguf) + 1);
         /* f32 -> f16 of ffn_down: within half an ulp of the original. */
         float y[172];
         const float *x = b->layers[4].w_down.data;
         mk_dequantize_row(MK_DTYPE_F16, a->layers[4].w_down.data, y, 172);
-        for (int i = 0; i < 172; i++) CHECK(fabsf(y[i] - x[i]) <= fmaxf(ldexpf(fabsf(x[i]), -11), ldexpf(1, -25)));
+        for (int i = 0; i < 172; i++) MK_CHECK(fabsf(y[i] - x[i]) <= fmaxf(ldexpf(fabsf(x[i]), -11), ldexpf(1, -25)));
     } else {
-        CHECK(0);
+        MK_CHECK(0);
     }
     mk_model_free(a);
     mk_model_free(b);
 }
 
 int main(void) {
-    const char *base = getenv("TEST_TMPDIR");
-    snprintf(tmp_dir, sizeof tmp_dir, "%s/gen_test.XXXXXX", base && base[0] ? base : "/tmp");
-    if (!mkdtemp(tmp_dir)) {
+    if (!mk_test_make_tmp_dir(tmp_dir, sizeof tmp_dir, "gen_test.")) {
         perror("mkdtemp");
         return 1;
     }
@@ -429,13 +392,6 @@ int main(void) {
     for (size_t i = 0; i < 3; i++)
         printf("%-5s worst tensor rms_rel %.5f, worst block max_rel %.5f\n", mk_dtype_get(shown[i])->name,
                worst[shown[i]].rms_rel, worst[shown[i]].block_rel);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
-    if (failures) {
-        fprintf(stderr, "gen_test: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("gen_test: all checks passed\n");
-    return 0;
+    mk_test_remove_tree(tmp_dir);
+    return mk_test_finish("gen_test");
 }

@@ -12,17 +12,9 @@
 #include "runtime/dtype.h"
 #include "runtime/gguf.h"
 #include "runtime/status.h"
+#include "tests/test_util.h"
 
-static int g_failures;
 static int g_hostile_cases;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            g_failures++;                                                        \
-        }                                                                        \
-    } while (0)
 
 /* ---- A small in-memory GGUF builder ---- */
 
@@ -209,9 +201,8 @@ static void expect_fail_at(const char *label, int line, const struct buf *b, enu
     bool ok = st == want && g == NULL && err.status == want && strstr(err.msg, HOSTILE_NAME) == err.msg &&
               (!s1 || strstr(err.msg, s1)) && (!s2 || strstr(err.msg, s2));
     if (!ok) {
-        fprintf(stderr, "line %d: hostile case '%s': got status %d (%s), want %d; message: %s\n  want pieces: '%s' '%s'\n",
-                line, label, st, mk_status_str(st), want, err.msg, s1 ? s1 : "", s2 ? s2 : "");
-        g_failures++;
+        mk_test_fail("line %d: hostile case '%s': got status %d (%s), want %d; message: %s\n  want pieces: '%s' '%s'",
+                     line, label, st, mk_status_str(st), want, err.msg, s1 ? s1 : "", s2 ? s2 : "");
     }
     if (st == MK_OK && g)
         mk_gguf_close(g);
@@ -227,22 +218,15 @@ static struct mk_gguf *open_ok(const struct buf *b)
     mk_error_clear(&err);
     enum mk_status st = mk_gguf_open_memory(b->d, b->n, "valid.gguf", &g, &err);
     if (st != MK_OK) {
-        fprintf(stderr, "unexpected failure: %s\n", err.msg);
-        g_failures++;
+        mk_test_fail("unexpected failure: %s", err.msg);
         return NULL;
     }
     return g;
 }
 
-static const char *tmp_dir(void)
-{
-    const char *t = getenv("TEST_TMPDIR");
-    return t && *t ? t : "/tmp";
-}
-
 static void tmp_path(char *out, size_t cap, const char *what)
 {
-    snprintf(out, cap, "%s/mk_gguf_test_%d_%s", tmp_dir(), (int)getpid(), what);
+    snprintf(out, cap, "%s/mk_gguf_test_%d_%s", mk_test_tmp_base(), (int)getpid(), what);
 }
 
 static void write_file(const char *path, const struct buf *b)
@@ -562,9 +546,9 @@ static void test_known_key_cases(void)
     put_data(&b, 32, 0);
     g = open_ok(&b);
     if (g) {
-        CHECK(mk_gguf_alignment(g) == 64);
-        CHECK(mk_gguf_data_offset(g) % 64 == 0);
-        CHECK(mk_gguf_tensor_at(g, 0)->data == b.d + mk_gguf_data_offset(g));
+        MK_CHECK(mk_gguf_alignment(g) == 64);
+        MK_CHECK(mk_gguf_data_offset(g) % 64 == 0);
+        MK_CHECK(mk_gguf_tensor_at(g, 0)->data == b.d + mk_gguf_data_offset(g));
     }
     mk_gguf_close(g);
     free(b.d);
@@ -715,8 +699,8 @@ static void test_open_file_cases(void)
 
     tmp_path(path, sizeof path, "empty.gguf");
     write_file(path, &b);
-    CHECK(mk_gguf_open(path, &g, &err) == MK_ERR_FORMAT && g == NULL);
-    CHECK(strstr(err.msg, path) == err.msg && strstr(err.msg, "file size = 0"));
+    MK_CHECK(mk_gguf_open(path, &g, &err) == MK_ERR_FORMAT && g == NULL);
+    MK_CHECK(strstr(err.msg, path) == err.msg && strstr(err.msg, "file size = 0"));
     g_hostile_cases++;
     unlink(path);
 
@@ -727,8 +711,8 @@ static void test_open_file_cases(void)
     put_zeros(&b, 64);
     tmp_path(path, sizeof path, "ndims.gguf");
     write_file(path, &b);
-    CHECK(mk_gguf_open(path, &g, &err) == MK_ERR_FORMAT && g == NULL);
-    CHECK(strstr(err.msg, path) == err.msg && strstr(err.msg, "tensor 'model.norm': n_dims = 7"));
+    MK_CHECK(mk_gguf_open(path, &g, &err) == MK_ERR_FORMAT && g == NULL);
+    MK_CHECK(strstr(err.msg, path) == err.msg && strstr(err.msg, "tensor 'model.norm': n_dims = 7"));
     g_hostile_cases++;
     unlink(path);
 
@@ -736,28 +720,28 @@ static void test_open_file_cases(void)
     one_tensor(&b, "t", 1, ne, MK_DTYPE_F32, 0, 16);
     tmp_path(path, sizeof path, "short.gguf");
     write_file(path, &b);
-    CHECK(mk_gguf_open(path, &g, &err) == MK_ERR_FORMAT && g == NULL);
-    CHECK(strstr(err.msg, path) == err.msg && strstr(err.msg, "runs past the end"));
+    MK_CHECK(mk_gguf_open(path, &g, &err) == MK_ERR_FORMAT && g == NULL);
+    MK_CHECK(strstr(err.msg, path) == err.msg && strstr(err.msg, "runs past the end"));
     g_hostile_cases++;
     unlink(path);
 
-    CHECK(mk_gguf_open("/nonexistent/dir/x.gguf", &g, &err) == MK_ERR_IO && g == NULL);
-    CHECK(strstr(err.msg, "/nonexistent/dir/x.gguf") && strstr(err.msg, "cannot open"));
-    CHECK(mk_gguf_open(tmp_dir(), &g, &err) == MK_ERR_IO && g == NULL);
-    CHECK(strstr(err.msg, "not a regular file") != NULL);
+    MK_CHECK(mk_gguf_open("/nonexistent/dir/x.gguf", &g, &err) == MK_ERR_IO && g == NULL);
+    MK_CHECK(strstr(err.msg, "/nonexistent/dir/x.gguf") && strstr(err.msg, "cannot open"));
+    MK_CHECK(mk_gguf_open(mk_test_tmp_base(), &g, &err) == MK_ERR_IO && g == NULL);
+    MK_CHECK(strstr(err.msg, "not a regular file") != NULL);
 
     /* A valid file through the mmap path: tensor data lands inside the map, aligned. */
     reset(&b);
     build_valid(&b, 3);
     tmp_path(path, sizeof path, "valid.gguf");
     write_file(path, &b);
-    CHECK(mk_gguf_open(path, &g, &err) == MK_OK);
+    MK_CHECK(mk_gguf_open(path, &g, &err) == MK_OK);
     if (g) {
-        CHECK(strcmp(mk_gguf_path(g), path) == 0);
-        CHECK(mk_gguf_file_size(g) == b.n);
+        MK_CHECK(strcmp(mk_gguf_path(g), path) == 0);
+        MK_CHECK(mk_gguf_file_size(g) == b.n);
         const struct mk_gguf_tensor *c = mk_gguf_find_tensor(g, "c");
-        CHECK(c && ((uintptr_t)c->data % 32) == 0);
-        CHECK(c && memcmp(c->data, b.d + b.n - 68, 68) == 0);
+        MK_CHECK(c && ((uintptr_t)c->data % 32) == 0);
+        MK_CHECK(c && memcmp(c->data, b.d + b.n - 68, 68) == 0);
         mk_gguf_close(g);
     }
     unlink(path);
@@ -775,89 +759,89 @@ static void test_valid(uint32_t version)
         free(b.d);
         return;
     }
-    CHECK(mk_gguf_version(g) == version);
-    CHECK(mk_gguf_kv_count(g) == VALID_KVS);
-    CHECK(mk_gguf_tensor_count(g) == VALID_TENSORS);
-    CHECK(mk_gguf_alignment(g) == 32);
-    CHECK(mk_gguf_data_offset(g) == b.n - 32 - 32 - 68);
-    CHECK(mk_gguf_kv_at(g, VALID_KVS) == NULL && mk_gguf_tensor_at(g, VALID_TENSORS) == NULL);
-    CHECK(mk_gguf_str_eq(mk_gguf_kv_at(g, 0)->key, "general.architecture"));
-    CHECK(mk_gguf_find_kv(g, "missing") == NULL && mk_gguf_find_tensor(g, "missing") == NULL);
-    CHECK(mk_gguf_find_kv(g, "x.u") == NULL && mk_gguf_find_kv(g, "x.u88") == NULL);
+    MK_CHECK(mk_gguf_version(g) == version);
+    MK_CHECK(mk_gguf_kv_count(g) == VALID_KVS);
+    MK_CHECK(mk_gguf_tensor_count(g) == VALID_TENSORS);
+    MK_CHECK(mk_gguf_alignment(g) == 32);
+    MK_CHECK(mk_gguf_data_offset(g) == b.n - 32 - 32 - 68);
+    MK_CHECK(mk_gguf_kv_at(g, VALID_KVS) == NULL && mk_gguf_tensor_at(g, VALID_TENSORS) == NULL);
+    MK_CHECK(mk_gguf_str_eq(mk_gguf_kv_at(g, 0)->key, "general.architecture"));
+    MK_CHECK(mk_gguf_find_kv(g, "missing") == NULL && mk_gguf_find_tensor(g, "missing") == NULL);
+    MK_CHECK(mk_gguf_find_kv(g, "x.u") == NULL && mk_gguf_find_kv(g, "x.u88") == NULL);
 
     const struct mk_gguf_kv *kv = mk_gguf_find_kv(g, "tokenizer.ggml.tokens");
-    CHECK(kv && kv->type == MK_GGUF_ARRAY && kv->v.arr.elem_type == MK_GGUF_STRING && kv->v.arr.n == 3);
+    MK_CHECK(kv && kv->type == MK_GGUF_ARRAY && kv->v.arr.elem_type == MK_GGUF_STRING && kv->v.arr.n == 3);
     if (kv && kv->v.arr.strs) {
-        CHECK(mk_gguf_str_eq(kv->v.arr.strs[0], "<s>"));
-        CHECK(mk_gguf_str_eq(kv->v.arr.strs[1], ""));
-        CHECK(mk_gguf_str_eq(kv->v.arr.strs[2], "hello"));
+        MK_CHECK(mk_gguf_str_eq(kv->v.arr.strs[0], "<s>"));
+        MK_CHECK(mk_gguf_str_eq(kv->v.arr.strs[1], ""));
+        MK_CHECK(mk_gguf_str_eq(kv->v.arr.strs[2], "hello"));
     }
     kv = mk_gguf_find_kv(g, "tokenizer.ggml.scores");
-    CHECK(kv && kv->v.arr.elem_type == MK_GGUF_FLOAT32 && kv->v.arr.n == 3);
+    MK_CHECK(kv && kv->v.arr.elem_type == MK_GGUF_FLOAT32 && kv->v.arr.n == 3);
     if (kv) {
         float s[3];
         memcpy(s, kv->v.arr.data, sizeof s);
-        CHECK(s[0] == 0.0f && s[1] == -1.0f && s[2] == -2.0f);
+        MK_CHECK(s[0] == 0.0f && s[1] == -1.0f && s[2] == -2.0f);
     }
     kv = mk_gguf_find_kv(g, "x.u8");
-    CHECK(kv && kv->type == MK_GGUF_UINT8 && kv->v.u64 == 200);
+    MK_CHECK(kv && kv->type == MK_GGUF_UINT8 && kv->v.u64 == 200);
     kv = mk_gguf_find_kv(g, "x.i8");
-    CHECK(kv && kv->type == MK_GGUF_INT8 && kv->v.i64 == -128);
+    MK_CHECK(kv && kv->type == MK_GGUF_INT8 && kv->v.i64 == -128);
     kv = mk_gguf_find_kv(g, "x.u16");
-    CHECK(kv && kv->v.u64 == 0x1234);
+    MK_CHECK(kv && kv->v.u64 == 0x1234);
     kv = mk_gguf_find_kv(g, "x.i16");
-    CHECK(kv && kv->v.i64 == -2);
+    MK_CHECK(kv && kv->v.i64 == -2);
     kv = mk_gguf_find_kv(g, "x.u64");
-    CHECK(kv && kv->v.u64 == 1ull << 40);
+    MK_CHECK(kv && kv->v.u64 == 1ull << 40);
     kv = mk_gguf_find_kv(g, "x.i64");
-    CHECK(kv && kv->v.i64 == -5);
+    MK_CHECK(kv && kv->v.i64 == -5);
     kv = mk_gguf_find_kv(g, "x.f64");
-    CHECK(kv && kv->type == MK_GGUF_FLOAT64 && kv->v.f64 == 2.5);
+    MK_CHECK(kv && kv->type == MK_GGUF_FLOAT64 && kv->v.f64 == 2.5);
     kv = mk_gguf_find_kv(g, "x.bool");
-    CHECK(kv && kv->type == MK_GGUF_BOOL && kv->v.u64 == 1);
+    MK_CHECK(kv && kv->type == MK_GGUF_BOOL && kv->v.u64 == 1);
     kv = mk_gguf_find_kv(g, "x.bools");
-    CHECK(kv && kv->v.arr.n == 2 && ((const uint8_t *)kv->v.arr.data)[1] == 1);
+    MK_CHECK(kv && kv->v.arr.n == 2 && ((const uint8_t *)kv->v.arr.data)[1] == 1);
     kv = mk_gguf_find_kv(g, "x.empty");
-    CHECK(kv && kv->v.arr.n == 0 && kv->v.arr.strs == NULL);
+    MK_CHECK(kv && kv->v.arr.n == 0 && kv->v.arr.strs == NULL);
 
     const struct mk_gguf_tensor *t = mk_gguf_find_tensor(g, "a");
-    CHECK(t && t->n_dims == 2 && t->ne[0] == 4 && t->ne[1] == 2 && t->ne[2] == 1 && t->ne[3] == 1);
-    CHECK(t && t->n_elements == 8 && t->n_bytes == 32 && t->offset == 0);
-    CHECK(t && t->data == b.d + mk_gguf_data_offset(g));
+    MK_CHECK(t && t->n_dims == 2 && t->ne[0] == 4 && t->ne[1] == 2 && t->ne[2] == 1 && t->ne[3] == 1);
+    MK_CHECK(t && t->n_elements == 8 && t->n_bytes == 32 && t->offset == 0);
+    MK_CHECK(t && t->data == b.d + mk_gguf_data_offset(g));
     t = mk_gguf_find_tensor(g, "b");
-    CHECK(t && t->type == MK_DTYPE_F16 && t->n_bytes == 16 && t->offset == 32);
+    MK_CHECK(t && t->type == MK_DTYPE_F16 && t->n_bytes == 16 && t->offset == 32);
     t = mk_gguf_find_tensor(g, "c");
-    CHECK(t && t->type == MK_DTYPE_Q8_0 && t->n_elements == 64 && t->n_bytes == 68);
-    CHECK(t && (const uint8_t *)t->data + t->n_bytes == b.d + b.n);
+    MK_CHECK(t && t->type == MK_DTYPE_Q8_0 && t->n_elements == 64 && t->n_bytes == 68);
+    MK_CHECK(t && (const uint8_t *)t->data + t->n_bytes == b.d + b.n);
 
     /* Getters. */
     struct mk_error err;
     uint32_t u = 77;
     float f = 3.0f;
     struct mk_gguf_str s = {0, NULL};
-    CHECK(mk_gguf_get_u32(g, "x.u8", &u, &err) == MK_OK && u == 200);
-    CHECK(mk_gguf_get_u32(g, "llama.context_length", &u, &err) == MK_OK && u == 128);
-    CHECK(mk_gguf_get_u32(g, "x.i8", &u, &err) == MK_ERR_FORMAT);
-    CHECK(strstr(err.msg, "valid.gguf") && strstr(err.msg, "x.i8") && strstr(err.msg, "-128"));
-    CHECK(mk_gguf_get_u32(g, "x.u64", &u, &err) == MK_ERR_FORMAT && strstr(err.msg, "1099511627776"));
-    CHECK(mk_gguf_get_u32(g, "general.name", &u, &err) == MK_ERR_FORMAT && strstr(err.msg, "type is string"));
-    CHECK(mk_gguf_get_u32(g, "llama.block_count", &u, &err) == MK_ERR_FORMAT);
-    CHECK(strstr(err.msg, "valid.gguf") && strstr(err.msg, "'llama.block_count' is missing"));
+    MK_CHECK(mk_gguf_get_u32(g, "x.u8", &u, &err) == MK_OK && u == 200);
+    MK_CHECK(mk_gguf_get_u32(g, "llama.context_length", &u, &err) == MK_OK && u == 128);
+    MK_CHECK(mk_gguf_get_u32(g, "x.i8", &u, &err) == MK_ERR_FORMAT);
+    MK_CHECK(strstr(err.msg, "valid.gguf") && strstr(err.msg, "x.i8") && strstr(err.msg, "-128"));
+    MK_CHECK(mk_gguf_get_u32(g, "x.u64", &u, &err) == MK_ERR_FORMAT && strstr(err.msg, "1099511627776"));
+    MK_CHECK(mk_gguf_get_u32(g, "general.name", &u, &err) == MK_ERR_FORMAT && strstr(err.msg, "type is string"));
+    MK_CHECK(mk_gguf_get_u32(g, "llama.block_count", &u, &err) == MK_ERR_FORMAT);
+    MK_CHECK(strstr(err.msg, "valid.gguf") && strstr(err.msg, "'llama.block_count' is missing"));
     u = 77;
-    CHECK(mk_gguf_get_u32_opt(g, "llama.block_count", &u, &err) == MK_OK && u == 77);
-    CHECK(mk_gguf_get_f32_opt(g, "llama.rope.freq_base", &f, &err) == MK_OK && f == 10000.0f);
-    CHECK(mk_gguf_get_f32_opt(g, "x.f64", &f, &err) == MK_OK && f == 2.5f);
+    MK_CHECK(mk_gguf_get_u32_opt(g, "llama.block_count", &u, &err) == MK_OK && u == 77);
+    MK_CHECK(mk_gguf_get_f32_opt(g, "llama.rope.freq_base", &f, &err) == MK_OK && f == 10000.0f);
+    MK_CHECK(mk_gguf_get_f32_opt(g, "x.f64", &f, &err) == MK_OK && f == 2.5f);
     f = 3.0f;
-    CHECK(mk_gguf_get_f32_opt(g, "nope", &f, &err) == MK_OK && f == 3.0f);
-    CHECK(mk_gguf_get_f32_opt(g, "x.u8", &f, &err) == MK_ERR_FORMAT && strstr(err.msg, "type is uint8"));
-    CHECK(mk_gguf_get_str(g, "general.name", &s, &err) == MK_OK && mk_gguf_str_eq(s, "tiny"));
-    CHECK(mk_gguf_get_str(g, "tokenizer.ggml.tokens", &s, &err) == MK_ERR_FORMAT);
-    CHECK(strstr(err.msg, "type is array of string, must be string") != NULL);
-    CHECK(mk_gguf_get_str(g, "general.basename", &s, &err) == MK_ERR_FORMAT && strstr(err.msg, "missing"));
+    MK_CHECK(mk_gguf_get_f32_opt(g, "nope", &f, &err) == MK_OK && f == 3.0f);
+    MK_CHECK(mk_gguf_get_f32_opt(g, "x.u8", &f, &err) == MK_ERR_FORMAT && strstr(err.msg, "type is uint8"));
+    MK_CHECK(mk_gguf_get_str(g, "general.name", &s, &err) == MK_OK && mk_gguf_str_eq(s, "tiny"));
+    MK_CHECK(mk_gguf_get_str(g, "tokenizer.ggml.tokens", &s, &err) == MK_ERR_FORMAT);
+    MK_CHECK(strstr(err.msg, "type is array of string, must be string") != NULL);
+    MK_CHECK(mk_gguf_get_str(g, "general.basename", &s, &err) == MK_ERR_FORMAT && strstr(err.msg, "missing"));
     s.len = 99;
-    CHECK(mk_gguf_get_str_opt(g, "general.basename", &s, &err) == MK_OK && s.len == 99);
-    CHECK(strcmp(mk_gguf_type_name(MK_GGUF_FLOAT64), "float64") == 0);
-    CHECK(strcmp(mk_gguf_type_name((enum mk_gguf_type)99), "unknown") == 0);
+    MK_CHECK(mk_gguf_get_str_opt(g, "general.basename", &s, &err) == MK_OK && s.len == 99);
+    MK_CHECK(strcmp(mk_gguf_type_name(MK_GGUF_FLOAT64), "float64") == 0);
+    MK_CHECK(strcmp(mk_gguf_type_name((enum mk_gguf_type)99), "unknown") == 0);
     mk_gguf_close(g);
     free(b.d);
 }
@@ -888,13 +872,13 @@ static void test_many_entries(void)
         for (int i = 0; i < N; i += 997) {
             snprintf(name, sizeof name, "k.%d", i);
             const struct mk_gguf_kv *kv = mk_gguf_find_kv(g, name);
-            CHECK(kv && kv->v.u64 == (uint64_t)i);
+            MK_CHECK(kv && kv->v.u64 == (uint64_t)i);
             snprintf(name, sizeof name, "t.%d", i);
             const struct mk_gguf_tensor *t = mk_gguf_find_tensor(g, name);
             uint32_t v = 0;
             if (t)
                 memcpy(&v, t->data, 4);
-            CHECK(t && v == (uint32_t)i);
+            MK_CHECK(t && v == (uint32_t)i);
         }
         mk_gguf_close(g);
     }
@@ -929,7 +913,7 @@ static uint64_t touch_all(const struct mk_gguf *g)
         const struct mk_gguf_kv *kv = mk_gguf_kv_at(g, i);
         for (uint64_t j = 0; j < kv->key.len; j++)
             sum += (unsigned char)kv->key.data[j];
-        CHECK(mk_gguf_find_kv(g, "") == NULL);
+        MK_CHECK(mk_gguf_find_kv(g, "") == NULL);
         if (kv->type == MK_GGUF_STRING) {
             for (uint64_t j = 0; j < kv->v.str.len; j++)
                 sum += (unsigned char)kv->v.str.data[j];
@@ -954,9 +938,9 @@ static uint64_t touch_all(const struct mk_gguf *g)
     }
     for (uint64_t i = 0; i < mk_gguf_tensor_count(g); i++) {
         const struct mk_gguf_tensor *t = mk_gguf_tensor_at(g, i);
-        CHECK(mk_dtype_get(t->type) != NULL);
-        CHECK(t->offset % mk_gguf_alignment(g) == 0);
-        CHECK(mk_gguf_data_offset(g) + t->offset + t->n_bytes <= mk_gguf_file_size(g));
+        MK_CHECK(mk_dtype_get(t->type) != NULL);
+        MK_CHECK(t->offset % mk_gguf_alignment(g) == 0);
+        MK_CHECK(mk_gguf_data_offset(g) + t->offset + t->n_bytes <= mk_gguf_file_size(g));
         const uint8_t *p = t->data;
         for (uint64_t j = 0; j < t->n_bytes; j++)
             sum += p[j];
@@ -974,14 +958,14 @@ static void parse_mutant(const uint8_t *data, size_t n, int *n_ok, int *n_err)
     mk_error_clear(&err);
     enum mk_status st = mk_gguf_open_memory(copy, n, "mutant.gguf", &g, &err);
     if (st == MK_OK) {
-        CHECK(g != NULL);
+        MK_CHECK(g != NULL);
         (void)touch_all(g);
         mk_gguf_close(g);
         (*n_ok)++;
     } else {
-        CHECK(g == NULL);
-        CHECK(st == MK_ERR_FORMAT || st == MK_ERR_UNSUPPORTED);
-        CHECK(strncmp(err.msg, "mutant.gguf: ", 13) == 0 && strlen(err.msg) > 20);
+        MK_CHECK(g == NULL);
+        MK_CHECK(st == MK_ERR_FORMAT || st == MK_ERR_UNSUPPORTED);
+        MK_CHECK(strncmp(err.msg, "mutant.gguf: ", 13) == 0 && strlen(err.msg) > 20);
         (*n_err)++;
     }
     free(copy);
@@ -1000,14 +984,13 @@ static void test_truncation_sweep(void)
         struct mk_error err;
         enum mk_status st = mk_gguf_open_memory(copy, len, "trunc.gguf", &g, &err);
         if (st != MK_ERR_FORMAT || g != NULL || strncmp(err.msg, "trunc.gguf: ", 12) != 0) {
-            fprintf(stderr, "prefix %zu of %zu: status %d, message %s\n", len, b.n, st, err.msg);
-            g_failures++;
+            mk_test_fail("prefix %zu of %zu: status %d, message %s", len, b.n, st, err.msg);
         }
         n_err++;
         free(copy);
     }
     parse_mutant(b.d, b.n, &n_ok, &n_err);
-    CHECK(n_ok == 1);
+    MK_CHECK(n_ok == 1);
     printf("truncation sweep: %zu prefixes rejected\n", b.n);
     free(b.d);
 }
@@ -1044,7 +1027,7 @@ static void test_corruption_sweeps(void)
         parse_mutant(m, b.n, &n_ok, &n_err);
     }
     printf("corruption sweeps: %d parsed, %d rejected cleanly\n", n_ok, n_err);
-    CHECK(n_ok > 0 && n_err > 0);
+    MK_CHECK(n_ok > 0 && n_err > 0);
     free(m);
     free(b.d);
 }
@@ -1057,42 +1040,27 @@ static bool file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-static uint8_t *read_whole(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *d = malloc(len > 0 ? (size_t)len : 1);
-    MK_ASSERT(d);
-    *n = fread(d, 1, (size_t)len, f);
-    fclose(f);
-    return d;
-}
-
 static void test_writer_round_trip(void)
 {
     char path[512];
     tmp_path(path, sizeof path, "written.gguf");
     struct mk_gguf_writer *w = NULL;
     struct mk_error err;
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
     if (!w)
         return;
     const char *toks[4] = {"<unk>", "", "\xe2\x96\x81the", "a b"};
     float scores[4] = {0.0f, -1.5f, 2.25f, -1e30f};
     int32_t types[4] = {2, 3, 1, 1};
-    CHECK(mk_gguf_writer_kv_str(w, "general.architecture", "llama") == MK_OK);
-    CHECK(mk_gguf_writer_kv_u32(w, "llama.block_count", 2) == MK_OK);
-    CHECK(mk_gguf_writer_kv_i32(w, "x.neg", -7) == MK_OK);
-    CHECK(mk_gguf_writer_kv_f32(w, "llama.rope.freq_base", 500000.0f) == MK_OK);
-    CHECK(mk_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", true) == MK_OK);
-    CHECK(mk_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 4) == MK_OK);
-    CHECK(mk_gguf_writer_kv_arr_f32(w, "tokenizer.ggml.scores", scores, 4) == MK_OK);
-    CHECK(mk_gguf_writer_kv_arr_i32(w, "tokenizer.ggml.token_type", types, 4) == MK_OK);
-    CHECK(mk_gguf_writer_kv_arr_i32(w, "x.empty", NULL, 0) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_str(w, "general.architecture", "llama") == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_u32(w, "llama.block_count", 2) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_i32(w, "x.neg", -7) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_f32(w, "llama.rope.freq_base", 500000.0f) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", true) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", toks, 4) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_arr_f32(w, "tokenizer.ggml.scores", scores, 4) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_arr_i32(w, "tokenizer.ggml.token_type", types, 4) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_arr_i32(w, "x.empty", NULL, 0) == MK_OK);
 
     struct {
         const char *name;
@@ -1109,7 +1077,7 @@ static void test_writer_round_trip(void)
     const size_t nt = sizeof ts / sizeof ts[0];
     uint64_t bytes[6];
     for (size_t i = 0; i < nt; i++) {
-        CHECK(mk_gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne) == MK_OK);
+        MK_CHECK(mk_gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne) == MK_OK);
         const struct mk_dtype_info *info = mk_dtype_get(ts[i].type);
         uint64_t n = 1;
         for (uint32_t d = 0; d < ts[i].n_dims; d++)
@@ -1124,53 +1092,53 @@ static void test_writer_round_trip(void)
             size_t n = (size_t)((bytes[i] - done) < 77 ? (bytes[i] - done) : 77);
             for (size_t j = 0; j < n; j++)
                 chunk[j] = (uint8_t)(i * 31 + done + j);
-            CHECK(mk_gguf_writer_write_data(w, chunk, n) == MK_OK);
+            MK_CHECK(mk_gguf_writer_write_data(w, chunk, n) == MK_OK);
             done += n;
         }
     }
-    CHECK(mk_gguf_writer_finish(w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_finish(w, &err) == MK_OK);
 
     struct mk_gguf *g = NULL;
-    CHECK(mk_gguf_open(path, &g, &err) == MK_OK);
+    MK_CHECK(mk_gguf_open(path, &g, &err) == MK_OK);
     if (g) {
-        CHECK(mk_gguf_version(g) == 3 && mk_gguf_alignment(g) == 32);
-        CHECK(mk_gguf_kv_count(g) == 9 && mk_gguf_tensor_count(g) == nt);
+        MK_CHECK(mk_gguf_version(g) == 3 && mk_gguf_alignment(g) == 32);
+        MK_CHECK(mk_gguf_kv_count(g) == 9 && mk_gguf_tensor_count(g) == nt);
         struct mk_gguf_str s;
         uint32_t u;
         float f;
-        CHECK(mk_gguf_get_str(g, "general.architecture", &s, &err) == MK_OK && mk_gguf_str_eq(s, "llama"));
-        CHECK(mk_gguf_get_u32(g, "llama.block_count", &u, &err) == MK_OK && u == 2);
+        MK_CHECK(mk_gguf_get_str(g, "general.architecture", &s, &err) == MK_OK && mk_gguf_str_eq(s, "llama"));
+        MK_CHECK(mk_gguf_get_u32(g, "llama.block_count", &u, &err) == MK_OK && u == 2);
         const struct mk_gguf_kv *kv = mk_gguf_find_kv(g, "x.neg");
-        CHECK(kv && kv->type == MK_GGUF_INT32 && kv->v.i64 == -7);
-        CHECK(mk_gguf_get_f32_opt(g, "llama.rope.freq_base", &f, &err) == MK_OK && f == 500000.0f);
+        MK_CHECK(kv && kv->type == MK_GGUF_INT32 && kv->v.i64 == -7);
+        MK_CHECK(mk_gguf_get_f32_opt(g, "llama.rope.freq_base", &f, &err) == MK_OK && f == 500000.0f);
         kv = mk_gguf_find_kv(g, "tokenizer.ggml.add_bos_token");
-        CHECK(kv && kv->type == MK_GGUF_BOOL && kv->v.u64 == 1);
+        MK_CHECK(kv && kv->type == MK_GGUF_BOOL && kv->v.u64 == 1);
         kv = mk_gguf_find_kv(g, "tokenizer.ggml.tokens");
-        CHECK(kv && kv->v.arr.n == 4);
+        MK_CHECK(kv && kv->v.arr.n == 4);
         for (int i = 0; kv && i < 4; i++)
-            CHECK(mk_gguf_str_eq(kv->v.arr.strs[i], toks[i]));
+            MK_CHECK(mk_gguf_str_eq(kv->v.arr.strs[i], toks[i]));
         kv = mk_gguf_find_kv(g, "tokenizer.ggml.scores");
-        CHECK(kv && kv->v.arr.n == 4 && memcmp(kv->v.arr.data, scores, sizeof scores) == 0);
+        MK_CHECK(kv && kv->v.arr.n == 4 && memcmp(kv->v.arr.data, scores, sizeof scores) == 0);
         kv = mk_gguf_find_kv(g, "tokenizer.ggml.token_type");
-        CHECK(kv && kv->v.arr.n == 4 && memcmp(kv->v.arr.data, types, sizeof types) == 0);
+        MK_CHECK(kv && kv->v.arr.n == 4 && memcmp(kv->v.arr.data, types, sizeof types) == 0);
         kv = mk_gguf_find_kv(g, "x.empty");
-        CHECK(kv && kv->v.arr.elem_type == MK_GGUF_INT32 && kv->v.arr.n == 0);
+        MK_CHECK(kv && kv->v.arr.elem_type == MK_GGUF_INT32 && kv->v.arr.n == 0);
         uint64_t expect_off = 0;
         for (size_t i = 0; i < nt; i++) {
             const struct mk_gguf_tensor *t = mk_gguf_tensor_at(g, i);
-            CHECK(mk_gguf_str_eq(t->name, ts[i].name) && t->type == ts[i].type && t->n_dims == ts[i].n_dims);
+            MK_CHECK(mk_gguf_str_eq(t->name, ts[i].name) && t->type == ts[i].type && t->n_dims == ts[i].n_dims);
             for (uint32_t d = 0; d < 4; d++)
-                CHECK(t->ne[d] == (d < ts[i].n_dims ? ts[i].ne[d] : 1));
-            CHECK(t->n_bytes == bytes[i] && t->offset == expect_off);
+                MK_CHECK(t->ne[d] == (d < ts[i].n_dims ? ts[i].ne[d] : 1));
+            MK_CHECK(t->n_bytes == bytes[i] && t->offset == expect_off);
             expect_off += (bytes[i] + 31) / 32 * 32;
             const uint8_t *p = t->data;
             bool same = true;
             for (uint64_t j = 0; j < bytes[i]; j++)
                 same &= p[j] == (uint8_t)(i * 31 + j);
-            CHECK(same);
+            MK_CHECK(same);
         }
         /* llama.cpp's layout: the file ends with the last tensor's padding. */
-        CHECK(mk_gguf_file_size(g) == mk_gguf_data_offset(g) + expect_off);
+        MK_CHECK(mk_gguf_file_size(g) == mk_gguf_data_offset(g) + expect_off);
         mk_gguf_close(g);
     }
     unlink(path);
@@ -1184,139 +1152,123 @@ static void test_writer_errors(void)
     struct mk_error err;
     uint64_t ne[2] = {32, 2};
 
-    CHECK(mk_gguf_writer_create("/nonexistent/dir/out.gguf", &w, &err) == MK_ERR_IO && w == NULL);
-    CHECK(strstr(err.msg, "/nonexistent/dir/out.gguf") != NULL);
+    MK_CHECK(mk_gguf_writer_create("/nonexistent/dir/out.gguf", &w, &err) == MK_ERR_IO && w == NULL);
+    MK_CHECK(strstr(err.msg, "/nonexistent/dir/out.gguf") != NULL);
 
     /* Duplicate key; errors are sticky and finish removes the file. */
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    CHECK(mk_gguf_writer_kv_u32(w, "a.b", 1) == MK_OK);
-    CHECK(mk_gguf_writer_kv_u32(w, "a.b", 2) == MK_ERR_INVALID_ARG);
-    CHECK(strstr(mk_gguf_writer_error(w)->msg, "duplicate key 'a.b'") != NULL);
-    CHECK(strstr(mk_gguf_writer_error(w)->msg, path) == mk_gguf_writer_error(w)->msg);
-    CHECK(mk_gguf_writer_kv_u32(w, "c.d", 2) == MK_ERR_INVALID_ARG);
-    CHECK(mk_gguf_writer_finish(w, &err) == MK_ERR_INVALID_ARG && strstr(err.msg, "duplicate key"));
-    CHECK(!file_exists(path));
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_u32(w, "a.b", 1) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_u32(w, "a.b", 2) == MK_ERR_INVALID_ARG);
+    MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "duplicate key 'a.b'") != NULL);
+    MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, path) == mk_gguf_writer_error(w)->msg);
+    MK_CHECK(mk_gguf_writer_kv_u32(w, "c.d", 2) == MK_ERR_INVALID_ARG);
+    MK_CHECK(mk_gguf_writer_finish(w, &err) == MK_ERR_INVALID_ARG && strstr(err.msg, "duplicate key"));
+    MK_CHECK(!file_exists(path));
 
     /* Known-key types are enforced on the way out too. */
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    CHECK(mk_gguf_writer_kv_str(w, "general.architecture", "llama") == MK_OK);
-    CHECK(mk_gguf_writer_kv_f32(w, "llama.context_length", 4.0f) == MK_ERR_INVALID_ARG);
-    CHECK(strstr(mk_gguf_writer_error(w)->msg, "llama.context_length") && strstr(mk_gguf_writer_error(w)->msg, "float32"));
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_str(w, "general.architecture", "llama") == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_f32(w, "llama.context_length", 4.0f) == MK_ERR_INVALID_ARG);
+    MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "llama.context_length") &&
+             strstr(mk_gguf_writer_error(w)->msg, "float32"));
     mk_gguf_writer_abort(w);
-    CHECK(!file_exists(path));
+    MK_CHECK(!file_exists(path));
 
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    CHECK(mk_gguf_writer_kv_u32(w, "general.alignment", 48) == MK_ERR_INVALID_ARG);
-    CHECK(strstr(mk_gguf_writer_error(w)->msg, "48") != NULL);
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_u32(w, "general.alignment", 48) == MK_ERR_INVALID_ARG);
+    MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "48") != NULL);
     mk_gguf_writer_abort(w);
 
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    CHECK(mk_gguf_writer_kv_str(w, "", "x") == MK_ERR_INVALID_ARG);
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_str(w, "", "x") == MK_ERR_INVALID_ARG);
     mk_gguf_writer_abort(w);
 
     /* Key after a tensor. */
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    CHECK(mk_gguf_writer_add_tensor(w, "t", MK_DTYPE_F32, 2, ne) == MK_OK);
-    CHECK(mk_gguf_writer_kv_u32(w, "late.key", 1) == MK_ERR_INVALID_ARG);
-    CHECK(strstr(mk_gguf_writer_error(w)->msg, "after the first tensor") != NULL);
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "t", MK_DTYPE_F32, 2, ne) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_u32(w, "late.key", 1) == MK_ERR_INVALID_ARG);
+    MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "after the first tensor") != NULL);
     mk_gguf_writer_abort(w);
 
     /* Unsupported, malformed and duplicate tensors. */
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    CHECK(mk_gguf_writer_add_tensor(w, "t", 2, 2, ne) == MK_ERR_UNSUPPORTED);
-    CHECK(strstr(mk_gguf_writer_error(w)->msg, "type q4_0 (2) is not supported by mk") != NULL);
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "t", 2, 2, ne) == MK_ERR_UNSUPPORTED);
+    MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "type q4_0 (2) is not supported by mk") != NULL);
     mk_gguf_writer_abort(w);
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
     uint64_t ne_bad[1] = {33};
-    CHECK(mk_gguf_writer_add_tensor(w, "t", MK_DTYPE_Q8_0, 1, ne_bad) == MK_ERR_INVALID_ARG);
-    CHECK(strstr(mk_gguf_writer_error(w)->msg, "ne[0] = 33") != NULL);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "t", MK_DTYPE_Q8_0, 1, ne_bad) == MK_ERR_INVALID_ARG);
+    MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "ne[0] = 33") != NULL);
     mk_gguf_writer_abort(w);
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    CHECK(mk_gguf_writer_add_tensor(w, "t", MK_DTYPE_F32, 5, ne) == MK_ERR_INVALID_ARG);
-    CHECK(strstr(mk_gguf_writer_error(w)->msg, "n_dims = 5") != NULL);
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "t", MK_DTYPE_F32, 5, ne) == MK_ERR_INVALID_ARG);
+    MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "n_dims = 5") != NULL);
     mk_gguf_writer_abort(w);
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    CHECK(mk_gguf_writer_add_tensor(w, "t", MK_DTYPE_F32, 2, ne) == MK_OK);
-    CHECK(mk_gguf_writer_add_tensor(w, "t", MK_DTYPE_F32, 2, ne) == MK_ERR_INVALID_ARG);
-    CHECK(strstr(mk_gguf_writer_error(w)->msg, "duplicate tensor name 't'") != NULL);
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "t", MK_DTYPE_F32, 2, ne) == MK_OK);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "t", MK_DTYPE_F32, 2, ne) == MK_ERR_INVALID_ARG);
+    MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "duplicate tensor name 't'") != NULL);
     mk_gguf_writer_abort(w);
 
     /* A write that would cross into the next tensor. */
     uint8_t data[512] = {0};
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    CHECK(mk_gguf_writer_add_tensor(w, "a", MK_DTYPE_F32, 2, ne) == MK_OK);
-    CHECK(mk_gguf_writer_add_tensor(w, "b", MK_DTYPE_F32, 2, ne) == MK_OK);
-    CHECK(mk_gguf_writer_write_data(w, data, 200) == MK_OK);
-    CHECK(mk_gguf_writer_write_data(w, data, 100) == MK_ERR_INVALID_ARG);
-    CHECK(strstr(mk_gguf_writer_error(w)->msg, "tensor 'a': write of 100 bytes exceeds the 56 bytes") != NULL);
-    CHECK(mk_gguf_writer_finish(w, &err) == MK_ERR_INVALID_ARG);
-    CHECK(!file_exists(path));
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "a", MK_DTYPE_F32, 2, ne) == MK_OK);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "b", MK_DTYPE_F32, 2, ne) == MK_OK);
+    MK_CHECK(mk_gguf_writer_write_data(w, data, 200) == MK_OK);
+    MK_CHECK(mk_gguf_writer_write_data(w, data, 100) == MK_ERR_INVALID_ARG);
+    MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "tensor 'a': write of 100 bytes exceeds the 56 bytes") != NULL);
+    MK_CHECK(mk_gguf_writer_finish(w, &err) == MK_ERR_INVALID_ARG);
+    MK_CHECK(!file_exists(path));
 
     /* Too few bytes: finish fails and removes the file. */
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    CHECK(mk_gguf_writer_add_tensor(w, "a", MK_DTYPE_F32, 2, ne) == MK_OK);
-    CHECK(mk_gguf_writer_add_tensor(w, "b", MK_DTYPE_F32, 2, ne) == MK_OK);
-    CHECK(mk_gguf_writer_write_data(w, data, 256) == MK_OK);
-    CHECK(mk_gguf_writer_write_data(w, data, 10) == MK_OK);
-    CHECK(file_exists(path));
-    CHECK(mk_gguf_writer_finish(w, &err) == MK_ERR_INVALID_ARG);
-    CHECK(strstr(err.msg, "tensor 'b' got 10 of its 256 bytes") != NULL);
-    CHECK(!file_exists(path));
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "a", MK_DTYPE_F32, 2, ne) == MK_OK);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "b", MK_DTYPE_F32, 2, ne) == MK_OK);
+    MK_CHECK(mk_gguf_writer_write_data(w, data, 256) == MK_OK);
+    MK_CHECK(mk_gguf_writer_write_data(w, data, 10) == MK_OK);
+    MK_CHECK(file_exists(path));
+    MK_CHECK(mk_gguf_writer_finish(w, &err) == MK_ERR_INVALID_ARG);
+    MK_CHECK(strstr(err.msg, "tensor 'b' got 10 of its 256 bytes") != NULL);
+    MK_CHECK(!file_exists(path));
 
     /* Bytes after the last tensor. */
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    CHECK(mk_gguf_writer_add_tensor(w, "a", MK_DTYPE_F32, 2, ne) == MK_OK);
-    CHECK(mk_gguf_writer_write_data(w, data, 256) == MK_OK);
-    CHECK(mk_gguf_writer_write_data(w, data, 1) == MK_ERR_INVALID_ARG);
-    CHECK(strstr(mk_gguf_writer_error(w)->msg, "after the last tensor") != NULL);
-    CHECK(mk_gguf_writer_add_tensor(w, "late", MK_DTYPE_F32, 2, ne) == MK_ERR_INVALID_ARG);
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "a", MK_DTYPE_F32, 2, ne) == MK_OK);
+    MK_CHECK(mk_gguf_writer_write_data(w, data, 256) == MK_OK);
+    MK_CHECK(mk_gguf_writer_write_data(w, data, 1) == MK_ERR_INVALID_ARG);
+    MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "after the last tensor") != NULL);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "late", MK_DTYPE_F32, 2, ne) == MK_ERR_INVALID_ARG);
     mk_gguf_writer_abort(w);
-    CHECK(!file_exists(path));
+    MK_CHECK(!file_exists(path));
 
     /* Custom alignment is honoured; an empty file is valid. */
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    CHECK(mk_gguf_writer_kv_u32(w, "general.alignment", 256) == MK_OK);
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_kv_u32(w, "general.alignment", 256) == MK_OK);
     uint64_t ne1[1] = {3};
-    CHECK(mk_gguf_writer_add_tensor(w, "a", MK_DTYPE_F32, 1, ne1) == MK_OK);
-    CHECK(mk_gguf_writer_add_tensor(w, "b", MK_DTYPE_F32, 1, ne1) == MK_OK);
-    CHECK(mk_gguf_writer_write_data(w, data, 12) == MK_OK);
-    CHECK(mk_gguf_writer_write_data(w, data, 12) == MK_OK);
-    CHECK(mk_gguf_writer_finish(w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "a", MK_DTYPE_F32, 1, ne1) == MK_OK);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "b", MK_DTYPE_F32, 1, ne1) == MK_OK);
+    MK_CHECK(mk_gguf_writer_write_data(w, data, 12) == MK_OK);
+    MK_CHECK(mk_gguf_writer_write_data(w, data, 12) == MK_OK);
+    MK_CHECK(mk_gguf_writer_finish(w, &err) == MK_OK);
     struct mk_gguf *g = NULL;
-    CHECK(mk_gguf_open(path, &g, &err) == MK_OK);
+    MK_CHECK(mk_gguf_open(path, &g, &err) == MK_OK);
     if (g) {
-        CHECK(mk_gguf_alignment(g) == 256 && mk_gguf_data_offset(g) == 256);
-        CHECK(mk_gguf_find_tensor(g, "b")->offset == 256 && mk_gguf_file_size(g) == 768);
+        MK_CHECK(mk_gguf_alignment(g) == 256 && mk_gguf_data_offset(g) == 256);
+        MK_CHECK(mk_gguf_find_tensor(g, "b")->offset == 256 && mk_gguf_file_size(g) == 768);
         mk_gguf_close(g);
     }
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    CHECK(mk_gguf_writer_finish(w, &err) == MK_OK);
-    CHECK(mk_gguf_open(path, &g, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_finish(w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_open(path, &g, &err) == MK_OK);
     if (g) {
-        CHECK(mk_gguf_file_size(g) == 24 && mk_gguf_kv_count(g) == 0 && mk_gguf_tensor_count(g) == 0);
+        MK_CHECK(mk_gguf_file_size(g) == 24 && mk_gguf_kv_count(g) == 0 && mk_gguf_tensor_count(g) == 0);
         mk_gguf_close(g);
     }
     unlink(path);
 }
 
 /* ---- Real model files ---- */
-
-static const char *models_dir(void)
-{
-    static const char *cands[3];
-    cands[0] = getenv("MK_MODELS_DIR");
-    cands[1] = "../shared/models";
-    cands[2] = "/work/shared/models";
-    for (int i = 0; i < 3; i++) {
-        if (!cands[i] || !*cands[i])
-            continue;
-        char p[1024];
-        snprintf(p, sizeof p, "%s/stories260K-f32.gguf", cands[i]);
-        if (access(p, R_OK) == 0)
-            return cands[i];
-    }
-    return NULL;
-}
 
 /* Re-emits g through the writer, in the same order; llama.cpp produced these files, so a byte
  * match shows the writer's layout is llama.cpp's. */
@@ -1326,7 +1278,7 @@ static void rewrite_and_compare(const struct mk_gguf *g, const char *orig_path)
     tmp_path(path, sizeof path, "rewrite.gguf");
     struct mk_gguf_writer *w = NULL;
     struct mk_error err;
-    CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
     if (!w)
         return;
     bool ok = true;
@@ -1383,21 +1335,21 @@ static void rewrite_and_compare(const struct mk_gguf *g, const char *orig_path)
             ok = mk_gguf_writer_write_data(w, (const uint8_t *)t->data + done, n) == MK_OK;
         }
     }
-    CHECK(ok);
+    MK_CHECK(ok);
     if (!ok) {
         mk_gguf_writer_abort(w);
         return;
     }
-    CHECK(mk_gguf_writer_finish(w, &err) == MK_OK);
+    MK_CHECK(mk_gguf_writer_finish(w, &err) == MK_OK);
     size_t a_n = 0, b_n = 0;
-    uint8_t *a = read_whole(orig_path, &a_n), *b = read_whole(path, &b_n);
-    CHECK(a && b);
+    uint8_t *a = mk_test_read_file(orig_path, &a_n), *b = mk_test_read_file(path, &b_n);
+    MK_CHECK(a && b);
     /* Files without tensors written by gguf-py stop at the header; mk pads like llama.cpp's C
      * writer only when a data section follows, so those match exactly too. */
     bool same = a && b && a_n == b_n && memcmp(a, b, a_n) == 0;
     if (!same)
         fprintf(stderr, "%s: rewrite differs (%zu vs %zu bytes)\n", orig_path, a_n, b_n);
-    CHECK(same);
+    MK_CHECK(same);
     free(a);
     free(b);
     unlink(path);
@@ -1411,7 +1363,7 @@ struct model_expect {
 
 static void test_models(void)
 {
-    const char *dir = models_dir();
+    const char *dir = mk_test_models_dir("stories260K-f32.gguf");
     if (!dir) {
         printf("SKIP: models dir not found (set MK_MODELS_DIR); real-file checks not run\n");
         return;
@@ -1428,28 +1380,27 @@ static void test_models(void)
         struct mk_gguf *g = NULL;
         struct mk_error err;
         if (mk_gguf_open(path, &g, &err) != MK_OK) {
-            fprintf(stderr, "%s: %s\n", path, err.msg);
-            g_failures++;
+            mk_test_fail("%s: %s", path, err.msg);
             continue;
         }
-        CHECK(mk_gguf_version(g) == 3);
-        CHECK(mk_gguf_tensor_count(g) == ex[i].n_tensors);
-        CHECK(mk_gguf_kv_count(g) == ex[i].n_kv);
-        CHECK(mk_gguf_alignment(g) == 32);
-        CHECK(mk_gguf_data_offset(g) == ex[i].data_offset);
+        MK_CHECK(mk_gguf_version(g) == 3);
+        MK_CHECK(mk_gguf_tensor_count(g) == ex[i].n_tensors);
+        MK_CHECK(mk_gguf_kv_count(g) == ex[i].n_kv);
+        MK_CHECK(mk_gguf_alignment(g) == 32);
+        MK_CHECK(mk_gguf_data_offset(g) == ex[i].data_offset);
         const struct mk_gguf_kv *tok = mk_gguf_find_kv(g, "tokenizer.ggml.tokens");
-        CHECK(tok && tok->v.arr.n == ex[i].n_tokens);
+        MK_CHECK(tok && tok->v.arr.n == ex[i].n_tokens);
         (void)touch_all(g);
         rewrite_and_compare(g, path);
         /* Prefixes of the header region fail cleanly. */
         size_t whole_n = 0;
-        uint8_t *whole = read_whole(path, &whole_n);
-        CHECK(whole && whole_n == mk_gguf_file_size(g));
+        uint8_t *whole = mk_test_read_file(path, &whole_n);
+        MK_CHECK(whole && whole_n == mk_gguf_file_size(g));
         size_t hdr = whole_n < 20000 ? whole_n : 20000;
         int n_ok = 0, n_err = 0;
         for (size_t len = 0; whole && len < hdr; len += (len < 4096 ? 1 : 7))
             parse_mutant(whole, len, &n_ok, &n_err);
-        CHECK(n_ok == 0 && n_err > 0);
+        MK_CHECK(n_ok == 0 && n_err > 0);
         free(whole);
         mk_gguf_close(g);
         printf("%s: read, rewritten byte-identically, %d header prefixes rejected\n", ex[i].file, n_err);
@@ -1463,17 +1414,17 @@ static void test_models(void)
         return;
     uint32_t u = 0;
     struct mk_gguf_str s;
-    CHECK(mk_gguf_get_str(g, "general.architecture", &s, &err) == MK_OK && mk_gguf_str_eq(s, "llama"));
-    CHECK(mk_gguf_get_u32(g, "llama.embedding_length", &u, &err) == MK_OK && u == 64);
-    CHECK(mk_gguf_get_u32(g, "llama.feed_forward_length", &u, &err) == MK_OK && u == 172);
-    CHECK(mk_gguf_get_u32(g, "tokenizer.ggml.padding_token_id", &u, &err) == MK_OK && u == UINT32_MAX);
+    MK_CHECK(mk_gguf_get_str(g, "general.architecture", &s, &err) == MK_OK && mk_gguf_str_eq(s, "llama"));
+    MK_CHECK(mk_gguf_get_u32(g, "llama.embedding_length", &u, &err) == MK_OK && u == 64);
+    MK_CHECK(mk_gguf_get_u32(g, "llama.feed_forward_length", &u, &err) == MK_OK && u == 172);
+    MK_CHECK(mk_gguf_get_u32(g, "tokenizer.ggml.padding_token_id", &u, &err) == MK_OK && u == UINT32_MAX);
     float eps = 0;
-    CHECK(mk_gguf_get_f32_opt(g, "llama.attention.layer_norm_rms_epsilon", &eps, &err) == MK_OK && eps == 1e-5f);
+    MK_CHECK(mk_gguf_get_f32_opt(g, "llama.attention.layer_norm_rms_epsilon", &eps, &err) == MK_OK && eps == 1e-5f);
     const struct mk_gguf_tensor *t = mk_gguf_find_tensor(g, "token_embd.weight");
-    CHECK(t && t->type == MK_DTYPE_F32 && t->n_dims == 2 && t->ne[0] == 64 && t->ne[1] == 512 && t->offset == 0);
+    MK_CHECK(t && t->type == MK_DTYPE_F32 && t->n_dims == 2 && t->ne[0] == 64 && t->ne[1] == 512 && t->offset == 0);
     t = mk_gguf_find_tensor(g, "blk.4.ffn_norm.weight");
-    CHECK(t && t->ne[0] == 64 && t->offset == 1170944);
-    CHECK(t && t->offset + t->n_bytes == mk_gguf_file_size(g) - mk_gguf_data_offset(g));
+    MK_CHECK(t && t->ne[0] == 64 && t->offset == 1170944);
+    MK_CHECK(t && t->offset + t->n_bytes == mk_gguf_file_size(g) - mk_gguf_data_offset(g));
     mk_gguf_close(g);
 }
 
@@ -1494,10 +1445,5 @@ int main(void)
     test_writer_round_trip();
     test_writer_errors();
     test_models();
-    if (g_failures) {
-        printf("FAIL: %d checks failed\n", g_failures);
-        return 1;
-    }
-    printf("PASS\n");
-    return 0;
+    return mk_test_finish("gguf_test");
 }

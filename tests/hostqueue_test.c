@@ -6,15 +6,7 @@
 #include <time.h>
 
 #include "hostqueue/hostqueue.h"
-
-static int failures;
-#define CHECK(cond)                                                                 \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                             \
-        }                                                                           \
-    } while (0)
+#include "tests/test_util.h"
 
 /* The fake device: the megakernel's side of the mailbox protocol. */
 struct fake_device {
@@ -74,38 +66,37 @@ static struct mk_hostqueue *start(struct fake_device *d, uint32_t watchdog_ms) {
         exit(1);
     }
     d->mb = mk_hostqueue_mailbox(q);
-    CHECK(mk_hostqueue_mailbox_device(q) == 0);
+    MK_CHECK(mk_hostqueue_mailbox_device(q) == 0);
     pthread_create(&d->thread, NULL, fake_device_main, d);
     return q;
 }
 
-static struct mk_step_cmd step_cmd(int32_t token, int32_t pos) {
-    struct mk_step_cmd c;
-    memset(&c, 0, sizeof c);
-    c.cmd = MK_CMD_STEP;
-    c.token = token;
-    c.pos = pos;
-    return c;
+/* Stops q and ends a fake device that may never answer again, as a hung kernel. */
+static void stop_hung(struct mk_hostqueue *q, struct fake_device *d) {
+    mk_hostqueue_stop(q);
+    __atomic_store_n(&d->stopped, 1u, __ATOMIC_RELEASE);
+    pthread_join(d->thread, NULL);
+    mk_hostqueue_free(q);
 }
 
 static void test_in_order(void) {
     struct fake_device d = {.hang_on_token = 0xffffffffu};
     struct mk_hostqueue *q = start(&d, 5000);
     for (int i = 0; i < 200; i++) {
-        struct mk_step_cmd c = step_cmd(100 + i, i);
+        struct mk_step_cmd c = mk_test_step_cmd(100 + i, i);
         struct mk_hostqueue_result r;
         struct mk_error err;
         enum mk_status st = mk_hostqueue_submit(q, &c, &r, &err);
-        CHECK(st == MK_OK);
-        CHECK(r.token == (100 + i) * 2 + i);
-        CHECK(r.t_end_ns - r.t_start_ns == 500u);
+        MK_CHECK(st == MK_OK);
+        MK_CHECK(r.token == (100 + i) * 2 + i);
+        MK_CHECK(r.t_end_ns - r.t_start_ns == 500u);
     }
-    CHECK(mk_hostqueue_posted(q) == 200u);
-    CHECK(!mk_hostqueue_poisoned(q));
+    MK_CHECK(mk_hostqueue_posted(q) == 200u);
+    MK_CHECK(!mk_hostqueue_poisoned(q));
     mk_hostqueue_stop(q);
     pthread_join(d.thread, NULL);
-    CHECK(__atomic_load_n(&d.stopped, __ATOMIC_ACQUIRE) == 1u); /* STOP reached the device */
-    CHECK(d.steps_seen == 200u);
+    MK_CHECK(__atomic_load_n(&d.stopped, __ATOMIC_ACQUIRE) == 1u); /* STOP reached the device */
+    MK_CHECK(d.steps_seen == 200u);
     mk_hostqueue_free(q);
 }
 
@@ -119,7 +110,7 @@ struct submitter {
 static void *submitter_main(void *arg) {
     struct submitter *s = arg;
     for (int i = 0; i < 50; i++) {
-        struct mk_step_cmd c = step_cmd(s->base + i, i);
+        struct mk_step_cmd c = mk_test_step_cmd(s->base + i, i);
         struct mk_hostqueue_result r;
         struct mk_error err;
         if (mk_hostqueue_submit(s->q, &c, &r, &err) == MK_OK && r.token == (s->base + i) * 2 + i) s->ok++;
@@ -134,11 +125,11 @@ static void test_concurrent_submitters(void) {
     pthread_t t[3];
     for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, submitter_main, &s[i]);
     for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
-    for (int i = 0; i < 3; i++) CHECK(s[i].ok == 50);
+    for (int i = 0; i < 3; i++) MK_CHECK(s[i].ok == 50);
     mk_hostqueue_stop(q);
     pthread_join(d.thread, NULL);
     mk_hostqueue_free(q);
-    CHECK(d.steps_seen == 150u);
+    MK_CHECK(d.steps_seen == 150u);
 }
 
 static double now_ms(void) {
@@ -150,35 +141,35 @@ static double now_ms(void) {
 static void test_watchdog(void) {
     struct fake_device d = {.hang_on_token = 7};
     struct mk_hostqueue *q = start(&d, 300);
-    struct mk_step_cmd c = step_cmd(5, 0);
+    struct mk_step_cmd c = mk_test_step_cmd(5, 0);
     struct mk_hostqueue_result r;
     struct mk_error err;
-    CHECK(mk_hostqueue_submit(q, &c, &r, &err) == MK_OK);
-    c = step_cmd(7, 1);
+    MK_CHECK(mk_hostqueue_submit(q, &c, &r, &err) == MK_OK);
+    c = mk_test_step_cmd(7, 1);
     double t0 = now_ms();
     enum mk_status st = mk_hostqueue_submit(q, &c, &r, &err);
     double took = now_ms() - t0;
-    CHECK(st == MK_ERR_TIMEOUT);
-    CHECK(err.status == MK_ERR_TIMEOUT);
-    CHECK(took >= 290.0);
+    MK_CHECK(st == MK_ERR_TIMEOUT);
+    MK_CHECK(err.status == MK_ERR_TIMEOUT);
+    MK_CHECK(took >= 290.0);
     /* The message names the step, the position and what the device waits on. */
-    CHECK(strstr(err.msg, "step 1") != NULL);
-    CHECK(strstr(err.msg, "pos 1") != NULL);
-    CHECK(strstr(err.msg, "300 ms") != NULL);
-    CHECK(strstr(err.msg, "counter 3") != NULL);
-    CHECK(mk_hostqueue_poisoned(q));
+    MK_CHECK(strstr(err.msg, "step 1") != NULL);
+    MK_CHECK(strstr(err.msg, "pos 1") != NULL);
+    MK_CHECK(strstr(err.msg, "300 ms") != NULL);
+    MK_CHECK(strstr(err.msg, "counter 3") != NULL);
+    MK_CHECK(mk_hostqueue_poisoned(q));
     /* Later commands fail at once with the same cause. */
-    c = step_cmd(5, 2);
+    c = mk_test_step_cmd(5, 2);
     t0 = now_ms();
     st = mk_hostqueue_submit(q, &c, &r, &err);
-    CHECK(st == MK_ERR_TIMEOUT);
-    CHECK(now_ms() - t0 < 100.0);
-    CHECK(strstr(err.msg, "poisoned") != NULL);
+    MK_CHECK(st == MK_ERR_TIMEOUT);
+    MK_CHECK(now_ms() - t0 < 100.0);
+    MK_CHECK(strstr(err.msg, "poisoned") != NULL);
     /* Stop does not block on a hung device, and posts no STOP it would never read. */
     t0 = now_ms();
     mk_hostqueue_stop(q);
-    CHECK(now_ms() - t0 < 1000.0);
-    CHECK(mk_hostqueue_posted(q) == 2u);
+    MK_CHECK(now_ms() - t0 < 1000.0);
+    MK_CHECK(mk_hostqueue_posted(q) == 2u);
     __atomic_store_n(&d.stopped, 1u, __ATOMIC_RELEASE);
     pthread_join(d.thread, NULL);
     mk_hostqueue_free(q);
@@ -187,36 +178,30 @@ static void test_watchdog(void) {
 static void test_hang_command(void) {
     struct fake_device d = {.hang_on_token = 0xffffffffu};
     struct mk_hostqueue *q = start(&d, 200);
-    struct mk_step_cmd c = step_cmd(0, 0);
+    struct mk_step_cmd c = mk_test_step_cmd(0, 0);
     c.cmd = MK_CMD_HANG;
     struct mk_hostqueue_result r;
     struct mk_error err;
-    CHECK(mk_hostqueue_submit(q, &c, &r, &err) == MK_ERR_TIMEOUT);
-    mk_hostqueue_stop(q);
-    __atomic_store_n(&d.stopped, 1u, __ATOMIC_RELEASE);
-    pthread_join(d.thread, NULL);
-    mk_hostqueue_free(q);
+    MK_CHECK(mk_hostqueue_submit(q, &c, &r, &err) == MK_ERR_TIMEOUT);
+    stop_hung(q, &d);
 }
 
 static void test_device_death(void) {
     struct fake_device d = {.hang_on_token = 9};
     struct mk_hostqueue *q = start(&d, 10000);
-    struct mk_step_cmd c = step_cmd(9, 3);
+    struct mk_step_cmd c = mk_test_step_cmd(9, 3);
     struct mk_hostqueue_result r;
     struct mk_error err;
     __atomic_store_n(&d.die, 1u, __ATOMIC_RELEASE);
     double t0 = now_ms();
     enum mk_status st = mk_hostqueue_submit(q, &c, &r, &err);
     /* Found by the probe within milliseconds, not by the 10 s watchdog. */
-    CHECK(st == MK_ERR_CUDA);
-    CHECK(now_ms() - t0 < 2000.0);
-    CHECK(strstr(err.msg, "LAUNCH_FAILED") != NULL);
-    CHECK(strstr(err.msg, "pos 3") != NULL);
-    CHECK(mk_hostqueue_poisoned(q));
-    mk_hostqueue_stop(q);
-    __atomic_store_n(&d.stopped, 1u, __ATOMIC_RELEASE);
-    pthread_join(d.thread, NULL);
-    mk_hostqueue_free(q);
+    MK_CHECK(st == MK_ERR_CUDA);
+    MK_CHECK(now_ms() - t0 < 2000.0);
+    MK_CHECK(strstr(err.msg, "LAUNCH_FAILED") != NULL);
+    MK_CHECK(strstr(err.msg, "pos 3") != NULL);
+    MK_CHECK(mk_hostqueue_poisoned(q));
+    stop_hung(q, &d);
 }
 
 static void test_device_error_code(void) {
@@ -225,16 +210,13 @@ static void test_device_error_code(void) {
     struct mk_mailbox *mb = mk_hostqueue_mailbox(q);
     mb->error_arg = 42;
     __atomic_store_n(&mb->error, (uint32_t)MK_DEVERR_BAD_OPCODE, __ATOMIC_RELEASE);
-    struct mk_step_cmd c = step_cmd(11, 0);
+    struct mk_step_cmd c = mk_test_step_cmd(11, 0);
     struct mk_hostqueue_result r;
     struct mk_error err;
-    CHECK(mk_hostqueue_submit(q, &c, &r, &err) == MK_ERR_INTERNAL);
-    CHECK(strstr(err.msg, "opcode") != NULL);
-    CHECK(strstr(err.msg, "42") != NULL);
-    mk_hostqueue_stop(q);
-    __atomic_store_n(&d.stopped, 1u, __ATOMIC_RELEASE);
-    pthread_join(d.thread, NULL);
-    mk_hostqueue_free(q);
+    MK_CHECK(mk_hostqueue_submit(q, &c, &r, &err) == MK_ERR_INTERNAL);
+    MK_CHECK(strstr(err.msg, "opcode") != NULL);
+    MK_CHECK(strstr(err.msg, "42") != NULL);
+    stop_hung(q, &d);
 }
 
 struct slow_submit {
@@ -245,7 +227,7 @@ struct slow_submit {
 
 static void *slow_submit_main(void *arg) {
     struct slow_submit *s = arg;
-    struct mk_step_cmd c = step_cmd(s->token, 0);
+    struct mk_step_cmd c = mk_test_step_cmd(s->token, 0);
     struct mk_hostqueue_result r;
     struct mk_error err;
     s->st = mk_hostqueue_submit(s->q, &c, &r, &err);
@@ -265,13 +247,13 @@ static void test_cancel(void) {
     mk_hostqueue_cancel(q);
     pthread_join(ta, NULL);
     pthread_join(tb, NULL);
-    CHECK(a.st == MK_OK);
-    CHECK(b.st == MK_ERR_CANCELLED);
-    CHECK(!mk_hostqueue_poisoned(q));
+    MK_CHECK(a.st == MK_OK);
+    MK_CHECK(b.st == MK_ERR_CANCELLED);
+    MK_CHECK(!mk_hostqueue_poisoned(q));
     mk_hostqueue_stop(q);
     pthread_join(d.thread, NULL);
     mk_hostqueue_free(q);
-    CHECK(d.steps_seen == 1u);
+    MK_CHECK(d.steps_seen == 1u);
 }
 
 int main(void) {
@@ -282,10 +264,5 @@ int main(void) {
     test_device_death();
     test_device_error_code();
     test_cancel();
-    if (failures) {
-        fprintf(stderr, "hostqueue_test: %d checks failed\n", failures);
-        return 1;
-    }
-    printf("hostqueue_test: all passed\n");
-    return 0;
+    return mk_test_finish("hostqueue_test");
 }

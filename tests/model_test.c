@@ -5,46 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "runtime/gguf.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                              \
-        }                                                                            \
-    } while (0)
-
-/* The directory of ../shared/models, or NULL (then data-dependent parts print SKIP). */
-static const char *models_dir(void) {
-    static char dir[1024];
-    const char *cands[] = {getenv("MK_MODELS_DIR"), "../shared/models", "/work/shared/models"};
-    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
-        if (!cands[i] || !cands[i][0]) continue;
-        char probe[1100];
-        snprintf(probe, sizeof probe, "%s/stories260K-f32.gguf", cands[i]);
-        if (access(probe, R_OK) == 0) {
-            snprintf(dir, sizeof dir, "%s", cands[i]);
-            return dir;
-        }
-    }
-    return NULL;
-}
+#include "tests/test_util.h"
 
 static char tmp_dir[512];
-
-static void make_tmp_dir(void) {
-    const char *base = getenv("TEST_TMPDIR");
-    snprintf(tmp_dir, sizeof tmp_dir, "%s/model_test.XXXXXX", base && base[0] ? base : "/tmp");
-    if (!mkdtemp(tmp_dir)) {
-        perror("mkdtemp");
-        exit(1);
-    }
-}
 
 static bool str_is(struct mk_gguf_str s, const char *c) { return mk_gguf_str_eq(s, c); }
 
@@ -68,52 +33,58 @@ static float *read_legacy(const char *dir, long *n_floats) {
     return buf;
 }
 
-static void test_stories260k(const char *dir) {
+/* Loads dir/file; NULL, as a failed check, when that fails. */
+static struct mk_model *load_model(const char *dir, const char *file) {
     char path[1100];
-    snprintf(path, sizeof path, "%s/stories260K-f32.gguf", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
     struct mk_model *m = NULL;
     struct mk_error err = {0};
     enum mk_status st = mk_model_load(path, &m, &err);
     if (st != MK_OK) fprintf(stderr, "load: %s\n", err.msg);
-    CHECK(st == MK_OK);
-    if (st != MK_OK) return;
+    MK_CHECK(st == MK_OK);
+    return st == MK_OK ? m : NULL;
+}
+
+static void test_stories260k(const char *dir) {
+    struct mk_model *m = load_model(dir, "stories260K-f32.gguf");
+    if (!m) return;
     const struct mk_llama_config *c = &m->cfg;
-    CHECK(!strcmp(c->arch, "llama"));
-    CHECK(c->n_embd == 64 && c->n_ff == 172 && c->n_layer == 5);
-    CHECK(c->n_head == 8 && c->n_head_kv == 4 && c->head_dim == 8 && c->n_rot == 8);
-    CHECK(c->n_vocab == 512 && c->n_ctx_train == 2048);
-    CHECK(c->rope_base == 10000.0f); /* no rope.freq_base key: the default */
-    CHECK(c->rms_eps > 0.99e-5f && c->rms_eps < 1.01e-5f);
+    MK_CHECK(!strcmp(c->arch, "llama"));
+    MK_CHECK(c->n_embd == 64 && c->n_ff == 172 && c->n_layer == 5);
+    MK_CHECK(c->n_head == 8 && c->n_head_kv == 4 && c->head_dim == 8 && c->n_rot == 8);
+    MK_CHECK(c->n_vocab == 512 && c->n_ctx_train == 2048);
+    MK_CHECK(c->rope_base == 10000.0f); /* no rope.freq_base key: the default */
+    MK_CHECK(c->rms_eps > 0.99e-5f && c->rms_eps < 1.01e-5f);
     /* The file carries output.weight (a copy of the embedding), so the head is a tensor of its own. */
-    CHECK(!c->tied_output);
-    CHECK(!m->vocab_only);
-    CHECK(m->output.data != m->token_embd.data);
-    CHECK(m->output.n_bytes == m->token_embd.n_bytes &&
-          memcmp(m->output.data, m->token_embd.data, m->output.n_bytes) == 0);
+    MK_CHECK(!c->tied_output);
+    MK_CHECK(!m->vocab_only);
+    MK_CHECK(m->output.data != m->token_embd.data);
+    MK_CHECK(m->output.n_bytes == m->token_embd.n_bytes &&
+             memcmp(m->output.data, m->token_embd.data, m->output.n_bytes) == 0);
 
     const struct mk_vocab_data *v = &m->vocab;
-    CHECK(!strcmp(v->model, "llama"));
-    CHECK(v->n_tokens == 512 && v->bos == 1 && v->eos == 2 && v->unk == 0 && v->add_bos);
-    CHECK(v->scores && v->types && v->n_merges == 0);
-    CHECK(str_is(v->tokens[0], "<unk>") && str_is(v->tokens[1], "<s>") && str_is(v->tokens[3], "<0x00>"));
-    CHECK(v->types && v->types[0] == 2 && v->types[1] == 3 && v->types[3] == 6);
+    MK_CHECK(!strcmp(v->model, "llama"));
+    MK_CHECK(v->n_tokens == 512 && v->bos == 1 && v->eos == 2 && v->unk == 0 && v->add_bos);
+    MK_CHECK(v->scores && v->types && v->n_merges == 0);
+    MK_CHECK(str_is(v->tokens[0], "<unk>") && str_is(v->tokens[1], "<s>") && str_is(v->tokens[3], "<0x00>"));
+    MK_CHECK(v->types && v->types[0] == 2 && v->types[1] == 3 && v->types[3] == 6);
 
-    CHECK(m->token_embd.type == MK_DTYPE_F32 && m->token_embd.rows == 512 && m->token_embd.cols == 64);
-    CHECK(m->token_embd.row_bytes == 256 && m->token_embd.n_bytes == 131072);
-    CHECK(!strcmp(m->token_embd.name, "token_embd.weight") && !strcmp(m->output.name, "output.weight"));
-    CHECK(m->output_norm.rows == 1 && m->output_norm.cols == 64);
+    MK_CHECK(m->token_embd.type == MK_DTYPE_F32 && m->token_embd.rows == 512 && m->token_embd.cols == 64);
+    MK_CHECK(m->token_embd.row_bytes == 256 && m->token_embd.n_bytes == 131072);
+    MK_CHECK(!strcmp(m->token_embd.name, "token_embd.weight") && !strcmp(m->output.name, "output.weight"));
+    MK_CHECK(m->output_norm.rows == 1 && m->output_norm.cols == 64);
     const struct mk_layer_weights *L = &m->layers[2];
-    CHECK(!strcmp(L->wk.name, "blk.2.attn_k.weight"));
-    CHECK(L->wq.rows == 64 && L->wq.cols == 64 && L->wk.rows == 32 && L->wk.cols == 64);
-    CHECK(L->wv.rows == 32 && L->wo.rows == 64 && L->wo.cols == 64);
-    CHECK(L->w_gate.rows == 172 && L->w_gate.cols == 64 && L->w_up.rows == 172);
-    CHECK(L->w_down.rows == 64 && L->w_down.cols == 172 && L->w_down.row_bytes == 172 * 4);
-    CHECK(L->attn_norm.cols == 64 && L->ffn_norm.cols == 64);
+    MK_CHECK(!strcmp(L->wk.name, "blk.2.attn_k.weight"));
+    MK_CHECK(L->wq.rows == 64 && L->wq.cols == 64 && L->wk.rows == 32 && L->wk.cols == 64);
+    MK_CHECK(L->wv.rows == 32 && L->wo.rows == 64 && L->wo.cols == 64);
+    MK_CHECK(L->w_gate.rows == 172 && L->w_gate.cols == 64 && L->w_up.rows == 172);
+    MK_CHECK(L->w_down.rows == 64 && L->w_down.cols == 172 && L->w_down.row_bytes == 172 * 4);
+    MK_CHECK(L->attn_norm.cols == 64 && L->ffn_norm.cols == 64);
 
     /* 260,032 llama2.c parameters plus the 32,768 of the separate head copy. */
-    CHECK(mk_model_param_count(m) == 292800);
+    MK_CHECK(mk_model_param_count(m) == 292800);
     uint64_t layer_bytes = 4 * (64 + 64 * 64 + 2 * 32 * 64 + 64 * 64 + 64 + 3 * 172 * 64);
-    CHECK(mk_model_bytes_per_token(m) == 5 * layer_bytes + 256 + 256 + 131072);
+    MK_CHECK(mk_model_bytes_per_token(m) == 5 * layer_bytes + 256 + 256 + 131072);
 
     /* Differential: each weight is the matching slice of the llama2.c checkpoint. */
     long n = 0;
@@ -126,20 +97,20 @@ static void test_stories260k(const char *dir) {
         const float *wv = wk + nl * dim * kvd, *wo = wv + nl * dim * kvd, *rms_ffn = wo + nl * dim * dim;
         const float *w1 = rms_ffn + nl * dim, *w2 = w1 + nl * hid * dim, *w3 = w2 + nl * dim * hid;
         const float *rms_final = w3 + nl * hid * dim;
-        CHECK(rms_final + dim <= leg + n);
-        CHECK(!memcmp(m->token_embd.data, tok, 4 * voc * dim));
-        CHECK(!memcmp(m->output_norm.data, rms_final, 4 * dim));
+        MK_CHECK(rms_final + dim <= leg + n);
+        MK_CHECK(!memcmp(m->token_embd.data, tok, 4 * voc * dim));
+        MK_CHECK(!memcmp(m->output_norm.data, rms_final, 4 * dim));
         for (long l = 0; l < nl; l++) {
             const struct mk_layer_weights *y = &m->layers[l];
-            CHECK(!memcmp(y->attn_norm.data, rms_att + l * dim, 4 * dim));
-            CHECK(!memcmp(y->wq.data, wq + l * dim * dim, 4 * dim * dim));
-            CHECK(!memcmp(y->wk.data, wk + l * dim * kvd, 4 * dim * kvd));
-            CHECK(!memcmp(y->wv.data, wv + l * dim * kvd, 4 * dim * kvd));
-            CHECK(!memcmp(y->wo.data, wo + l * dim * dim, 4 * dim * dim));
-            CHECK(!memcmp(y->ffn_norm.data, rms_ffn + l * dim, 4 * dim));
-            CHECK(!memcmp(y->w_gate.data, w1 + l * hid * dim, 4 * hid * dim));
-            CHECK(!memcmp(y->w_down.data, w2 + l * dim * hid, 4 * dim * hid));
-            CHECK(!memcmp(y->w_up.data, w3 + l * hid * dim, 4 * hid * dim));
+            MK_CHECK(!memcmp(y->attn_norm.data, rms_att + l * dim, 4 * dim));
+            MK_CHECK(!memcmp(y->wq.data, wq + l * dim * dim, 4 * dim * dim));
+            MK_CHECK(!memcmp(y->wk.data, wk + l * dim * kvd, 4 * dim * kvd));
+            MK_CHECK(!memcmp(y->wv.data, wv + l * dim * kvd, 4 * dim * kvd));
+            MK_CHECK(!memcmp(y->wo.data, wo + l * dim * dim, 4 * dim * dim));
+            MK_CHECK(!memcmp(y->ffn_norm.data, rms_ffn + l * dim, 4 * dim));
+            MK_CHECK(!memcmp(y->w_gate.data, w1 + l * hid * dim, 4 * hid * dim));
+            MK_CHECK(!memcmp(y->w_down.data, w2 + l * dim * hid, 4 * dim * hid));
+            MK_CHECK(!memcmp(y->w_up.data, w3 + l * hid * dim, 4 * hid * dim));
         }
         free(leg);
     }
@@ -147,55 +118,40 @@ static void test_stories260k(const char *dir) {
 }
 
 static void test_tiny_random(const char *dir) {
-    char path[1100];
-    snprintf(path, sizeof path, "%s/llama-2-tiny-random.gguf", dir);
-    struct mk_model *m = NULL;
-    struct mk_error err = {0};
-    enum mk_status st = mk_model_load(path, &m, &err);
-    if (st != MK_OK) fprintf(stderr, "load: %s\n", err.msg);
-    CHECK(st == MK_OK);
-    if (st != MK_OK) return;
+    struct mk_model *m = load_model(dir, "llama-2-tiny-random.gguf");
+    if (!m) return;
     const struct mk_llama_config *c = &m->cfg;
-    CHECK(c->n_embd == 8 && c->n_ff == 32 && c->n_layer == 1 && c->n_head == 2 && c->n_head_kv == 2);
-    CHECK(c->head_dim == 4 && c->n_rot == 4 && c->n_ctx_train == 4096 && c->n_vocab == 32000);
-    CHECK(!c->tied_output);
-    CHECK(m->token_embd.type == MK_DTYPE_F16 && m->output.type == MK_DTYPE_F16);
-    CHECK(m->layers[0].wq.type == MK_DTYPE_F16 && m->layers[0].attn_norm.type == MK_DTYPE_F32);
-    CHECK(m->output.rows == 32000 && m->output.cols == 8 && m->output.row_bytes == 16);
-    CHECK(m->vocab.n_tokens == 32000 && m->vocab.bos == 1 && m->vocab.eos == 2 && m->vocab.add_bos);
-    CHECK(mk_model_param_count(m) == 2 * 32000 * 8 + 4 * 64 + 3 * 256 + 3 * 8);
-    CHECK(mk_model_bytes_per_token(m) == 16 + 512000 + 2 * (4 * 64 + 3 * 256) + 3 * 32);
+    MK_CHECK(c->n_embd == 8 && c->n_ff == 32 && c->n_layer == 1 && c->n_head == 2 && c->n_head_kv == 2);
+    MK_CHECK(c->head_dim == 4 && c->n_rot == 4 && c->n_ctx_train == 4096 && c->n_vocab == 32000);
+    MK_CHECK(!c->tied_output);
+    MK_CHECK(m->token_embd.type == MK_DTYPE_F16 && m->output.type == MK_DTYPE_F16);
+    MK_CHECK(m->layers[0].wq.type == MK_DTYPE_F16 && m->layers[0].attn_norm.type == MK_DTYPE_F32);
+    MK_CHECK(m->output.rows == 32000 && m->output.cols == 8 && m->output.row_bytes == 16);
+    MK_CHECK(m->vocab.n_tokens == 32000 && m->vocab.bos == 1 && m->vocab.eos == 2 && m->vocab.add_bos);
+    MK_CHECK(mk_model_param_count(m) == 2 * 32000 * 8 + 4 * 64 + 3 * 256 + 3 * 8);
+    MK_CHECK(mk_model_bytes_per_token(m) == 16 + 512000 + 2 * (4 * 64 + 3 * 256) + 3 * 32);
     mk_model_free(m);
 }
 
 static void test_vocab_only(const char *dir) {
-    char path[1100];
-    struct mk_model *m = NULL;
-    struct mk_error err = {0};
-    snprintf(path, sizeof path, "%s/ggml-vocab-llama-spm.gguf", dir);
-    enum mk_status st = mk_model_load(path, &m, &err);
-    if (st != MK_OK) fprintf(stderr, "load: %s\n", err.msg);
-    CHECK(st == MK_OK);
-    if (st == MK_OK) {
-        CHECK(m->vocab_only && m->layers == NULL);
-        CHECK(!strcmp(m->cfg.arch, "llama") && m->cfg.n_embd == 4096 && m->cfg.n_layer == 32);
-        CHECK(m->cfg.n_vocab == 32000);
-        CHECK(!strcmp(m->vocab.model, "llama") && m->vocab.n_tokens == 32000 && m->vocab.add_bos);
-        CHECK(m->vocab.bos == 1 && m->vocab.eos == 2 && m->vocab.unk == 0);
-        CHECK(m->vocab.scores && m->vocab.types && m->vocab.types[0] == 2);
-        CHECK(mk_model_param_count(m) == 0 && mk_model_bytes_per_token(m) == 0);
+    struct mk_model *m = load_model(dir, "ggml-vocab-llama-spm.gguf");
+    if (m) {
+        MK_CHECK(m->vocab_only && m->layers == NULL);
+        MK_CHECK(!strcmp(m->cfg.arch, "llama") && m->cfg.n_embd == 4096 && m->cfg.n_layer == 32);
+        MK_CHECK(m->cfg.n_vocab == 32000);
+        MK_CHECK(!strcmp(m->vocab.model, "llama") && m->vocab.n_tokens == 32000 && m->vocab.add_bos);
+        MK_CHECK(m->vocab.bos == 1 && m->vocab.eos == 2 && m->vocab.unk == 0);
+        MK_CHECK(m->vocab.scores && m->vocab.types && m->vocab.types[0] == 2);
+        MK_CHECK(mk_model_param_count(m) == 0 && mk_model_bytes_per_token(m) == 0);
         mk_model_free(m);
     }
-    snprintf(path, sizeof path, "%s/ggml-vocab-gpt-2.gguf", dir);
-    st = mk_model_load(path, &m, &err);
-    if (st != MK_OK) fprintf(stderr, "load: %s\n", err.msg);
-    CHECK(st == MK_OK); /* architecture gpt2: fine for a vocab-only file */
-    if (st == MK_OK) {
-        CHECK(m->vocab_only && !strcmp(m->cfg.arch, "gpt2") && m->cfg.n_embd == 768);
-        CHECK(!strcmp(m->vocab.model, "gpt2") && m->vocab.n_tokens == 50257 && m->vocab.n_merges == 50000);
-        CHECK(str_is(m->vocab.merges[0], "\xc4\xa0 t"));
-        CHECK(m->vocab.bos == 50256 && m->vocab.eos == 50256 && m->vocab.unk == -1 && !m->vocab.add_bos);
-        CHECK(m->vocab.scores == NULL && m->vocab.types != NULL);
+    m = load_model(dir, "ggml-vocab-gpt-2.gguf"); /* architecture gpt2: fine for a vocab-only file */
+    if (m) {
+        MK_CHECK(m->vocab_only && !strcmp(m->cfg.arch, "gpt2") && m->cfg.n_embd == 768);
+        MK_CHECK(!strcmp(m->vocab.model, "gpt2") && m->vocab.n_tokens == 50257 && m->vocab.n_merges == 50000);
+        MK_CHECK(str_is(m->vocab.merges[0], "\xc4\xa0 t"));
+        MK_CHECK(m->vocab.bos == 50256 && m->vocab.eos == 50256 && m->vocab.unk == -1 && !m->vocab.add_bos);
+        MK_CHECK(m->vocab.scores == NULL && m->vocab.types != NULL);
         mk_model_free(m);
     }
 }
@@ -309,11 +265,11 @@ static void expect_fail(const char *path, enum mk_status want, const char *needl
     struct mk_error err = {0};
     enum mk_status st = mk_model_load(path, &m, &err);
     printf("  %-40s -> %s: %s\n", strrchr(path, '/') + 1, mk_status_str(st), err.msg);
-    CHECK(st == want);
-    CHECK(m == NULL);
-    CHECK(strstr(err.msg, path) != NULL);
-    CHECK(!needle1 || strstr(err.msg, needle1) != NULL);
-    CHECK(!needle2 || strstr(err.msg, needle2) != NULL);
+    MK_CHECK(st == want);
+    MK_CHECK(m == NULL);
+    MK_CHECK(strstr(err.msg, path) != NULL);
+    MK_CHECK(!needle1 || strstr(err.msg, needle1) != NULL);
+    MK_CHECK(!needle2 || strstr(err.msg, needle2) != NULL);
     if (st == MK_OK) mk_model_free(m);
 }
 
@@ -321,13 +277,13 @@ static void expect_fail(const char *path, enum mk_status want, const char *needl
  * does not support, but files in the wild carry them. */
 static void patch_type(const char *path, const char *name, uint32_t n_dims, uint32_t type) {
     FILE *f = fopen(path, "r+b");
-    CHECK(f != NULL);
+    MK_CHECK(f != NULL);
     if (!f) return;
     static unsigned char buf[1 << 16];
     size_t n = fread(buf, 1, sizeof buf, f);
     size_t len = strlen(name);
     unsigned char *p = memmem(buf, n, name, len);
-    CHECK(p != NULL);
+    MK_CHECK(p != NULL);
     if (p) {
         long off = (long)(p - buf) + (long)len + 4 + 8 * (long)n_dims;
         fseek(f, off, SEEK_SET);
@@ -344,35 +300,35 @@ static void test_synthetic(void) {
     const char *ok = build("valid", (struct spec){0});
     enum mk_status st = mk_model_load(ok, &m, &err);
     if (st != MK_OK) fprintf(stderr, "valid: %s\n", err.msg);
-    CHECK(st == MK_OK);
+    MK_CHECK(st == MK_OK);
     if (st == MK_OK) {
-        CHECK(m->cfg.n_embd == 32 && m->cfg.n_layer == 2 && m->cfg.head_dim == 8 && m->cfg.n_rot == 8);
-        CHECK(m->cfg.rope_base == 500000.0f && m->cfg.rms_eps == 1e-5f && m->cfg.n_ctx_train == 2048);
-        CHECK(m->cfg.n_vocab == 40 && !m->cfg.tied_output);
-        CHECK(m->vocab.scores == NULL && m->vocab.types == NULL && m->vocab.unk == -1 && m->vocab.add_bos);
+        MK_CHECK(m->cfg.n_embd == 32 && m->cfg.n_layer == 2 && m->cfg.head_dim == 8 && m->cfg.n_rot == 8);
+        MK_CHECK(m->cfg.rope_base == 500000.0f && m->cfg.rms_eps == 1e-5f && m->cfg.n_ctx_train == 2048);
+        MK_CHECK(m->cfg.n_vocab == 40 && !m->cfg.tied_output);
+        MK_CHECK(m->vocab.scores == NULL && m->vocab.types == NULL && m->vocab.unk == -1 && m->vocab.add_bos);
         mk_model_free(m);
     }
 
     /* No output.weight: the head is the embedding. */
     st = mk_model_load(build("tied", (struct spec){.tied = true}), &m, &err);
-    CHECK(st == MK_OK);
+    MK_CHECK(st == MK_OK);
     if (st == MK_OK) {
-        CHECK(m->cfg.tied_output && m->output.data == m->token_embd.data);
-        CHECK(!strcmp(m->output.name, "token_embd.weight"));
+        MK_CHECK(m->cfg.tied_output && m->output.data == m->token_embd.data);
+        MK_CHECK(!strcmp(m->output.name, "token_embd.weight"));
         /* Per layer: two norms, q and o (32x32), k and v (16x32), gate, up and down (64x32), f32. */
         uint64_t embd = 40 * 32 * 4, layer = 4 * (2 * 32 + 2 * 32 * 32 + 2 * 16 * 32 + 3 * 64 * 32);
-        CHECK(mk_model_param_count(m) == 40 * 32 + 32 + 2 * (layer / 4));
-        CHECK(mk_model_bytes_per_token(m) == 2 * layer + 128 + 128 + embd);
+        MK_CHECK(mk_model_param_count(m) == 40 * 32 + 32 + 2 * (layer / 4));
+        MK_CHECK(mk_model_bytes_per_token(m) == 2 * layer + 128 + 128 + embd);
         mk_model_free(m);
     }
 
     /* A quantized matrix among f32 ones is fine. */
     st = mk_model_load(build("mixed", (struct spec){.retype = "blk.1.attn_q.weight", .retype_to = MK_DTYPE_Q8_0}),
                        &m, &err);
-    CHECK(st == MK_OK);
+    MK_CHECK(st == MK_OK);
     if (st == MK_OK) {
-        CHECK(m->layers[1].wq.type == MK_DTYPE_Q8_0 && m->layers[1].wq.row_bytes == 34);
-        CHECK(m->layers[1].wq.n_bytes == 34 * 32);
+        MK_CHECK(m->layers[1].wq.type == MK_DTYPE_Q8_0 && m->layers[1].wq.row_bytes == 34);
+        MK_CHECK(m->layers[1].wq.n_bytes == 34 * 32);
         mk_model_free(m);
     }
 
@@ -414,8 +370,11 @@ static void test_synthetic(void) {
 }
 
 int main(void) {
-    make_tmp_dir();
-    const char *dir = models_dir();
+    if (!mk_test_make_tmp_dir(tmp_dir, sizeof tmp_dir, "model_test.")) {
+        perror("mkdtemp");
+        return 1;
+    }
+    const char *dir = mk_test_models_dir("stories260K-f32.gguf");
     if (!dir) {
         printf("SKIP: models dir not found (set MK_MODELS_DIR); real-model checks skipped\n");
     } else {
@@ -424,13 +383,6 @@ int main(void) {
         test_vocab_only(dir);
     }
     test_synthetic();
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
-    if (failures) {
-        fprintf(stderr, "model_test: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("model_test: all checks passed\n");
-    return 0;
+    mk_test_remove_tree(tmp_dir);
+    return mk_test_finish("model_test");
 }

@@ -5,35 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "graph/cpu_exec.h"
 #include "graph/program.h"
 #include "runtime/backend.h"
 #include "runtime/model.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);          \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fputc('\n', stderr);                                          \
-            failures++;                                                   \
-        }                                                                 \
-    } while (0)
-
-static const char *models_dir(void) {
-    static char buf[1024];
-    const char *env = getenv("MK_MODELS_DIR");
-    const char *cands[] = {env, "../shared/models", "/work/shared/models"};
-    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
-        if (!cands[i]) continue;
-        snprintf(buf, sizeof buf, "%s/stories260K-f32.gguf", cands[i]);
-        if (access(buf, R_OK) == 0) return cands[i];
-    }
-    return NULL;
-}
+#include "tests/test_util.h"
 
 /* The 60 golden ids from the models README (the line after "The first 60 generated ids are:"). */
 static int read_golden_ids(const char *dir, int32_t *ids, int cap) {
@@ -63,23 +40,6 @@ static int read_golden_ids(const char *dir, int32_t *ids, int cap) {
     return n;
 }
 
-static struct mk_step_cmd greedy(int32_t tok, int32_t pos) {
-    struct mk_step_cmd c = {0};
-    c.cmd = MK_CMD_STEP;
-    c.token = tok;
-    c.pos = pos;
-    return c;
-}
-
-static double rel_err(const float *a, const float *b, int n) {
-    double num = 0, den = 0;
-    for (int i = 0; i < n; i++) {
-        num = fmax(num, fabs((double)a[i] - b[i]));
-        den = fmax(den, fabs((double)b[i]));
-    }
-    return num / (den > 0 ? den : 1);
-}
-
 /* Greedy decode from BOS on the executor, checking ids against golden and logits against ref. */
 static void run_executor(const struct mk_model *m, struct mk_backend *ref, const int32_t *golden, int n_golden,
                          uint32_t threads, enum mk_schedule sched, bool fuse) {
@@ -92,11 +52,11 @@ static void run_executor(const struct mk_model *m, struct mk_backend *ref, const
     cp.fuse_attn_output = fuse;
     struct mk_program *prog = NULL;
     enum mk_status st = mk_program_compile(m, &cp, &prog, &err);
-    CHECK(st == MK_OK, "compile for %u workers: %s", threads, err.msg);
+    MK_CHECK_MSG(st == MK_OK, "compile for %u workers: %s", threads, err.msg);
     if (st != MK_OK) return;
     struct mk_cpu_exec *ex = NULL;
     st = mk_cpu_exec_create(prog, threads, &ex, &err);
-    CHECK(st == MK_OK, "executor with %u threads: %s", threads, err.msg);
+    MK_CHECK_MSG(st == MK_OK, "executor with %u threads: %s", threads, err.msg);
     if (st != MK_OK) {
         mk_program_free(prog);
         return;
@@ -106,24 +66,24 @@ static void run_executor(const struct mk_model *m, struct mk_backend *ref, const
     int32_t tok = 1, ref_tok = 1;
     double worst = 0;
     for (int pos = 0; pos < n_golden; pos++) {
-        struct mk_step_cmd c = greedy(tok, pos);
+        struct mk_step_cmd c = mk_test_step_cmd(tok, pos);
         int32_t next = -1;
         st = mk_cpu_exec_step(ex, &c, &next, &err);
-        CHECK(st == MK_OK, "step %d: %s", pos, err.msg);
+        MK_CHECK_MSG(st == MK_OK, "step %d: %s", pos, err.msg);
         if (st != MK_OK) break;
         if (ref) {
-            struct mk_step_cmd rc = greedy(ref_tok, pos);
+            struct mk_step_cmd rc = mk_test_step_cmd(ref_tok, pos);
             ref->vt->step(ref, &rc, &ref_tok, &err);
             ref->vt->logits(ref, ref_logits, &err);
-            double e = rel_err(mk_cpu_exec_logits(ex), ref_logits, (int)m->cfg.n_vocab);
+            double e = mk_test_rel_err(mk_cpu_exec_logits(ex), ref_logits, m->cfg.n_vocab);
             if (e > worst) worst = e;
         }
-        CHECK(next == golden[pos], "%u threads %s: id %d is %d, golden %d", threads,
-              sched == MK_SCHED_STATIC ? "static" : "dynamic", pos, next, golden[pos]);
+        MK_CHECK_MSG(next == golden[pos], "%u threads %s: id %d is %d, golden %d", threads,
+                     sched == MK_SCHED_STATIC ? "static" : "dynamic", pos, next, golden[pos]);
         if (next != golden[pos]) break;
         tok = next;
     }
-    CHECK(worst < 1e-5, "%u threads: logits differ from the reference by %.3g (relative)", threads, worst);
+    MK_CHECK_MSG(worst < 1e-5, "%u threads: logits differ from the reference by %.3g (relative)", threads, worst);
     printf("executor %2u threads %-7s %-8s: %d golden ids, max logit error vs reference %.2e\n", threads,
            sched == MK_SCHED_STATIC ? "static" : "dynamic", fuse ? "fused" : "split", n_golden, worst);
     free(ref_logits);
@@ -134,8 +94,9 @@ static void run_executor(const struct mk_model *m, struct mk_backend *ref, const
 static void expect_invalid(const struct mk_program *p, const char *what, const char *needle) {
     struct mk_error err = {0};
     enum mk_status st = mk_program_validate(p, &err);
-    CHECK(st != MK_OK, "validator accepted a program with %s", what);
-    CHECK(st == MK_OK || strstr(err.msg, needle), "validator message for %s lacks '%s': %s", what, needle, err.msg);
+    MK_CHECK_MSG(st != MK_OK, "validator accepted a program with %s", what);
+    MK_CHECK_MSG(st == MK_OK || strstr(err.msg, needle), "validator message for %s lacks '%s': %s", what, needle,
+                 err.msg);
     if (st != MK_OK) printf("rejected %-28s: %s\n", what, err.msg);
 }
 
@@ -153,14 +114,15 @@ static void test_validator(const struct mk_model *m) {
     cp.fuse_attn_output = true;
     struct mk_program *p = NULL;
     if (mk_program_compile(m, &cp, &p, &err) != MK_OK) {
-        CHECK(0, "compile: %s", err.msg);
+        MK_CHECK_MSG(0, "compile: %s", err.msg);
         return;
     }
-    CHECK(mk_program_validate(p, &err) == MK_OK, "pristine program rejected: %s", err.msg);
+    MK_CHECK_MSG(mk_program_validate(p, &err) == MK_OK, "pristine program rejected: %s", err.msg);
     uint32_t attn = find_op(p, MK_OP_ATTN_PARTIAL, 1), comb = find_op(p, MK_OP_ATTN_OUTPUT, 1);
     struct mk_instr saved;
 
-    CHECK(find_op(p, MK_OP_ATTN_COMBINE, 0) == UINT32_MAX, "the combine was not fused into the attention output");
+    MK_CHECK_MSG(find_op(p, MK_OP_ATTN_COMBINE, 0) == UINT32_MAX,
+                 "the combine was not fused into the attention output");
     /* A dropped signal: the attention's counter is never signaled, so its waiter can never go. */
     saved = p->instrs[attn];
     p->instrs[attn].signal = MK_NO_COUNTER;
@@ -208,13 +170,13 @@ static void test_validator(const struct mk_model *m) {
     p->instrs[comb].buf[1] = p->arena_floats - 1;
     expect_invalid(p, "an arena overrun", "past the arena");
     p->instrs[comb] = saved;
-    CHECK(mk_program_validate(p, &err) == MK_OK, "restored program rejected: %s", err.msg);
+    MK_CHECK_MSG(mk_program_validate(p, &err) == MK_OK, "restored program rejected: %s", err.msg);
     mk_program_free(p);
 
     /* A static schedule whose worker runs tasks out of program order. */
     cp.schedule = MK_SCHED_STATIC;
     if (mk_program_compile(m, &cp, &p, &err) != MK_OK) {
-        CHECK(0, "compile static: %s", err.msg);
+        MK_CHECK_MSG(0, "compile static: %s", err.msg);
         return;
     }
     uint32_t a = p->sched_offsets[0];
@@ -237,13 +199,13 @@ static void test_worker_counts(const struct mk_model *m) {
         cp.fuse_attn_output = w % 3 == 0;
         struct mk_program *p = NULL;
         enum mk_status st = mk_program_compile(m, &cp, &p, &err);
-        CHECK(st == MK_OK, "compile for %u workers: %s", w, err.msg);
+        MK_CHECK_MSG(st == MK_OK, "compile for %u workers: %s", w, err.msg);
         mk_program_free(p);
     }
 }
 
 int main(void) {
-    const char *dir = models_dir();
+    const char *dir = mk_test_models_dir("stories260K-f32.gguf");
     if (!dir) {
         printf("SKIP: models dir not found (set MK_MODELS_DIR)\n");
         return 0;
@@ -258,12 +220,12 @@ int main(void) {
     }
     int32_t golden[64];
     int n_golden = read_golden_ids(dir, golden, 64);
-    CHECK(n_golden == 60, "read %d golden ids from the README, want 60", n_golden);
+    MK_CHECK_MSG(n_golden == 60, "read %d golden ids from the README, want 60", n_golden);
     struct mk_backend_params bp = {0};
     bp.kind = MK_BACKEND_REF;
     bp.n_ctx = 128;
     struct mk_backend *ref = NULL;
-    CHECK(mk_backend_create_ref(m, &bp, &ref, &err) == MK_OK, "ref backend: %s", err.msg);
+    MK_CHECK_MSG(mk_backend_create_ref(m, &bp, &ref, &err) == MK_OK, "ref backend: %s", err.msg);
     if (ref && n_golden == 60) {
         uint32_t counts[] = {1, 2, 3, 7, 64};
         for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
@@ -278,10 +240,5 @@ int main(void) {
     test_worker_counts(m);
     if (ref) ref->vt->free(ref);
     mk_model_free(m);
-    if (failures) {
-        fprintf(stderr, "%d failures\n", failures);
-        return 1;
-    }
-    printf("program_test: ok\n");
-    return 0;
+    return mk_test_finish("program_test");
 }

@@ -9,58 +9,16 @@
 #include "runtime/gen.h"
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"
+#include "tests/test_util.h"
 
-static int g_failures;
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);    \
-            g_failures++;                                                      \
-        }                                                                      \
-    } while (0)
-
-/* From /work/shared/models/README.md: greedy ids from BOS, and the logits at pos 0 (float64). */
-static const int32_t k_golden_ids[60] = {
-    403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
-    410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352,
-    266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415,
-};
-static const double k_golden_logits[5] = {-6.222914, 8.404342, -6.223739, -6.222544, -6.221953};
-
-static char g_models[4096];
-
-static int find_models_dir(void) {
-    const char *cands[] = {getenv("MK_MODELS_DIR"), "../shared/models", "/work/shared/models"};
-    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
-        if (!cands[i]) continue;
-        char probe[4200];
-        snprintf(probe, sizeof probe, "%s/stories260K-f32.gguf", cands[i]);
-        if (access(probe, R_OK) == 0) {
-            snprintf(g_models, sizeof g_models, "%s", cands[i]);
-            return 0;
-        }
-    }
-    return -1;
-}
-
-static struct mk_step_cmd greedy_cmd(int32_t token, int32_t pos) {
-    struct mk_step_cmd c;
-    memset(&c, 0, sizeof c);
-    c.cmd = MK_CMD_STEP;
-    c.token = token;
-    c.pos = pos;
-    c.temperature = 0.0f;
-    return c;
-}
+static const char *g_models; /* the models folder */
 
 static struct mk_model *load(const char *path) {
     struct mk_model *m = NULL;
     struct mk_error err;
     mk_error_clear(&err);
     if (mk_model_load(path, &m, &err) != MK_OK) {
-        fprintf(stderr, "FAIL: loading %s: %s\n", path, err.msg);
-        g_failures++;
+        mk_test_fail("FAIL: loading %s: %s", path, err.msg);
         return NULL;
     }
     return m;
@@ -75,11 +33,10 @@ static struct mk_backend *make_ref(const struct mk_model *m, uint32_t n_ctx) {
     struct mk_error err;
     mk_error_clear(&err);
     if (mk_backend_create_ref(m, &p, &b, &err) != MK_OK) {
-        fprintf(stderr, "FAIL: creating the ref backend: %s\n", err.msg);
-        g_failures++;
+        mk_test_fail("FAIL: creating the ref backend: %s", err.msg);
         return NULL;
     }
-    CHECK(b->kind == MK_BACKEND_REF && b->n_ctx == n_ctx);
+    MK_CHECK(b->kind == MK_BACKEND_REF && b->n_ctx == n_ctx);
     return b;
 }
 
@@ -87,12 +44,11 @@ static struct mk_backend *make_ref(const struct mk_model *m, uint32_t n_ctx) {
 static int greedy_from_bos(struct mk_backend *b, int32_t bos, int n, int32_t *ids) {
     int32_t tok = bos;
     for (int i = 0; i < n; i++) {
-        struct mk_step_cmd c = greedy_cmd(tok, i);
+        struct mk_step_cmd c = mk_test_step_cmd(tok, i);
         struct mk_error err;
         mk_error_clear(&err);
         if (b->vt->step(b, &c, &tok, &err) != MK_OK) {
-            fprintf(stderr, "FAIL: step %d: %s\n", i, err.msg);
-            g_failures++;
+            mk_test_fail("FAIL: step %d: %s", i, err.msg);
             return i;
         }
         ids[i] = tok;
@@ -124,42 +80,43 @@ static void test_stories_golden(void) {
 
     struct mk_error err;
     int32_t tok = -1;
-    struct mk_step_cmd c = greedy_cmd(m->vocab.bos, 0);
-    CHECK(m->vocab.bos == 1);
-    CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
+    struct mk_step_cmd c = mk_test_step_cmd(m->vocab.bos, 0);
+    MK_CHECK(m->vocab.bos == 1);
+    MK_CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
     float *logits = malloc(sizeof(float) * m->cfg.n_vocab);
-    CHECK(b->vt->logits(b, logits, &err) == MK_OK);
+    MK_CHECK(b->vt->logits(b, logits, &err) == MK_OK);
     double worst = 0.0;
     for (int i = 0; i < 5; i++) {
-        double e = fabs((double)logits[i] - k_golden_logits[i]);
+        double e = fabs((double)logits[i] - mk_test_golden_logits[i]);
         if (e > worst) worst = e;
     }
     printf("stories260K f32: logits[0..5) at pos 0 = %.6f %.6f %.6f %.6f %.6f, max |error| vs README = %.3g\n",
            logits[0], logits[1], logits[2], logits[3], logits[4], worst);
-    CHECK(worst < 1e-4);
-    CHECK(tok == k_golden_ids[0]);
+    MK_CHECK(worst < 1e-4);
+    MK_CHECK(tok == mk_test_golden_ids[0]);
 
     /* Reset forgets the cache: the same first step gives bit-identical logits. */
-    CHECK(b->vt->reset(b, &err) == MK_OK);
-    CHECK(b->vt->logits(b, logits, &err) != MK_OK); /* nothing computed since the reset */
+    MK_CHECK(b->vt->reset(b, &err) == MK_OK);
+    MK_CHECK(b->vt->logits(b, logits, &err) != MK_OK); /* nothing computed since the reset */
     int32_t ids[60];
     int n = greedy_from_bos(b, m->vocab.bos, 60, ids);
-    CHECK(n == 60);
+    MK_CHECK(n == 60);
     int first_bad = -1;
     for (int i = 0; i < n && first_bad < 0; i++)
-        if (ids[i] != k_golden_ids[i]) first_bad = i;
+        if (ids[i] != mk_test_golden_ids[i]) first_bad = i;
     printf("stories260K f32: first 60 greedy ids from BOS %s the README", first_bad < 0 ? "equal" : "DIFFER from");
-    if (first_bad >= 0) printf(" (first at index %d: %d, expected %d)", first_bad, ids[first_bad], k_golden_ids[first_bad]);
+    if (first_bad >= 0)
+        printf(" (first at index %d: %d, expected %d)", first_bad, ids[first_bad], mk_test_golden_ids[first_bad]);
     printf("\n");
-    CHECK(first_bad < 0);
+    MK_CHECK(first_bad < 0);
     print_text("stories260K f32 greedy text", m, ids, n);
     free(logits);
 
     /* Rewinding to an earlier position recomputes from there: step pos 3 again with the golden
      * token at pos 3 gives the golden next token. */
     int32_t again = -1;
-    c = greedy_cmd(k_golden_ids[2], 3);
-    CHECK(b->vt->step(b, &c, &again, &err) == MK_OK && again == k_golden_ids[3]);
+    c = mk_test_step_cmd(mk_test_golden_ids[2], 3);
+    MK_CHECK(b->vt->step(b, &c, &again, &err) == MK_OK && again == mk_test_golden_ids[3]);
 
 done:
     if (b) b->vt->free(b);
@@ -168,17 +125,9 @@ done:
 
 /* The same weights as F16 and BF16 give the same first 20 greedy tokens; Q8_0 stays readable. */
 static void test_requantized(void) {
-    char src[4200], dir[] = "/tmp/mk-ref-test-XXXXXX";
-    const char *tmp = getenv("TEST_TMPDIR");
-    char dirbuf[4200];
-    if (tmp && tmp[0]) {
-        snprintf(dirbuf, sizeof dirbuf, "%s/mk-ref-test-XXXXXX", tmp);
-    } else {
-        snprintf(dirbuf, sizeof dirbuf, "%s", dir);
-    }
-    if (!mkdtemp(dirbuf)) {
-        fprintf(stderr, "FAIL: mkdtemp %s\n", dirbuf);
-        g_failures++;
+    char src[4200], dirbuf[4200];
+    if (!mk_test_make_tmp_dir(dirbuf, sizeof dirbuf, "mk-ref-test-")) {
+        mk_test_fail("FAIL: mkdtemp %s", dirbuf);
         return;
     }
     snprintf(src, sizeof src, "%s/stories260K-f32.gguf", g_models);
@@ -190,8 +139,7 @@ static void test_requantized(void) {
         struct mk_error err;
         mk_error_clear(&err);
         if (mk_gen_quantize_file(src, dst, types[ti], false, &err) != MK_OK) {
-            fprintf(stderr, "FAIL: quantizing to %s: %s\n", types[ti], err.msg);
-            g_failures++;
+            mk_test_fail("FAIL: quantizing to %s: %s", types[ti], err.msg);
             continue;
         }
         struct mk_model *m = load(dst);
@@ -199,24 +147,24 @@ static void test_requantized(void) {
             unlink(dst);
             continue;
         }
-        CHECK(m->layers[0].wq.type == want[ti] && m->token_embd.type == want[ti]);
+        MK_CHECK(m->layers[0].wq.type == want[ti] && m->token_embd.type == want[ti]);
         struct mk_backend *b = make_ref(m, 128);
         if (b) {
             int32_t ids[60];
             int n = greedy_from_bos(b, m->vocab.bos, 60, ids);
             int same_prefix = 0;
-            while (same_prefix < n && ids[same_prefix] == k_golden_ids[same_prefix]) same_prefix++;
+            while (same_prefix < n && ids[same_prefix] == mk_test_golden_ids[same_prefix]) same_prefix++;
             int same_at = 0;
-            for (int i = 0; i < n; i++) same_at += ids[i] == k_golden_ids[i];
+            for (int i = 0; i < n; i++) same_at += ids[i] == mk_test_golden_ids[i];
             printf("stories260K %s: first %d of 60 greedy ids equal the f32 golden ones (%d positions agree)\n", types[ti],
                    same_prefix, same_at);
             char label[64];
             snprintf(label, sizeof label, "stories260K %s greedy text", types[ti]);
             print_text(label, m, ids, n);
             if (ti < 2)
-                CHECK(same_prefix >= 20);
+                MK_CHECK(same_prefix >= 20);
             else
-                CHECK(same_prefix >= 10); /* 8-bit weights may drift later, but the story starts the same */
+                MK_CHECK(same_prefix >= 10); /* 8-bit weights may drift later, but the story starts the same */
             b->vt->free(b);
         }
         mk_model_free(m);
@@ -231,15 +179,15 @@ static void test_tiny_random(void) {
     snprintf(path, sizeof path, "%s/llama-2-tiny-random.gguf", g_models);
     struct mk_model *m = load(path);
     if (!m) return;
-    CHECK(!m->cfg.tied_output);
-    CHECK(m->layers[0].wq.type == MK_DTYPE_F16);
+    MK_CHECK(!m->cfg.tied_output);
+    MK_CHECK(m->layers[0].wq.type == MK_DTYPE_F16);
     struct mk_backend *b = make_ref(m, 64);
     if (b) {
         float *logits = malloc(sizeof(float) * m->cfg.n_vocab);
         int32_t tok = m->vocab.bos;
         int ok = 1;
         for (int i = 0; i < 8; i++) {
-            struct mk_step_cmd c = greedy_cmd(tok, i);
+            struct mk_step_cmd c = mk_test_step_cmd(tok, i);
             if (i >= 4) {
                 c.temperature = 0.8f;
                 c.top_k = 40;
@@ -250,21 +198,20 @@ static void test_tiny_random(void) {
             struct mk_error err;
             enum mk_status st = b->vt->step(b, &c, &tok, &err);
             if (st != MK_OK) {
-                fprintf(stderr, "FAIL: tiny-random step %d: %s\n", i, err.msg);
-                g_failures++;
+                mk_test_fail("FAIL: tiny-random step %d: %s", i, err.msg);
                 ok = 0;
                 break;
             }
-            CHECK(tok >= 0 && (uint32_t)tok < m->cfg.n_vocab);
-            CHECK(b->vt->logits(b, logits, &err) == MK_OK);
+            MK_CHECK(tok >= 0 && (uint32_t)tok < m->cfg.n_vocab);
+            MK_CHECK(b->vt->logits(b, logits, &err) == MK_OK);
             int finite = 1;
             for (uint32_t v = 0; v < m->cfg.n_vocab; v++) finite &= isfinite(logits[v]) != 0;
-            CHECK(finite);
+            MK_CHECK(finite);
             if (c.temperature <= 0.0f) {
                 int32_t am = 0;
                 for (uint32_t v = 1; v < m->cfg.n_vocab; v++)
                     if (logits[v] > logits[am]) am = (int32_t)v;
-                CHECK(tok == am);
+                MK_CHECK(tok == am);
             }
         }
         if (ok) printf("llama-2-tiny-random (f16, untied head): 8 steps ran, logits finite\n");
@@ -284,22 +231,22 @@ static void test_errors(void) {
         struct mk_error err;
         int32_t tok = m->vocab.bos;
         mk_error_clear(&err);
-        struct mk_step_cmd c = greedy_cmd(tok, 1);
-        CHECK(b->vt->step(b, &c, &tok, &err) == MK_ERR_INVALID_ARG); /* skips position 0 */
-        c = greedy_cmd(512, 0);
-        CHECK(b->vt->step(b, &c, &tok, &err) == MK_ERR_INVALID_ARG);
-        CHECK(strstr(err.msg, "512") != NULL);
-        c = greedy_cmd(-1, 0);
-        CHECK(b->vt->step(b, &c, &tok, &err) == MK_ERR_INVALID_ARG);
+        struct mk_step_cmd c = mk_test_step_cmd(tok, 1);
+        MK_CHECK(b->vt->step(b, &c, &tok, &err) == MK_ERR_INVALID_ARG); /* skips position 0 */
+        c = mk_test_step_cmd(512, 0);
+        MK_CHECK(b->vt->step(b, &c, &tok, &err) == MK_ERR_INVALID_ARG);
+        MK_CHECK(strstr(err.msg, "512") != NULL);
+        c = mk_test_step_cmd(-1, 0);
+        MK_CHECK(b->vt->step(b, &c, &tok, &err) == MK_ERR_INVALID_ARG);
         tok = m->vocab.bos;
         for (int i = 0; i < 4; i++) {
-            c = greedy_cmd(tok, i);
-            CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
+            c = mk_test_step_cmd(tok, i);
+            MK_CHECK(b->vt->step(b, &c, &tok, &err) == MK_OK);
         }
-        c = greedy_cmd(tok, 4);
+        c = mk_test_step_cmd(tok, 4);
         mk_error_clear(&err);
-        CHECK(b->vt->step(b, &c, &tok, &err) == MK_ERR_CONTEXT_FULL);
-        CHECK(err.status == MK_ERR_CONTEXT_FULL && strstr(err.msg, "context full") && strstr(err.msg, "n_ctx = 4"));
+        MK_CHECK(b->vt->step(b, &c, &tok, &err) == MK_ERR_CONTEXT_FULL);
+        MK_CHECK(err.status == MK_ERR_CONTEXT_FULL && strstr(err.msg, "context full") && strstr(err.msg, "n_ctx = 4"));
         printf("context full message: %s\n", err.msg);
         b->vt->free(b);
     }
@@ -307,7 +254,8 @@ static void test_errors(void) {
 }
 
 int main(void) {
-    if (find_models_dir()) {
+    g_models = mk_test_models_dir("stories260K-f32.gguf");
+    if (!g_models) {
         printf("SKIP: models directory not found (set MK_MODELS_DIR); ref_test needs stories260K\n");
         return 0;
     }
@@ -315,10 +263,5 @@ int main(void) {
     test_requantized();
     test_tiny_random();
     test_errors();
-    if (g_failures) {
-        fprintf(stderr, "%d check(s) failed\n", g_failures);
-        return 1;
-    }
-    printf("ref_test: all checks passed\n");
-    return 0;
+    return mk_test_finish("ref_test");
 }

@@ -6,16 +6,7 @@
 
 #include "runtime/sample.h"
 #include "runtime/sample_core.h"
-
-static int g_failures;
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);    \
-            g_failures++;                                                      \
-        }                                                                      \
-    } while (0)
+#include "tests/test_util.h"
 
 static uint64_t g_rng = 0x1234567887654321ull;
 static uint32_t test_rand(void) {
@@ -69,10 +60,10 @@ static void test_top_k_matches_sort(void) {
                 float cl[MK_SAMPLE_MAX_CAND];
                 int32_t ci[MK_SAMPLE_MAX_CAND];
                 int n = mk_sample_top_k(l, vocab, k, cl, ci);
-                CHECK(n == k);
+                MK_CHECK(n == k);
                 int ok = 1;
                 for (int i = 0; i < n; i++) ok &= ci[i] == order[i] && cl[i] == l[order[i]];
-                CHECK(ok);
+                MK_CHECK(ok);
             }
         }
         free(l);
@@ -81,25 +72,25 @@ static void test_top_k_matches_sort(void) {
 }
 
 static void test_cand_count(void) {
-    CHECK(mk_sample_cand_count(40, 512) == 40);
-    CHECK(mk_sample_cand_count(0, 512) == 512);
-    CHECK(mk_sample_cand_count(-3, 512) == 512);
-    CHECK(mk_sample_cand_count(600, 512) == 512);
-    CHECK(mk_sample_cand_count(0, 32000) == MK_SAMPLE_MAX_CAND);
-    CHECK(mk_sample_cand_count(MK_SAMPLE_MAX_CAND + 1, 32000) == MK_SAMPLE_MAX_CAND);
-    CHECK(mk_sample_cand_count(MK_SAMPLE_MAX_CAND, 32000) == MK_SAMPLE_MAX_CAND);
+    MK_CHECK(mk_sample_cand_count(40, 512) == 40);
+    MK_CHECK(mk_sample_cand_count(0, 512) == 512);
+    MK_CHECK(mk_sample_cand_count(-3, 512) == 512);
+    MK_CHECK(mk_sample_cand_count(600, 512) == 512);
+    MK_CHECK(mk_sample_cand_count(0, 32000) == MK_SAMPLE_MAX_CAND);
+    MK_CHECK(mk_sample_cand_count(MK_SAMPLE_MAX_CAND + 1, 32000) == MK_SAMPLE_MAX_CAND);
+    MK_CHECK(mk_sample_cand_count(MK_SAMPLE_MAX_CAND, 32000) == MK_SAMPLE_MAX_CAND);
 }
 
 static void test_greedy(void) {
     float l[6] = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f, 3.0f};
-    CHECK(mk_sample_argmax(l, 6) == 1);
+    MK_CHECK(mk_sample_argmax(l, 6) == 1);
     struct mk_step_cmd c = test_cmd(0.0f, 40, 0.95f, 0.05f, 7, 3);
-    CHECK(mk_sample_token(l, 6, &c) == 1);
+    MK_CHECK(mk_sample_token(l, 6, &c) == 1);
     c.temperature = -1.0f;
-    CHECK(mk_sample_token(l, 6, &c) == 1);
+    MK_CHECK(mk_sample_token(l, 6, &c) == 1);
     float neg[3] = {-5.0f, -1.0f, -1.0f};
     c.temperature = 0.0f;
-    CHECK(mk_sample_token(neg, 3, &c) == 1);
+    MK_CHECK(mk_sample_token(neg, 3, &c) == 1);
 }
 
 /* Same (seed, pos) gives the same token; top-k 1 is greedy at any temperature. */
@@ -114,21 +105,21 @@ static void test_reproducible_and_top1(void) {
         struct mk_step_cmd a = test_cmd(1.5f, 0, 1.0f, 0.0f, 99, pos);
         struct mk_step_cmd b = a;
         int32_t ta = mk_sample_token(l, V, &a), tb = mk_sample_token(l, V, &b);
-        CHECK(ta == tb);
-        CHECK(ta >= 0 && ta < V);
+        MK_CHECK(ta == tb);
+        MK_CHECK(ta >= 0 && ta < V);
         if (pos == 0) first = ta;
         differs |= ta != first;
         struct mk_step_cmd k1 = test_cmd(5.0f, 1, 1.0f, 0.0f, 12345 + (uint64_t)pos, pos);
-        CHECK(mk_sample_token(l, V, &k1) == greedy);
+        MK_CHECK(mk_sample_token(l, V, &k1) == greedy);
     }
-    CHECK(differs); /* a flat-ish distribution at temperature 1.5 must not give one token 500 times */
+    MK_CHECK(differs); /* a flat-ish distribution at temperature 1.5 must not give one token 500 times */
     /* Different seeds give different sequences. */
     int same = 0;
     for (int32_t pos = 0; pos < 200; pos++) {
         struct mk_step_cmd a = test_cmd(1.5f, 0, 1.0f, 0.0f, 1, pos), b = test_cmd(1.5f, 0, 1.0f, 0.0f, 2, pos);
         same += mk_sample_token(l, V, &a) == mk_sample_token(l, V, &b);
     }
-    CHECK(same < 150);
+    MK_CHECK(same < 150);
 }
 
 static void test_uniform_range(void) {
@@ -140,8 +131,8 @@ static void test_uniform_range(void) {
         ok &= u >= 0.0f && u < 1.0f;
         sum += u;
     }
-    CHECK(ok);
-    CHECK(fabs(sum / n - 0.5) < 0.005);
+    MK_CHECK(ok);
+    MK_CHECK(fabs(sum / n - 0.5) < 0.005);
 }
 
 /* Draws count[id] over n positions; returns the largest normalized deviation seen and checks
@@ -160,8 +151,7 @@ static void test_frequencies(const char *what, const float *l, int vocab, float 
         double f = (double)count[i] / n, p = expected[i];
         double tol = 4.0 * sqrt(p * (1.0 - p) / n) + 1e-3;
         if (fabs(f - p) >= tol) {
-            fprintf(stderr, "FAIL %s: id %d: frequency %.5f, expected %.5f (tolerance %.5f)\n", what, i, f, p, tol);
-            g_failures++;
+            mk_test_fail("FAIL %s: id %d: frequency %.5f, expected %.5f (tolerance %.5f)", what, i, f, p, tol);
         }
         if (fabs(f - p) / tol > worst) worst = fabs(f - p) / tol;
     }
@@ -212,7 +202,7 @@ static void test_distributions(void) {
             n_keep = r + 1;
             if (cum >= 0.7) break;
         }
-        CHECK(n_keep == 4); /* .2407 + .2178 + .1460 = .6044 < .7, + .1081 = .7125 */
+        MK_CHECK(n_keep == 4); /* .2407 + .2178 + .1460 = .6044 < .7, + .1081 = .7125 */
         for (int i = 0; i < V; i++) keep[i] = 0;
         for (int r = 0; r < n_keep; r++) keep[rank[r]] = 1;
         test_softmax(l, V, 0.9, keep, p);
@@ -221,7 +211,7 @@ static void test_distributions(void) {
 
     /* min-p 0.4: keep p_i >= 0.4 p_max  <=>  l_i >= 2.0 + log(0.4) = 1.0837: ids 0, 7, 1, 2 */
     for (int i = 0; i < V; i++) keep[i] = l[i] >= 2.0f + logf(0.4f);
-    CHECK(keep[0] && keep[7] && keep[1] && keep[2] && !keep[9]);
+    MK_CHECK(keep[0] && keep[7] && keep[1] && keep[2] && !keep[9]);
     test_softmax(l, V, 1.2, keep, p);
     test_frequencies("min-p 0.4 T=1.2", l, V, 1.2f, 0, 1.0f, 0.4f, p);
 
@@ -248,7 +238,7 @@ static void test_top_k_membership(void) {
         for (int j = 0; j < 40; j++) found |= ci[j] == t;
         ok &= found;
     }
-    CHECK(ok);
+    MK_CHECK(ok);
     free(l);
 }
 
@@ -260,10 +250,5 @@ int main(void) {
     test_uniform_range();
     test_distributions();
     test_top_k_membership();
-    if (g_failures) {
-        fprintf(stderr, "%d check(s) failed\n", g_failures);
-        return 1;
-    }
-    printf("sample_test: all checks passed\n");
-    return 0;
+    return mk_test_finish("sample_test");
 }

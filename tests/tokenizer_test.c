@@ -6,57 +6,7 @@
 
 #include "runtime/model.h"
 #include "runtime/tokenizer.h"
-
-static int g_failures;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-            g_failures++;                                                        \
-        }                                                                        \
-    } while (0)
-
-static const char *models_dir(void)
-{
-    static char buf[4096];
-    const char *env = getenv("MK_MODELS_DIR");
-    const char *cands[] = {env, "../shared/models", "/work/shared/models"};
-    for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
-        if (!cands[i] || !cands[i][0])
-            continue;
-        snprintf(buf, sizeof buf, "%s/ggml-vocab-llama-spm.gguf", cands[i]);
-        FILE *f = fopen(buf, "rb");
-        if (f) {
-            fclose(f);
-            return cands[i];
-        }
-    }
-    return NULL;
-}
-
-static char *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-    for (;;) {
-        if (n == cap) {
-            cap *= 2;
-            buf = realloc(buf, cap + 1);
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        if (r == 0)
-            break;
-        n += r;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
+#include "tests/test_util.h"
 
 struct loaded {
     struct mk_model *model;
@@ -70,13 +20,11 @@ static int load(const char *dir, const char *file, struct loaded *l)
     snprintf(path, sizeof path, "%s/%s", dir, file);
     memset(l, 0, sizeof *l);
     if (mk_model_load(path, &l->model, &err) != MK_OK) {
-        fprintf(stderr, "FAIL loading %s: %s\n", path, err.msg);
-        g_failures++;
+        mk_test_fail("FAIL loading %s: %s", path, err.msg);
         return -1;
     }
     if (mk_tokenizer_create(&l->model->vocab, &l->tok, &err) != MK_OK) {
-        fprintf(stderr, "FAIL tokenizer for %s: %s\n", path, err.msg);
-        g_failures++;
+        mk_test_fail("FAIL tokenizer for %s: %s", path, err.msg);
         mk_model_free(l->model);
         return -1;
     }
@@ -93,14 +41,14 @@ static void unload(struct loaded *l)
 static int32_t *encode(const struct mk_tokenizer *t, const char *s, size_t len, bool bos, bool special, size_t *n)
 {
     int64_t need = mk_tokenizer_encode(t, s, len, bos, special, NULL, 0);
-    CHECK(need >= 0);
+    MK_CHECK(need >= 0);
     if (need < 0) {
         *n = 0;
         return calloc(1, sizeof(int32_t));
     }
     int32_t *ids = calloc((size_t)need + 1, sizeof *ids);
     int64_t got = mk_tokenizer_encode(t, s, len, bos, special, ids, (size_t)need + 1);
-    CHECK(got == need);
+    MK_CHECK(got == need);
     *n = (size_t)need;
     return ids;
 }
@@ -110,10 +58,22 @@ static char *decode(const struct mk_tokenizer *t, const int32_t *ids, size_t n, 
     size_t need = mk_tokenizer_decode(t, ids, n, NULL, 0);
     char *out = malloc(need + 1);
     size_t got = mk_tokenizer_decode(t, ids, n, out, need + 1);
-    CHECK(got == need);
+    MK_CHECK(got == need);
     out[need] = '\0';
     *len = need;
     return out;
+}
+
+/* Encodes s (without special tokens) and decodes the ids: true when that gives s back. */
+static bool round_trips(const struct mk_tokenizer *t, const char *s, size_t len, bool bos)
+{
+    size_t n, dlen;
+    int32_t *ids = encode(t, s, len, bos, false, &n);
+    char *text = decode(t, ids, n, &dlen);
+    bool ok = dlen == len && memcmp(text, s, len) == 0;
+    free(text);
+    free(ids);
+    return ok;
 }
 
 static void print_ids(const char *label, const int32_t *ids, size_t n)
@@ -134,10 +94,10 @@ static void test_vectors(const char *dir, const char *vocab)
     char path[4096];
     size_t inp_len, out_len;
     snprintf(path, sizeof path, "%s/%s.inp", dir, vocab);
-    char *inp = read_file(path, &inp_len);
+    char *inp = mk_test_read_file(path, &inp_len);
     snprintf(path, sizeof path, "%s/%s.out", dir, vocab);
-    char *outp = read_file(path, &out_len);
-    CHECK(inp && outp);
+    char *outp = mk_test_read_file(path, &out_len);
+    MK_CHECK(inp && outp);
     if (!inp || !outp) {
         free(inp);
         free(outp);
@@ -157,7 +117,7 @@ static void test_vectors(const char *dir, const char *vocab)
         size_t slen = (size_t)(s - p);
 
         char *nl = strchr(line, '\n');
-        CHECK(nl != NULL);
+        MK_CHECK(nl != NULL);
         if (!nl)
             break;
         *nl = '\0';
@@ -181,13 +141,12 @@ static void test_vectors(const char *dir, const char *vocab)
         char *text = decode(l.tok, got, n_got, &dlen);
         bool text_ok = dlen == slen && memcmp(text, p, slen) == 0;
         if (!ids_ok || !text_ok) {
-            fprintf(stderr, "FAIL %s case %zu: \"%.*s\" ids %s, text %s\n", vocab, n_cases, (int)slen, p,
-                    ids_ok ? "ok" : "differ", text_ok ? "ok" : "differs");
+            mk_test_fail("FAIL %s case %zu: \"%.*s\" ids %s, text %s", vocab, n_cases, (int)slen, p,
+                         ids_ok ? "ok" : "differ", text_ok ? "ok" : "differs");
             print_ids("want", want, n_want);
             print_ids("got ", got, n_got);
             if (!text_ok)
                 fprintf(stderr, "  text: \"%s\"\n", text);
-            g_failures++;
         }
         n_ids_ok += ids_ok;
         n_text_ok += text_ok;
@@ -209,11 +168,11 @@ static void test_vectors(const char *dir, const char *vocab)
             piece_bad += need != got || need > sizeof buf;
         }
     }
-    CHECK(piece_bad == 0);
-    CHECK(mk_tokenizer_piece(l.tok, -1, -5, NULL, 0) == 0);
-    CHECK(mk_tokenizer_piece(l.tok, -1, (int32_t)nv, NULL, 0) == 0);
-    CHECK(n_cases == 46);
-    CHECK(*line == '\0'); /* every expected line was used */
+    MK_CHECK(piece_bad == 0);
+    MK_CHECK(mk_tokenizer_piece(l.tok, -1, -5, NULL, 0) == 0);
+    MK_CHECK(mk_tokenizer_piece(l.tok, -1, (int32_t)nv, NULL, 0) == 0);
+    MK_CHECK(n_cases == 46);
+    MK_CHECK(*line == '\0'); /* every expected line was used */
     free(inp);
     free(outp);
     unload(&l);
@@ -225,44 +184,44 @@ static void test_stories(const char *dir)
     if (load(dir, "stories260K-f32.gguf", &l) != 0)
         return;
     const struct mk_tokenizer *t = l.tok;
-    CHECK(mk_tokenizer_n_vocab(t) == 512);
-    CHECK(mk_tokenizer_bos(t) == 1);
-    CHECK(mk_tokenizer_eos(t) == 2);
-    CHECK(strcmp(mk_tokenizer_kind(t), "llama") == 0);
+    MK_CHECK(mk_tokenizer_n_vocab(t) == 512);
+    MK_CHECK(mk_tokenizer_bos(t) == 1);
+    MK_CHECK(mk_tokenizer_eos(t) == 2);
+    MK_CHECK(strcmp(mk_tokenizer_kind(t), "llama") == 0);
 
     const char *prompt = "Once upon a time";
     const int32_t want[] = {1, 403, 407, 261, 378};
     size_t n;
     int32_t *ids = encode(t, prompt, strlen(prompt), true, false, &n);
-    CHECK(n == 5 && memcmp(ids, want, sizeof want) == 0);
+    MK_CHECK(n == 5 && memcmp(ids, want, sizeof want) == 0);
     print_ids("stories260K \"Once upon a time\"", ids, n);
     size_t dlen;
     char *text = decode(t, ids, n, &dlen);
-    CHECK(dlen == strlen(prompt) && memcmp(text, prompt, dlen) == 0);
+    MK_CHECK(dlen == strlen(prompt) && memcmp(text, prompt, dlen) == 0);
     free(text);
 
     /* Pieces one by one: the dummy-prefix space goes only after BOS. */
     char piece[64];
     size_t pn = mk_tokenizer_piece(t, 1, 403, piece, sizeof piece);
-    CHECK(pn == 4 && memcmp(piece, "Once", 4) == 0);
+    MK_CHECK(pn == 4 && memcmp(piece, "Once", 4) == 0);
     pn = mk_tokenizer_piece(t, 403, 407, piece, sizeof piece);
-    CHECK(pn == 5 && memcmp(piece, " upon", 5) == 0);
+    MK_CHECK(pn == 5 && memcmp(piece, " upon", 5) == 0);
     pn = mk_tokenizer_piece(t, -1, 1, piece, sizeof piece);
-    CHECK(pn == 0);
+    MK_CHECK(pn == 0);
     /* A short buffer gets a prefix; the return value is still the full size. */
     pn = mk_tokenizer_piece(t, 403, 407, piece, 2);
-    CHECK(pn == 5 && memcmp(piece, " u", 2) == 0);
+    MK_CHECK(pn == 5 && memcmp(piece, " u", 2) == 0);
 
     /* A capped encode writes only cap ids but reports the full count. */
     int32_t few[3] = {-7, -7, -7};
-    CHECK(mk_tokenizer_encode(t, prompt, strlen(prompt), true, false, few, 2) == 5);
-    CHECK(few[0] == 1 && few[1] == 403 && few[2] == -7);
+    MK_CHECK(mk_tokenizer_encode(t, prompt, strlen(prompt), true, false, few, 2) == 5);
+    MK_CHECK(few[0] == 1 && few[1] == 403 && few[2] == -7);
 
     /* The golden greedy continuation decodes to the documented text. */
     const int32_t gen[] = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426};
     text = decode(t, gen, sizeof gen / sizeof gen[0], &dlen);
     const char *gen_text = "Once upon a time, there was a little girl named Lily.";
-    CHECK(dlen == strlen(gen_text) && memcmp(text, gen_text, dlen) == 0);
+    MK_CHECK(dlen == strlen(gen_text) && memcmp(text, gen_text, dlen) == 0);
     free(text);
 
     /* Invalid UTF-8 goes through byte tokens and comes back unchanged. */
@@ -276,9 +235,9 @@ static void test_stories(const char *dir)
         has_fe |= ids[i] == 3 + 0xfe;
         has_c3 |= ids[i] == 3 + 0xc3;
     }
-    CHECK(has_ff && has_fe && has_c3);
+    MK_CHECK(has_ff && has_fe && has_c3);
     text = decode(t, ids, n, &dlen);
-    CHECK(dlen == bad_len && memcmp(text, bad, bad_len) == 0);
+    MK_CHECK(dlen == bad_len && memcmp(text, bad, bad_len) == 0);
     free(text);
     free(ids);
     unload(&l);
@@ -304,39 +263,39 @@ static void test_llama_special(const char *dir)
     /* Parsed: BOS and EOS ids, and the text after <s> gets the dummy prefix again. */
     int32_t *ids = encode(t, s, strlen(s), false, true, &n);
     const int32_t want[] = {1, 15043, 3186, 2};
-    CHECK(n == 4 && memcmp(ids, want, sizeof want) == 0);
+    MK_CHECK(n == 4 && memcmp(ids, want, sizeof want) == 0);
     print_ids("llama-spm parse_special \"<s>Hello world</s>\"", ids, n);
     char *text = decode(t, ids, n, &dlen);
-    CHECK(dlen == strlen("Hello world") && memcmp(text, "Hello world", dlen) == 0);
+    MK_CHECK(dlen == strlen("Hello world") && memcmp(text, "Hello world", dlen) == 0);
     free(text);
     free(ids);
 
     /* Not parsed: ordinary text, no control ids, and it decodes back. */
     ids = encode(t, s, strlen(s), false, false, &n);
-    CHECK(n > 4 && !contains(ids, n, 1) && !contains(ids, n, 2));
+    MK_CHECK(n > 4 && !contains(ids, n, 1) && !contains(ids, n, 2));
     print_ids("llama-spm plain \"<s>Hello world</s>\"", ids, n);
     text = decode(t, ids, n, &dlen);
-    CHECK(dlen == strlen(s) && memcmp(text, s, dlen) == 0);
+    MK_CHECK(dlen == strlen(s) && memcmp(text, s, dlen) == 0);
     free(text);
     free(ids);
 
     /* BOS first, then the same tokens as without it. */
     ids = encode(t, "Hello world", 11, true, false, &n);
     const int32_t want_bos[] = {1, 15043, 3186};
-    CHECK(n == 3 && memcmp(ids, want_bos, sizeof want_bos) == 0);
+    MK_CHECK(n == 3 && memcmp(ids, want_bos, sizeof want_bos) == 0);
     free(ids);
 
     /* Empty text: nothing, or just BOS; NULL with length 0 is fine. */
-    CHECK(mk_tokenizer_encode(t, NULL, 0, false, false, NULL, 0) == 0);
-    CHECK(mk_tokenizer_encode(t, "", 0, true, false, NULL, 0) == 1);
-    CHECK(mk_tokenizer_encode(t, NULL, 3, false, false, NULL, 0) == MK_ERR_INVALID_ARG);
+    MK_CHECK(mk_tokenizer_encode(t, NULL, 0, false, false, NULL, 0) == 0);
+    MK_CHECK(mk_tokenizer_encode(t, "", 0, true, false, NULL, 0) == 1);
+    MK_CHECK(mk_tokenizer_encode(t, NULL, 3, false, false, NULL, 0) == MK_ERR_INVALID_ARG);
 
     /* Invalid UTF-8 through the 32000-token vocab. */
     const char bad[] = "\xff\xfe abc \xc3";
     ids = encode(t, bad, sizeof bad - 1, false, false, &n);
-    CHECK(n >= 3 && ids[0] == 29871 && ids[1] == 3 + 0xff && ids[2] == 3 + 0xfe);
+    MK_CHECK(n >= 3 && ids[0] == 29871 && ids[1] == 3 + 0xff && ids[2] == 3 + 0xfe);
     text = decode(t, ids, n, &dlen);
-    CHECK(dlen == sizeof bad - 1 && memcmp(text, bad, dlen) == 0);
+    MK_CHECK(dlen == sizeof bad - 1 && memcmp(text, bad, dlen) == 0);
     free(text);
     free(ids);
 
@@ -353,14 +312,9 @@ static void test_llama_special(const char *dir)
         }
         if (memmem(buf, len, "\xe2\x96\x81", 3))
             continue;
-        ids = encode(t, buf, len, iter & 1, false, &n);
-        text = decode(t, ids, n, &dlen);
-        if (dlen != len || memcmp(text, buf, len) != 0)
-            bad_rt++;
-        free(text);
-        free(ids);
+        bad_rt += !round_trips(t, buf, len, iter & 1);
     }
-    CHECK(bad_rt == 0);
+    MK_CHECK(bad_rt == 0);
     unload(&l);
 }
 
@@ -370,23 +324,23 @@ static void test_gpt2_special(const char *dir)
     if (load(dir, "ggml-vocab-gpt-2.gguf", &l) != 0)
         return;
     const struct mk_tokenizer *t = l.tok;
-    CHECK(strcmp(mk_tokenizer_kind(t), "gpt2") == 0);
-    CHECK(mk_tokenizer_bos(t) == 50256 && mk_tokenizer_eos(t) == 50256);
+    MK_CHECK(strcmp(mk_tokenizer_kind(t), "gpt2") == 0);
+    MK_CHECK(mk_tokenizer_bos(t) == 50256 && mk_tokenizer_eos(t) == 50256);
     const char *s = "Hello<|endoftext|> world";
     size_t n, dlen;
     int32_t *ids = encode(t, s, strlen(s), false, true, &n);
     const int32_t want[] = {15496, 50256, 995};
-    CHECK(n == 3 && memcmp(ids, want, sizeof want) == 0);
+    MK_CHECK(n == 3 && memcmp(ids, want, sizeof want) == 0);
     print_ids("gpt-2 parse_special \"Hello<|endoftext|> world\"", ids, n);
     char *text = decode(t, ids, n, &dlen);
-    CHECK(dlen == strlen("Hello world") && memcmp(text, "Hello world", dlen) == 0);
+    MK_CHECK(dlen == strlen("Hello world") && memcmp(text, "Hello world", dlen) == 0);
     free(text);
     free(ids);
 
     ids = encode(t, s, strlen(s), false, false, &n);
-    CHECK(n > 3 && !contains(ids, n, 50256));
+    MK_CHECK(n > 3 && !contains(ids, n, 50256));
     text = decode(t, ids, n, &dlen);
-    CHECK(dlen == strlen(s) && memcmp(text, s, dlen) == 0);
+    MK_CHECK(dlen == strlen(s) && memcmp(text, s, dlen) == 0);
     free(text);
     free(ids);
 
@@ -420,13 +374,12 @@ static void test_gpt2_special(const char *dir)
         ids = encode(t, uni[c].text, strlen(uni[c].text), false, false, &n);
         bool ok = n == uni[c].n && memcmp(ids, uni[c].ids, n * sizeof *ids) == 0;
         if (!ok) {
-            fprintf(stderr, "FAIL gpt-2 unicode case %zu\n", c);
+            mk_test_fail("FAIL gpt-2 unicode case %zu", c);
             print_ids("want", uni[c].ids, uni[c].n);
             print_ids("got ", ids, n);
-            g_failures++;
         }
         text = decode(t, ids, n, &dlen);
-        CHECK(dlen == strlen(uni[c].text) && memcmp(text, uni[c].text, dlen) == 0);
+        MK_CHECK(dlen == strlen(uni[c].text) && memcmp(text, uni[c].text, dlen) == 0);
         free(text);
         free(ids);
     }
@@ -442,14 +395,9 @@ static void test_gpt2_special(const char *dir)
             unsigned r = (unsigned)(rng >> 56);
             buf[i] = (char)(iter % 2 ? r : (r % 96) + 32);
         }
-        ids = encode(t, buf, len, false, false, &n);
-        text = decode(t, ids, n, &dlen);
-        if (dlen != len || memcmp(text, buf, len) != 0)
-            bad_rt++;
-        free(text);
-        free(ids);
+        bad_rt += !round_trips(t, buf, len, false);
     }
-    CHECK(bad_rt == 0);
+    MK_CHECK(bad_rt == 0);
     unload(&l);
 }
 
@@ -464,15 +412,15 @@ static void test_create_errors(void)
     v.tokens = toks;
     v.n_tokens = 2;
     v.bos = v.eos = v.unk = -1;
-    CHECK(mk_tokenizer_create(&v, &t, &err) == MK_ERR_UNSUPPORTED && t == NULL);
-    CHECK(strstr(err.msg, "bert") != NULL);
+    MK_CHECK(mk_tokenizer_create(&v, &t, &err) == MK_ERR_UNSUPPORTED && t == NULL);
+    MK_CHECK(strstr(err.msg, "bert") != NULL);
     strcpy(v.model, "llama");
     v.bos = 5;
-    CHECK(mk_tokenizer_create(&v, &t, &err) == MK_ERR_FORMAT);
-    CHECK(strstr(err.msg, "bos_token_id") != NULL);
+    MK_CHECK(mk_tokenizer_create(&v, &t, &err) == MK_ERR_FORMAT);
+    MK_CHECK(strstr(err.msg, "bos_token_id") != NULL);
     v.bos = -1;
     v.n_tokens = 0;
-    CHECK(mk_tokenizer_create(&v, &t, &err) == MK_ERR_FORMAT);
+    MK_CHECK(mk_tokenizer_create(&v, &t, &err) == MK_ERR_FORMAT);
 
     /* A tiny SPM vocab without byte tokens: unknown characters become unk. */
     struct mk_gguf_str small[] = {{5, "<unk>"}, {3, "\xe2\x96\x81"}, {1, "a"}, {4, "\xe2\x96\x81" "a"}};
@@ -483,17 +431,17 @@ static void test_create_errors(void)
     v.types = types;
     v.n_tokens = 4;
     v.unk = 0;
-    CHECK(mk_tokenizer_create(&v, &t, &err) == MK_OK);
+    MK_CHECK(mk_tokenizer_create(&v, &t, &err) == MK_OK);
     int32_t ids[8];
-    CHECK(mk_tokenizer_encode(t, "aaz", 3, false, false, ids, 8) == 3);
-    CHECK(ids[0] == 3 && ids[1] == 2 && ids[2] == 0);
+    MK_CHECK(mk_tokenizer_encode(t, "aaz", 3, false, false, ids, 8) == 3);
+    MK_CHECK(ids[0] == 3 && ids[1] == 2 && ids[2] == 0);
     mk_tokenizer_free(t);
 }
 
 int main(void)
 {
     test_create_errors();
-    const char *dir = models_dir();
+    const char *dir = mk_test_models_dir("ggml-vocab-llama-spm.gguf");
     if (!dir) {
         printf("SKIP: models directory not found (set MK_MODELS_DIR); only the offline checks ran\n");
     } else {
@@ -503,10 +451,5 @@ int main(void)
         test_llama_special(dir);
         test_gpt2_special(dir);
     }
-    if (g_failures) {
-        printf("tokenizer_test: %d failure(s)\n", g_failures);
-        return 1;
-    }
-    printf("tokenizer_test: all passed\n");
-    return 0;
+    return mk_test_finish("tokenizer_test");
 }
