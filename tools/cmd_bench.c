@@ -12,6 +12,7 @@
 #include "runtime/bandwidth.h"
 #include "runtime/gen.h"
 #include "runtime/model.h"
+#include "tools/cli.h"
 #include "tools/cmds.h"
 
 struct mk_bench_opts {
@@ -182,17 +183,6 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
     return failed;
 }
 
-static int mk_bench_uint(const char *opt, const char *v, uint32_t *out) {
-    char *end;
-    unsigned long x = v ? strtoul(v, &end, 10) : 0;
-    if (!v || *end || !x || x > 1u << 24) {
-        fprintf(stderr, "mk bench: %s needs a positive integer, got '%s'\n", opt, v ? v : "");
-        return -1;
-    }
-    *out = (uint32_t)x;
-    return 0;
-}
-
 int mk_cmd_bench(int argc, char **argv) {
     struct mk_bench_opts o = {NULL, "all", NULL, "bf16", 128, 512, 0, 8, false};
     for (int i = 1; i < argc; i++) {
@@ -215,13 +205,13 @@ int mk_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--preset")) o.presets = v;
         else if (!strcmp(a, "--dtype")) o.dtype = v;
         else if (!strcmp(a, "-n")) {
-            if (mk_bench_uint(a, v, &o.n)) return 2;
+            if (mk_cli_uint("bench", a, v, 1, 1u << 24, &o.n)) return 2;
         } else if (!strcmp(a, "--ctx")) {
-            if (mk_bench_uint(a, v, &o.ctx)) return 2;
+            if (mk_cli_uint("bench", a, v, 1, 1u << 24, &o.ctx)) return 2;
         } else if (!strcmp(a, "--threads")) {
-            if (mk_bench_uint(a, v, &o.threads)) return 2;
+            if (mk_cli_uint("bench", a, v, 1, 1u << 24, &o.threads)) return 2;
         } else if (!strcmp(a, "--warmup")) {
-            if (mk_bench_uint(a, v, &o.warmup)) return 2;
+            if (mk_cli_uint("bench", a, v, 1, 1u << 24, &o.warmup)) return 2;
         } else {
             fprintf(stderr, "mk bench: unknown option '%s'\n", a);
             mk_bench_usage(stderr);

@@ -5,6 +5,7 @@
 
 #include "graph/program.h"
 #include "runtime/model.h"
+#include "tools/cli.h"
 #include "tools/cmds.h"
 
 static void mk_dump_usage(FILE *f) {
@@ -17,17 +18,6 @@ static void mk_dump_usage(FILE *f) {
             "  totals (instructions, barriers and weight bytes per token).\n"
             "  --barriers joins every dependency with a grid barrier (a baseline for comparisons).\n"
             "  --fuse-attn-output folds the attention combine into the attention-output matvec.\n");
-}
-
-static int mk_dump_uint(const char *opt, const char *v, uint32_t *out) {
-    char *end;
-    unsigned long x = v ? strtoul(v, &end, 10) : 0;
-    if (!v || *end || !x || x > 1u << 20) {
-        fprintf(stderr, "mk dump: %s needs a positive integer, got '%s'\n", opt, v ? v : "");
-        return -1;
-    }
-    *out = (uint32_t)x;
-    return 0;
 }
 
 int mk_cmd_dump(int argc, char **argv) {
@@ -44,10 +34,10 @@ int mk_cmd_dump(int argc, char **argv) {
             if (!v) break;
             path = v, i++;
         } else if (!strcmp(a, "--workers")) {
-            if (mk_dump_uint(a, v, &cp.n_workers)) return 2;
+            if (mk_cli_uint("dump", a, v, 1, 1u << 20, &cp.n_workers)) return 2;
             i++;
         } else if (!strcmp(a, "--ctx")) {
-            if (mk_dump_uint(a, v, &cp.n_ctx)) return 2;
+            if (mk_cli_uint("dump", a, v, 1, 1u << 20, &cp.n_ctx)) return 2;
             i++;
         } else if (!strcmp(a, "--schedule")) {
             if (v && !strcmp(v, "static")) cp.schedule = MK_SCHED_STATIC;

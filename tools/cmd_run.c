@@ -9,6 +9,7 @@
 
 #include "runtime/gen.h"
 #include "runtime/mk.h"
+#include "tools/cli.h"
 #include "tools/cmds.h"
 
 #define MK_RUN_DEFAULT_N 128
@@ -42,24 +43,6 @@ static void mk_run_usage(FILE *f) {
 static int mk_run_bad(const char *opt, const char *val, const char *want) {
     fprintf(stderr, "mk run: %s '%s': expected %s\n", opt, val, want);
     return 2;
-}
-
-static int mk_run_parse_long(const char *s, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
-static int mk_run_parse_float(const char *s, float lo, float hi, float *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) return -1;
-    *out = (float)v;
-    return 0;
 }
 
 struct mk_run_out {
@@ -158,17 +141,17 @@ int mk_cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             prompt = v;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (mk_run_parse_long(v, -1, INT32_MAX, &n_predict)) return mk_run_bad(a, v, "an integer >= -1");
+            if (mk_cli_parse_long(v, -1, INT32_MAX, &n_predict)) return mk_run_bad(a, v, "an integer >= -1");
         } else if (!strcmp(a, "--temp")) {
-            if (mk_run_parse_float(v, 0.0f, 1e6f, &sp.sampling.temperature)) return mk_run_bad(a, v, "a number >= 0");
+            if (mk_cli_parse_float(v, 0.0f, 1e6f, &sp.sampling.temperature)) return mk_run_bad(a, v, "a number >= 0");
         } else if (!strcmp(a, "--top-k")) {
-            if (mk_run_parse_long(v, 0, INT32_MAX, &ll)) return mk_run_bad(a, v, "an integer >= 0");
+            if (mk_cli_parse_long(v, 0, INT32_MAX, &ll)) return mk_run_bad(a, v, "an integer >= 0");
             sp.sampling.top_k = (int32_t)ll;
         } else if (!strcmp(a, "--top-p")) {
-            if (mk_run_parse_float(v, 0.0f, 1.0f, &sp.sampling.top_p) || !(sp.sampling.top_p > 0.0f))
+            if (mk_cli_parse_float(v, 0.0f, 1.0f, &sp.sampling.top_p) || !(sp.sampling.top_p > 0.0f))
                 return mk_run_bad(a, v, "a number in (0, 1]");
         } else if (!strcmp(a, "--min-p")) {
-            if (mk_run_parse_float(v, 0.0f, 1.0f, &sp.sampling.min_p)) return mk_run_bad(a, v, "a number in [0, 1]");
+            if (mk_cli_parse_float(v, 0.0f, 1.0f, &sp.sampling.min_p)) return mk_run_bad(a, v, "a number in [0, 1]");
         } else if (!strcmp(a, "--seed")) {
             char *end;
             errno = 0;
@@ -177,12 +160,12 @@ int mk_cmd_run(int argc, char **argv) {
                 return mk_run_bad(a, v, "an integer in [0, 2^64 - 2]");
             sp.sampling.seed = s;
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
-            if (mk_run_parse_long(v, 0, INT32_MAX, &ll)) return mk_run_bad(a, v, "an integer >= 0");
+            if (mk_cli_parse_long(v, 0, INT32_MAX, &ll)) return mk_run_bad(a, v, "an integer >= 0");
             sp.n_ctx = (uint32_t)ll;
         } else if (!strcmp(a, "--backend")) {
             if (mk_backend_kind_parse(v, &sp.backend)) return mk_run_bad(a, v, "auto, ref, cpu, megakernel, perop or graph");
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (mk_run_parse_long(v, 0, 4096, &ll)) return mk_run_bad(a, v, "an integer in [0, 4096]");
+            if (mk_cli_parse_long(v, 0, 4096, &ll)) return mk_run_bad(a, v, "an integer in [0, 4096]");
             sp.n_threads = (uint32_t)ll;
         } else {
             fprintf(stderr, "mk run: unknown option '%s'\n", a);
