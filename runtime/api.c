@@ -24,6 +24,7 @@ struct mk_session {
     int32_t last_token;   /* the token before the next piece, for dropping the dummy-prefix space */
     struct mk_timings timings;
     struct mk_error err;
+    int cancel;           /* set by mk_session_cancel from any thread; taken by the next step */
 };
 
 static double mk_api_now_ms(void) {
@@ -198,6 +199,8 @@ static enum mk_status mk_session_step(struct mk_session *s, int32_t token) {
         .seed = s->sampling.seed,
     };
     int32_t out = -1;
+    if (__atomic_exchange_n(&s->cancel, 0, __ATOMIC_ACQ_REL))
+        return mk_error_set(&s->err, MK_ERR_CANCELLED, "cancelled before position %u", (unsigned)s->n_past);
     enum mk_status st = s->backend->vt->step(s->backend, &cmd, &out, &s->err);
     if (st != MK_OK) return st;
     s->n_past++;
@@ -297,6 +300,7 @@ const char *mk_stop_reason_str(enum mk_stop_reason r) {
     case MK_STOP_EOS: return "end of sequence";
     case MK_STOP_CALLBACK: return "stopped by the callback";
     case MK_STOP_CONTEXT_FULL: return "context full";
+    case MK_STOP_CANCELLED: return "cancelled";
     }
     return "unknown";
 }
@@ -320,6 +324,10 @@ enum mk_status mk_session_generate(struct mk_session *s, int32_t n_max, mk_token
             reason = MK_STOP_LENGTH;
             break;
         }
+        if (!s->next_emitted && __atomic_exchange_n(&s->cancel, 0, __ATOMIC_ACQ_REL)) {
+            reason = MK_STOP_CANCELLED;
+            break;
+        }
         if (s->next_emitted) {
             if (s->n_past >= s->backend->n_ctx) {
                 reason = MK_STOP_CONTEXT_FULL;
@@ -328,6 +336,12 @@ enum mk_status mk_session_generate(struct mk_session *s, int32_t n_max, mk_token
             double t0 = mk_api_now_ms();
             st = mk_session_step(s, s->next);
             s->timings.eval_ms += mk_api_now_ms() - t0;
+            if (st == MK_ERR_CANCELLED) {
+                mk_error_clear(&s->err);
+                st = MK_OK;
+                reason = MK_STOP_CANCELLED;
+                break;
+            }
             if (st != MK_OK) break;
             s->timings.n_eval++;
         }
@@ -364,6 +378,8 @@ done:
     if (n_generated) *n_generated = count;
     return st;
 }
+
+void mk_session_cancel(struct mk_session *s) { __atomic_store_n(&s->cancel, 1, __ATOMIC_RELEASE); }
 
 enum mk_status mk_session_reset(struct mk_session *s) {
     mk_error_clear(&s->err);

@@ -119,6 +119,7 @@ enum mk_stop_reason {
     MK_STOP_EOS = 2,          /* the model produced end-of-sequence (not passed to the callback) */
     MK_STOP_CALLBACK = 3,     /* the callback returned nonzero */
     MK_STOP_CONTEXT_FULL = 4, /* every KV-cache position is used */
+    MK_STOP_CANCELLED = 5,    /* mk_session_cancel was called */
 };
 const char *mk_stop_reason_str(enum mk_stop_reason r);
 
@@ -127,6 +128,12 @@ const char *mk_stop_reason_str(enum mk_stop_reason r);
  * which, *n_generated (may be NULL) how many tokens fn saw. Needs something fed first. */
 enum mk_status mk_session_generate(struct mk_session *s, int32_t n_max, mk_token_fn fn, void *user,
                                    enum mk_stop_reason *why, uint32_t *n_generated);
+
+/* Asks the feed or generate running on s (on another thread), or the next one to start, to stop
+ * at the next token boundary: feed then fails with MK_ERR_CANCELLED (the tokens before it stay
+ * evaluated), generate returns MK_OK with MK_STOP_CANCELLED. Each request stops one call. Safe
+ * to call from any thread and from a signal handler (it only stores an atomic flag). */
+void mk_session_cancel(struct mk_session *s);
 
 /* Forgets the sequence (the KV cache and the timings of prompt and generation). */
 enum mk_status mk_session_reset(struct mk_session *s);

@@ -1,6 +1,7 @@
 /* Tests the public C API end to end on stories260K: golden text and ids, logits, streaming, stops, two sessions, errors. */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,68 @@ static void test_tokenize(const struct mk_lm *lm) {
     size_t len = mk_lm_detokenize(lm, want, 5, text, sizeof text - 1);
     text[len] = '\0';
     MK_CHECK(!strcmp(text, "Once upon a time"));
+}
+
+/* Another thread cancels the session once generation has reported `after` tokens; the callback
+ * holds the generating thread there until the cancel is in, so the stop point is exact. */
+struct canceller {
+    struct mk_session *s;
+    uint32_t after;
+    uint32_t seen;      /* tokens the generating thread reported, atomically */
+    uint32_t cancelled; /* set by the cancelling thread after mk_session_cancel */
+};
+
+static int count_token(void *user, int32_t id, const char *piece, size_t len) {
+    (void)id, (void)piece, (void)len;
+    struct canceller *c = user;
+    if (__atomic_add_fetch(&c->seen, 1, __ATOMIC_RELEASE) == c->after)
+        while (!__atomic_load_n(&c->cancelled, __ATOMIC_ACQUIRE)) sched_yield();
+    return 0;
+}
+
+static void *cancel_thread(void *arg) {
+    struct canceller *c = arg;
+    while (__atomic_load_n(&c->seen, __ATOMIC_ACQUIRE) < c->after) sched_yield();
+    mk_session_cancel(c->s);
+    __atomic_store_n(&c->cancelled, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* mk_session_cancel: before a call, from another thread during generate, and during feed. Each
+ * request stops exactly one call, and what was evaluated stays (the golden sequence continues). */
+static void test_cancel(const struct mk_lm *lm) {
+    struct mk_session *s = open_session(lm, MK_BACKEND_REF, 512, 0.0f, 1);
+    if (!s) return;
+    enum mk_stop_reason why = MK_STOP_NONE;
+    uint32_t n = 99;
+    MK_CHECK(mk_session_feed_text(s, "") == MK_OK);
+    mk_session_cancel(s);
+    MK_CHECK(mk_session_generate(s, 10, NULL, NULL, &why, &n) == MK_OK);
+    MK_CHECK(why == MK_STOP_CANCELLED && n == 0);
+    MK_CHECK(!strcmp(mk_stop_reason_str(why), "cancelled"));
+    struct collect c = {.stop_after = 0};
+    MK_CHECK(mk_session_generate(s, 5, collect_token, &c, &why, &n) == MK_OK); /* the request was used up */
+    MK_CHECK(why == MK_STOP_LENGTH && n == 5 && !memcmp(c.ids, mk_test_golden_ids, 5 * sizeof(int32_t)));
+
+    /* From another thread, mid-generation: stops right after the token being reported. */
+    struct canceller cc = {s, 3, 0, 0};
+    pthread_t th;
+    MK_CHECK(pthread_create(&th, NULL, cancel_thread, &cc) == 0);
+    MK_CHECK(mk_session_generate(s, 400, count_token, &cc, &why, &n) == MK_OK);
+    pthread_join(th, NULL);
+    MK_CHECK_MSG(why == MK_STOP_CANCELLED && n == 3, "cross-thread cancel: why %d after %u tokens", why, n);
+    printf("api: cancel from another thread stopped generation after %u tokens\n", n);
+
+    /* During feed: MK_ERR_CANCELLED, and the session still works afterwards. */
+    MK_CHECK(mk_session_reset(s) == MK_OK);
+    int32_t ids[3] = {1, 403, 407};
+    mk_session_cancel(s);
+    MK_CHECK(mk_session_feed(s, ids, 3) == MK_ERR_CANCELLED);
+    MK_CHECK(strstr(mk_session_last_error(s), "cancelled") != NULL);
+    MK_CHECK(mk_session_n_past(s) == 0);
+    MK_CHECK(mk_session_feed(s, ids, 1) == MK_OK);
+    MK_CHECK(mk_session_generate(s, 3, collect_token, &c, &why, &n) == MK_OK && why == MK_STOP_LENGTH);
+    mk_session_free(s);
 }
 
 /* Empty prompt: the README's 60 ids and text, the logits at pos 0, and the timings. */
@@ -441,6 +504,7 @@ int main(void) {
     }
     test_tokenize(lm);
     test_golden_from_bos(lm);
+    test_cancel(lm);
     test_prompt_and_callback_stop(lm);
     test_context_full(lm);
     test_sampling_sessions(lm);

@@ -160,6 +160,23 @@ else
     echo "ok: llama-2-tiny-random generated: $(cat "$work/out")"
 fi
 
+# ---- Ctrl-C: the first SIGINT stops decoding, the summary still prints, exit 130 ----
+"$MK" run -m "$models/stories260K-f32.gguf" --backend ref --ids -n -1 --ctx 1000000 >"$work/out" 2>"$work/err" &
+pid=$!
+# Signal only once tokens stream (the handler is in place by then); give up after 20 s.
+for _ in $(seq 200); do
+    [ -s "$work/out" ] && break
+    sleep 0.1
+done
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+if [ "$rc" -ne 130 ] || ! grep -q "interrupted after" "$work/err" || ! grep -q "eval time" "$work/err"; then
+    fail "SIGINT: exit $rc (want 130), stderr: $(tail -n 3 "$work/err")"
+else
+    echo "ok: SIGINT -> exit 130: $(grep "interrupted after" "$work/err")"
+fi
+
 if [ "$failures" -ne 0 ]; then
     echo "$failures check(s) failed" >&2
     exit 1

@@ -1,5 +1,6 @@
 /* 'mk run': decodes text from a model through the public API, streaming tokens, with a llama.cpp-style timing summary. */
 #include <errno.h>
+#include <signal.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +44,16 @@ static void mk_run_usage(FILE *f) {
 static int mk_run_bad(const char *opt, const char *val, const char *want) {
     fprintf(stderr, "mk run: %s '%s': expected %s\n", opt, val, want);
     return 2;
+}
+
+/* The session Ctrl-C cancels: the first SIGINT stops decoding at the next token so the summary
+ * still prints and the temp model is removed; a second one (default action) kills the process. */
+static struct mk_session *volatile mk_run_interruptible;
+
+static void mk_run_on_sigint(int sig) {
+    (void)sig;
+    struct mk_session *s = mk_run_interruptible;
+    if (s) mk_session_cancel(s);
 }
 
 struct mk_run_out {
@@ -202,6 +213,13 @@ int mk_cmd_run(int argc, char **argv) {
                 (unsigned long long)mk_session_seed(s));
     else
         fprintf(stderr, "greedy\n");
+    mk_run_interruptible = s;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = mk_run_on_sigint;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
 
     size_t cap = strlen(prompt) + 4;
     int64_t n_ids;
@@ -257,10 +275,14 @@ int mk_cmd_run(int argc, char **argv) {
                 (unsigned)mk_session_n_ctx(s), (unsigned)n_gen, n_predict);
     else if (why == MK_STOP_EOS)
         fprintf(stderr, "mk run: end of sequence after %u tokens\n", (unsigned)n_gen);
+    else if (why == MK_STOP_CANCELLED)
+        fprintf(stderr, "mk run: interrupted after %u tokens\n", (unsigned)n_gen);
     struct mk_timings t = mk_session_timings(s);
     mk_run_summary(&t, t.load_ms + t.init_ms + t.prompt_ms + t.eval_ms);
-    rc = 0;
+    rc = why == MK_STOP_CANCELLED ? 130 : 0;
 done:
+    signal(SIGINT, SIG_DFL);
+    mk_run_interruptible = NULL;
     free(text);
     free(ids);
     mk_session_free(s);
