@@ -58,7 +58,8 @@ enum mk_status mk_backend_create_cpu(const struct mk_model *m, const struct mk_b
 /* megakernel, perop, graph. MK_ERR_NO_DEVICE with a reason when no driver/GPU is usable. */
 enum mk_status mk_backend_create_cuda(const struct mk_model *m, const struct mk_backend_params *p,
                                       struct mk_backend **out, struct mk_error *err);
-/* Resolves AUTO (megakernel where possible, else perop, else cpu) and creates; *chosen says which. */
+/* Resolves AUTO (megakernel where possible, else perop, else cpu) and creates; (*out)->kind says
+ * which it chose. */
 enum mk_status mk_backend_create(const struct mk_model *m, const struct mk_backend_params *p,
                                  struct mk_backend **out, struct mk_error *err);
 

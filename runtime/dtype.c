@@ -341,27 +341,21 @@ static float mk_dot_q8_0(const struct mk_block_q8_0 *b, const float *x, int64_t 
     return mk_lanes_sum(acc);
 }
 
-static float mk_dot_q4_k(const struct mk_block_q4_k *b, const float *x, int64_t nb)
+/* K-quant super-blocks of MK_QK_K elements: decode one block, then a lane-parallel float dot. */
+static float mk_dot_k_blocks(const uint8_t *blocks, size_t block_bytes, void (*deq)(const void *, float *),
+                             const float *x, int64_t nb)
 {
     float acc[MK_LANES] = {0};
     float w[MK_QK_K]; /* (element of the block) */
     for (int64_t i = 0; i < nb; i++) {
-        mk_dequantize_q4_k(b + i, w);
+        deq(blocks + (size_t)i * block_bytes, w);
         mk_lanes_dot(acc, w, x + i * MK_QK_K, MK_QK_K);
     }
     return mk_lanes_sum(acc);
 }
 
-static float mk_dot_q6_k(const struct mk_block_q6_k *b, const float *x, int64_t nb)
-{
-    float acc[MK_LANES] = {0};
-    float w[MK_QK_K]; /* (element of the block) */
-    for (int64_t i = 0; i < nb; i++) {
-        mk_dequantize_q6_k(b + i, w);
-        mk_lanes_dot(acc, w, x + i * MK_QK_K, MK_QK_K);
-    }
-    return mk_lanes_sum(acc);
-}
+static void mk_deq_q4_k_any(const void *b, float *y) { mk_dequantize_q4_k(b, y); }
+static void mk_deq_q6_k_any(const void *b, float *y) { mk_dequantize_q6_k(b, y); }
 
 float mk_dot_row(enum mk_dtype type, const void *row, const float *x, int64_t n)
 {
@@ -373,8 +367,8 @@ float mk_dot_row(enum mk_dtype type, const void *row, const float *x, int64_t n)
     case MK_DTYPE_F16: return mk_dot_f16(row, x, n);
     case MK_DTYPE_BF16: return mk_dot_bf16(row, x, n);
     case MK_DTYPE_Q8_0: return mk_dot_q8_0(row, x, nb);
-    case MK_DTYPE_Q4_K: return mk_dot_q4_k(row, x, nb);
-    case MK_DTYPE_Q6_K: return mk_dot_q6_k(row, x, nb);
+    case MK_DTYPE_Q4_K: return mk_dot_k_blocks(row, sizeof(struct mk_block_q4_k), mk_deq_q4_k_any, x, nb);
+    case MK_DTYPE_Q6_K: return mk_dot_k_blocks(row, sizeof(struct mk_block_q6_k), mk_deq_q6_k_any, x, nb);
     }
     MK_ASSERT(0);
     return 0.0f;
