@@ -2,7 +2,7 @@
 
 NVCC = "$${NVCC:-/usr/local/cuda/bin/nvcc}"
 
-def mk_cuda_module(name, src, hdrs = [], symbol = None, ptx_arch = "compute_80", cubin_arch = "sm_90", nvcc_flags = []):
+def mk_cuda_module(name, src, hdrs = [], symbol = None, visibility = None, ptx_arch = "compute_80", cubin_arch = "sm_90", nvcc_flags = []):
     """cc_library `name` defining <symbol>_ptx/_ptx_size (NUL-terminated) and <symbol>_cubin/_cubin_size.
 
     src is the one .cu translation unit; hdrs are what it includes (from the workspace root)."""
@@ -42,4 +42,5 @@ def mk_cuda_module(name, src, hdrs = [], symbol = None, ptx_arch = "compute_80",
         name = name,
         srcs = [":" + name + "_embed.c"],
         copts = ["-w"],
+        visibility = visibility,
     )

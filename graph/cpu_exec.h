@@ -6,7 +6,7 @@
 
 #include "graph/program.h"
 #include "megakernel/abi.h"
-#include "runtime/backend.h"
+#include "graph/executor.h"
 
 /* What one worker's task sees: host addresses of everything plus its own scratch. */
 struct mk_cpu_ctx {
@@ -21,13 +21,9 @@ struct mk_cpu_ctx {
 /* Runs task t of one instruction; SAMPLE stores its token in *sampled. -1 on an unknown opcode. */
 int mk_cpu_run_task(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t, int32_t *sampled);
 
-struct mk_cpu_params {
-    uint32_t n_threads;        /* workers; 0 = online cores */
-    uint32_t n_ctx;
-    enum mk_schedule schedule;
-    uint32_t attn_block;       /* 0 = compiler default */
-};
-
+/* The cpu backend: compiles m for p->n_threads workers and runs it with mk_cpu_exec. */
+enum mk_status mk_backend_create_cpu(const struct mk_model *m, const struct mk_backend_params *p,
+                                     struct mk_backend **out, struct mk_error *err);
 /* The executor over an existing program (tests use this to run mutated or hand-tuned programs). */
 struct mk_cpu_exec;
 enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_threads, struct mk_cpu_exec **out,

@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "graph/cpu_exec.h"
-#include "runtime/dtype.h"
-#include "runtime/sample.h"
+#include "core/dtype.h"
+#include "graph/sample.h"
 
 static const void *mk_cpu_row(const struct mk_weight_ref *w, uint32_t r) {
     return (const uint8_t *)(uintptr_t)w->ptr + (uint64_t)r * w->row_bytes;

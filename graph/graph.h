@@ -6,8 +6,8 @@
 #include <stdint.h>
 
 #include "graph/program.h"
-#include "runtime/model.h"
-#include "runtime/status.h"
+#include "core/model.h"
+#include "core/status.h"
 
 enum mk_node_op {
     /* Unfused ops, as the builder writes them. */

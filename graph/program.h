@@ -7,8 +7,8 @@
 #include <stdio.h>
 
 #include "megakernel/abi.h"
-#include "runtime/model.h"
-#include "runtime/status.h"
+#include "core/model.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

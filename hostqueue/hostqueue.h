@@ -7,8 +7,8 @@
 #include <stdint.h>
 
 #include "megakernel/abi.h"
-#include "runtime/cuda.h"
-#include "runtime/status.h"
+#include "megakernel/cuda.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

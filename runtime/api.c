@@ -5,8 +5,9 @@
 #include <unistd.h>
 
 #include "runtime/mk.h"
-#include "runtime/model.h"
-#include "runtime/tokenizer.h"
+#include "core/model.h"
+#include "core/tokenizer.h"
+#include "runtime/backend.h"
 
 struct mk_lm {
     struct mk_model *model;

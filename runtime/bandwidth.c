@@ -7,7 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/cuda.h"
+#include "megakernel/cuda.h"
 
 #define MK_BW_BYTES (1ull << 30)
 

@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/status.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

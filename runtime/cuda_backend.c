@@ -12,8 +12,8 @@
 #include "hostqueue/hostqueue.h"
 #include "megakernel/cuda_layout.h"
 #include "megakernel/image.h"
-#include "runtime/cuda.h"
-#include "runtime/dtype.h"
+#include "megakernel/cuda.h"
+#include "core/dtype.h"
 
 #define MK_CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE 720
 /* After STOP, how long free() waits for the kernel to leave, then again after the abort flag. */

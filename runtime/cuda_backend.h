@@ -4,12 +4,17 @@
 
 #include <stdint.h>
 
-#include "runtime/backend.h"
-#include "runtime/status.h"
+#include "graph/executor.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* megakernel, perop, graph. */
+/* MK_ERR_NO_DEVICE with a reason when no driver/GPU is usable. */
+enum mk_status mk_backend_create_cuda(const struct mk_model *m, const struct mk_backend_params *p,
+                                      struct mk_backend **out, struct mk_error *err);
 
 /* What a CUDA backend runs on and how its kernel is shaped. */
 struct mk_cuda_backend_info {

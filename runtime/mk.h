@@ -22,12 +22,55 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/backend.h" /* enum mk_backend_kind, mk_backend_kind_name, mk_backend_kind_parse */
-#include "runtime/status.h"  /* enum mk_status, struct mk_error, mk_status_str */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- Status and backend kinds ----
+ * These two blocks are byte-identical copies of the ones in core/status.h and graph/executor.h
+ * (tests/layers_check.py compares them), so that this header needs nothing but standard headers. */
+
+#ifndef MK_STATUS_TYPES_DEFINED
+#define MK_STATUS_TYPES_DEFINED
+enum mk_status {
+    MK_OK = 0,
+    MK_ERR_INVALID_ARG = -1,  /* caller passed something unusable */
+    MK_ERR_IO = -2,           /* open/read/write/mmap failed */
+    MK_ERR_FORMAT = -3,       /* a file is malformed or hostile */
+    MK_ERR_UNSUPPORTED = -4,  /* well-formed but not something mk runs */
+    MK_ERR_NOMEM = -5,
+    MK_ERR_NO_DEVICE = -6,    /* no CUDA driver or no usable GPU */
+    MK_ERR_CUDA = -7,         /* a Driver API call failed */
+    MK_ERR_TIMEOUT = -8,      /* the watchdog fired */
+    MK_ERR_CONTEXT_FULL = -9, /* the KV cache has no room for another token */
+    MK_ERR_CANCELLED = -10,
+    MK_ERR_INTERNAL = -11,
+};
+
+/* An error report: a status and a message naming the file, field and value involved. */
+struct mk_error {
+    enum mk_status status;
+    char msg[512];
+};
+
+/* Short name of a status code, e.g. "format error". */
+const char *mk_status_str(enum mk_status status);
+#endif /* MK_STATUS_TYPES_DEFINED */
+
+#ifndef MK_BACKEND_KIND_DEFINED
+#define MK_BACKEND_KIND_DEFINED
+enum mk_backend_kind {
+    MK_BACKEND_AUTO = 0,
+    MK_BACKEND_REF = 1,        /* straight CPU reference forward pass */
+    MK_BACKEND_CPU = 2,        /* the program on pthread workers */
+    MK_BACKEND_MEGAKERNEL = 3, /* one persistent cooperative kernel */
+    MK_BACKEND_PEROP = 4,      /* one launch per instruction */
+    MK_BACKEND_GRAPH = 5,      /* per-op launches captured in a CUDA graph */
+};
+const char *mk_backend_kind_name(enum mk_backend_kind k);
+int mk_backend_kind_parse(const char *s, enum mk_backend_kind *out); /* 0 ok, -1 unknown */
+#endif /* MK_BACKEND_KIND_DEFINED */
 
 /* ---- Models ---- */
 

@@ -5,8 +5,8 @@
 #include <time.h>
 
 #include "runtime/backend.h"
-#include "runtime/dtype.h"
-#include "runtime/sample.h"
+#include "core/dtype.h"
+#include "graph/sample.h"
 
 struct mk_ref {
     struct mk_backend base;

@@ -7,11 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/gguf.h"
+#include "core/gguf.h"
 #include "runtime/mk.h"
 #include "tests/test_util.h"
 
-/* From /work/shared/models/README.md: the text of stories260K's golden greedy ids. */
+/* From ../shared/models/README.md: the text of stories260K's golden greedy ids. */
 static const char k_golden_text[] =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a "
     "big, red ball. She wanted to play with it, but it was too high";

@@ -88,13 +88,15 @@ has "$T/err" "same file"
 
 # Real files, when the models directory is there.
 M=""
-for d in "${MK_MODELS_DIR:-}" ../shared/models /work/shared/models; do
+for d in "${MK_MODELS_DIR:-}" ../shared/models; do
     if [ -n "$d" ] && [ -r "$d/stories260K-f32.gguf" ]; then
         M="$d"
         break
     fi
 done
-if [ -z "$M" ]; then
+if [ -z "$M" ] && [ "${MK_REQUIRE_MODELS:-}" = 1 ]; then
+    fail "models dir not found (MK_MODELS_DIR=${MK_MODELS_DIR:-unset}) and MK_REQUIRE_MODELS=1"
+elif [ -z "$M" ]; then
     echo "SKIP: models dir not found (set MK_MODELS_DIR); real-file checks skipped"
 else
     run 0 "$MK" info "$M/stories260K-f32.gguf"

@@ -9,11 +9,11 @@
 #include "graph/cpu_exec.h"
 #include "graph/program.h"
 #include "runtime/backend.h"
-#include "runtime/cuda.h"
+#include "megakernel/cuda.h"
 #include "runtime/cuda_backend.h"
-#include "runtime/gen.h"
-#include "runtime/model.h"
-#include "runtime/sample.h"
+#include "core/gen.h"
+#include "core/model.h"
+#include "graph/sample.h"
 #include "tests/test_util.h"
 
 static const enum mk_backend_kind gpu_kinds[] = {MK_BACKEND_MEGAKERNEL, MK_BACKEND_PEROP, MK_BACKEND_GRAPH};

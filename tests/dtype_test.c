@@ -18,7 +18,7 @@
  * Dot: |mk_dot_row - dot(dequantized row, x) in double| <= 1e-5 * sum |w_i * x_i| (relative to
  * the magnitude sum, since the dot itself may cancel to near zero). Measured worst: 4.1e-8.
  */
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 #include <math.h>
 #include <stdint.h>

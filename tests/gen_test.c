@@ -16,7 +16,7 @@
  *
  * Norm weights are f32 in every file, so exact.
  */
-#include "runtime/gen.h"
+#include "core/gen.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -25,8 +25,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/gguf.h"
-#include "runtime/model.h"
+#include "core/gguf.h"
+#include "core/model.h"
 #include "tests/test_util.h"
 
 #define SEED 7u

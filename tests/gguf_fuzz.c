@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/dtype.h"
-#include "runtime/gguf.h"
-#include "runtime/status.h"
+#include "core/dtype.h"
+#include "core/gguf.h"
+#include "core/status.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

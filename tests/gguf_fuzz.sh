@@ -23,7 +23,7 @@ flags="-std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -I. -g"
 gcc $flags -Wno-format-truncation -O1 $srcs -lm -o "$work/gguf_fuzz_driver"
 "$work/gguf_fuzz_driver" --make-seeds "$work/seeds"
 models=""
-for d in "${MK_MODELS_DIR:-}" ../shared/models /work/shared/models; do
+for d in "${MK_MODELS_DIR:-}" ../shared/models; do
     if [ -n "$d" ] && [ -f "$d/stories260K-f32.gguf" ]; then models=$d; break; fi
 done
 if [ -n "$models" ]; then

@@ -9,9 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/dtype.h"
-#include "runtime/gguf.h"
-#include "runtime/status.h"
+#include "core/dtype.h"
+#include "core/gguf.h"
+#include "core/status.h"
 #include "tests/test_util.h"
 
 static int g_hostile_cases;

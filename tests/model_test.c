@@ -1,12 +1,12 @@
 /* Tests for runtime/model: stories260K against its llama2.c file, tiny-random, vocab-only files, broken models. */
-#include "runtime/model.h"
+#include "core/model.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/gguf.h"
+#include "core/gguf.h"
 #include "tests/test_util.h"
 
 static char tmp_dir[512];

@@ -9,7 +9,7 @@
 #include "graph/cpu_exec.h"
 #include "graph/program.h"
 #include "runtime/backend.h"
-#include "runtime/model.h"
+#include "core/model.h"
 #include "tests/test_util.h"
 
 /* The 60 golden ids from the models README (the line after "The first 60 generated ids are:"). */

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include "runtime/backend.h"
-#include "runtime/gen.h"
-#include "runtime/model.h"
-#include "runtime/tokenizer.h"
+#include "core/gen.h"
+#include "core/model.h"
+#include "core/tokenizer.h"
 #include "tests/test_util.h"
 
 static const char *g_models; /* the models folder */

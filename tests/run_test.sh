@@ -11,7 +11,7 @@ fail() {
 }
 
 models=""
-for d in "${MK_MODELS_DIR:-}" ../shared/models /work/shared/models; do
+for d in "${MK_MODELS_DIR:-}" ../shared/models; do
     if [ -n "$d" ] && [ -r "$d/stories260K-f32.gguf" ]; then
         models="$d"
         break
@@ -76,6 +76,10 @@ if [ "$(wc -w <"$work/ids1")" -ne 5 ] || ! cmp -s "$work/ids1" "$work/ids2"; the
     fail "built-in model: 5 greedy ids not reproducible: '$(cat "$work/ids1")' vs '$(cat "$work/ids2")'"
 fi
 
+if [ -z "$models" ] && [ "${MK_REQUIRE_MODELS:-}" = 1 ]; then
+    fail "models directory not found (MK_MODELS_DIR=${MK_MODELS_DIR:-unset}) and MK_REQUIRE_MODELS=1"
+    exit 1
+fi
 if [ -z "$models" ]; then
     echo "SKIP: models directory not found (set MK_MODELS_DIR); skipping the stories260K checks"
     [ "$failures" -eq 0 ] || exit 1

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/sample.h"
-#include "runtime/sample_core.h"
+#include "graph/sample.h"
+#include "core/sample_core.h"
 #include "tests/test_util.h"
 
 static uint64_t g_rng = 0x1234567887654321ull;

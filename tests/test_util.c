@@ -47,7 +47,7 @@ int mk_test_finish(const char *name)
 
 const char *mk_test_models_dir(const char *probe_file)
 {
-    const char *cands[] = {getenv("MK_MODELS_DIR"), "../shared/models", "/work/shared/models"};
+    const char *cands[] = {getenv("MK_MODELS_DIR"), "../shared/models"};
     for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
         if (!cands[i] || !cands[i][0])
             continue;
@@ -55,6 +55,13 @@ const char *mk_test_models_dir(const char *probe_file)
         snprintf(probe, sizeof probe, "%s/%s", cands[i], probe_file);
         if (access(probe, R_OK) == 0)
             return cands[i];
+    }
+    /* CI sets MK_REQUIRE_MODELS=1 so that a broken models path fails instead of skipping. */
+    const char *req = getenv("MK_REQUIRE_MODELS");
+    if (req && !strcmp(req, "1")) {
+        fprintf(stderr, "FAIL: %s not found under $MK_MODELS_DIR (%s) or ../shared/models, and MK_REQUIRE_MODELS=1\n",
+                probe_file, getenv("MK_MODELS_DIR") ? getenv("MK_MODELS_DIR") : "unset");
+        exit(1);
     }
     return NULL;
 }

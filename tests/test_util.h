@@ -34,7 +34,7 @@ void mk_test_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int mk_test_finish(const char *name);
 
 /* The folder of the shared model files: the first of $MK_MODELS_DIR, ../shared/models and
- * /work/shared/models that holds a readable probe_file. NULL when none does; the caller then
+ * ../shared/models that holds a readable probe_file. NULL when none does; the caller then
  * prints "SKIP: ..." for the parts that need the files. */
 const char *mk_test_models_dir(const char *probe_file);
 

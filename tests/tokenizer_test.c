@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/model.h"
-#include "runtime/tokenizer.h"
+#include "core/model.h"
+#include "core/tokenizer.h"
 #include "tests/test_util.h"
 
 struct loaded {

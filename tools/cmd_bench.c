@@ -8,10 +8,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "graph/cpu_exec.h"
 #include "runtime/backend.h"
 #include "runtime/bandwidth.h"
-#include "runtime/gen.h"
-#include "runtime/model.h"
+#include "core/gen.h"
+#include "core/model.h"
 #include "tools/cli.h"
 #include "tools/cmds.h"
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "graph/program.h"
-#include "runtime/model.h"
+#include "core/model.h"
 #include "tools/cli.h"
 #include "tools/cmds.h"
 

@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "runtime/gen.h"
+#include "core/gen.h"
 #include "tools/cmds.h"
 
 static void mk_gen_usage(FILE *f) {

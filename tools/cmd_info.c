@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/dtype.h"
-#include "runtime/gguf.h"
-#include "runtime/model.h"
+#include "core/dtype.h"
+#include "core/gguf.h"
+#include "core/model.h"
 #include "tools/cmds.h"
 
 static void mk_info_usage(FILE *f) {

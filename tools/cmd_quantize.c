@@ -4,7 +4,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "runtime/gen.h"
+#include "core/gen.h"
 #include "tools/cmds.h"
 
 static void mk_quantize_usage(FILE *f) {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/gen.h"
+#include "core/gen.h"
 #include "runtime/mk.h"
 #include "tools/cli.h"
 #include "tools/cmds.h"

@@ -4,7 +4,7 @@
 
 #include "megakernel/common.cuh"
 #include "megakernel/ops/norm_lm_head.cuh"
-#include "runtime/sample_core.h"
+#include "core/sample_core.h"
 
 /* An order-preserving unsigned key of a logit; -0 and +0 share one key, as they compare equal. */
 __device__ __forceinline__ uint32_t mk_logit_key(float f) {

@@ -1,7 +1,7 @@
 /* Weight formats: ggml type tables, fp16/bf16 conversion and per-row dequantize/dot/quantize. */
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
-#include "runtime/status.h"
+#include "core/status.h"
 
 #include <math.h>
 #include <string.h>

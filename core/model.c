@@ -1,5 +1,5 @@
 /* The Llama-family model description: reads the config and vocab keys of a GGUF and checks every tensor. */
-#include "runtime/model.h"
+#include "core/model.h"
 
 #include <stddef.h>
 #include <stdio.h>

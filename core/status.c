@@ -1,5 +1,5 @@
 /* Error reporting helpers. */
-#include "runtime/status.h"
+#include "core/status.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /* Synthetic Llama GGUF writer and GGUF requantizer: counter-based random weights streamed row by row. */
-#include "runtime/gen.h"
+#include "core/gen.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/gguf.h"
+#include "core/gguf.h"
 
 /* Rows are produced and written in chunks of about this many output bytes. */
 #define MK_GEN_CHUNK_BYTES ((size_t)4 << 20)

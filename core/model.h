@@ -5,9 +5,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/dtype.h"
-#include "runtime/gguf.h"
-#include "runtime/status.h"
+#include "core/dtype.h"
+#include "core/gguf.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,5 +1,5 @@
 /* GGUF v2/v3 reader (zero-copy, every read bounded by the bytes left) and streaming v3 writer. */
-#include "runtime/gguf.h"
+#include "core/gguf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/dtype.h"
+#include "core/dtype.h"
 
 /* Fields are decoded with memcpy, which is only right on a little-endian host. */
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

@@ -1,5 +1,5 @@
 /* Loads the CUDA driver with dlopen once per process and reports its failures as mk errors. */
-#include "runtime/cuda.h"
+#include "megakernel/cuda.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

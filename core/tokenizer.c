@@ -1,5 +1,5 @@
 /* Tokenizers from a GGUF vocab: SentencePiece-style `llama` and byte-level BPE `gpt2`, following llama.cpp. */
-#include "runtime/tokenizer.h"
+#include "core/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,6 +10,11 @@
 extern "C" {
 #endif
 
+/* The status enum and error struct are part of the public API too: runtime/mk.h carries a copy of
+ * this block under the same guard (it may include only standard headers), and tests/layers_check.py
+ * fails when the two copies differ by one byte. */
+#ifndef MK_STATUS_TYPES_DEFINED
+#define MK_STATUS_TYPES_DEFINED
 enum mk_status {
     MK_OK = 0,
     MK_ERR_INVALID_ARG = -1,  /* caller passed something unusable */
@@ -31,6 +36,10 @@ struct mk_error {
     char msg[512];
 };
 
+/* Short name of a status code, e.g. "format error". */
+const char *mk_status_str(enum mk_status status);
+#endif /* MK_STATUS_TYPES_DEFINED */
+
 /* Records status and a printf-style message into err (which may be NULL); returns status so
  * callers can write `return mk_error_set(err, MK_ERR_FORMAT, "...")`. */
 enum mk_status mk_error_set(struct mk_error *err, enum mk_status status, const char *fmt, ...)
@@ -40,9 +49,6 @@ enum mk_status mk_error_set(struct mk_error *err, enum mk_status status, const c
 void mk_error_prefix(struct mk_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 void mk_error_clear(struct mk_error *err);
-
-/* Short name of a status code, e.g. "format error". */
-const char *mk_status_str(enum mk_status status);
 
 /* Broken invariants abort with file and line; they are bugs, never bad input. */
 #define MK_ASSERT(cond)                                                                   \

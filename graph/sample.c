@@ -1,7 +1,7 @@
 /* Host sampler: greedy argmax, or top-k candidate selection followed by the shared pick. */
-#include "runtime/sample.h"
+#include "graph/sample.h"
 
-#include "runtime/sample_core.h"
+#include "core/sample_core.h"
 
 int mk_sample_cand_count(int32_t top_k, int vocab) {
     if (top_k > 0 && top_k <= MK_SAMPLE_MAX_CAND && top_k <= vocab) return top_k;

@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/model.h"
-#include "runtime/status.h"
+#include "core/model.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {
