@@ -8,28 +8,23 @@
 
 /* Indexed by ggml type id; ids 4 and 5 (q4_2, q4_3) were dropped before GGUF and stay NULL. */
 static const char *const mk_ggml_names[] = {
-    [0] = "f32",      [1] = "f16",      [2] = "q4_0",       [3] = "q4_1",
-    [6] = "q5_0",     [7] = "q5_1",     [8] = "q8_0",       [9] = "q8_1",
-    [10] = "q2_k",    [11] = "q3_k",    [12] = "q4_k",      [13] = "q5_k",
-    [14] = "q6_k",    [15] = "q8_k",    [16] = "iq2_xxs",   [17] = "iq2_xs",
-    [18] = "iq3_xxs", [19] = "iq1_s",   [20] = "iq4_nl",    [21] = "iq3_s",
-    [22] = "iq2_s",   [23] = "iq4_xs",  [24] = "i8",        [25] = "i16",
-    [26] = "i32",     [27] = "i64",     [28] = "f64",       [29] = "iq1_m",
-    [30] = "bf16",    [31] = "q4_0_4_4", [32] = "q4_0_4_8", [33] = "q4_0_8_8",
-    [34] = "tq1_0",   [35] = "tq2_0",   [36] = "iq4_nl_4_4", [37] = "iq4_nl_4_8",
-    [38] = "iq4_nl_8_8", [39] = "mxfp4",    [40] = "nvfp4",     [41] = "q1_0",
-    [42] = "q2_0",
+    [0] = "f32",         [1] = "f16",       [2] = "q4_0",     [3] = "q4_1",    [6] = "q5_0",        [7] = "q5_1",
+    [8] = "q8_0",        [9] = "q8_1",      [10] = "q2_k",    [11] = "q3_k",   [12] = "q4_k",       [13] = "q5_k",
+    [14] = "q6_k",       [15] = "q8_k",     [16] = "iq2_xxs", [17] = "iq2_xs", [18] = "iq3_xxs",    [19] = "iq1_s",
+    [20] = "iq4_nl",     [21] = "iq3_s",    [22] = "iq2_s",   [23] = "iq4_xs", [24] = "i8",         [25] = "i16",
+    [26] = "i32",        [27] = "i64",      [28] = "f64",     [29] = "iq1_m",  [30] = "bf16",       [31] = "q4_0_4_4",
+    [32] = "q4_0_4_8",   [33] = "q4_0_8_8", [34] = "tq1_0",   [35] = "tq2_0",  [36] = "iq4_nl_4_4", [37] = "iq4_nl_4_8",
+    [38] = "iq4_nl_8_8", [39] = "mxfp4",    [40] = "nvfp4",   [41] = "q1_0",   [42] = "q2_0",
 };
 
-static const struct mk_dtype_info mk_info_f32 = {"f32", 1, 4};
-static const struct mk_dtype_info mk_info_f16 = {"f16", 1, 2};
-static const struct mk_dtype_info mk_info_bf16 = {"bf16", 1, 2};
-static const struct mk_dtype_info mk_info_q8_0 = {"q8_0", MK_QK8_0, sizeof(struct mk_block_q8_0)};
-static const struct mk_dtype_info mk_info_q4_k = {"q4_k", MK_QK_K, sizeof(struct mk_block_q4_k)};
-static const struct mk_dtype_info mk_info_q6_k = {"q6_k", MK_QK_K, sizeof(struct mk_block_q6_k)};
+static const struct mk_dtype_info mk_info_f32 = { "f32", 1, 4 };
+static const struct mk_dtype_info mk_info_f16 = { "f16", 1, 2 };
+static const struct mk_dtype_info mk_info_bf16 = { "bf16", 1, 2 };
+static const struct mk_dtype_info mk_info_q8_0 = { "q8_0", MK_QK8_0, sizeof(struct mk_block_q8_0) };
+static const struct mk_dtype_info mk_info_q4_k = { "q4_k", MK_QK_K, sizeof(struct mk_block_q4_k) };
+static const struct mk_dtype_info mk_info_q6_k = { "q6_k", MK_QK_K, sizeof(struct mk_block_q6_k) };
 
-const struct mk_dtype_info *mk_dtype_get(uint32_t type)
-{
+const struct mk_dtype_info *mk_dtype_get(uint32_t type) {
     switch (type) {
     case MK_DTYPE_F32: return &mk_info_f32;
     case MK_DTYPE_F16: return &mk_info_f16;
@@ -41,45 +36,37 @@ const struct mk_dtype_info *mk_dtype_get(uint32_t type)
     }
 }
 
-const char *mk_dtype_ggml_name(uint32_t type)
-{
-    if (type >= sizeof(mk_ggml_names) / sizeof(mk_ggml_names[0]))
-        return NULL;
+const char *mk_dtype_ggml_name(uint32_t type) {
+    if (type >= sizeof(mk_ggml_names) / sizeof(mk_ggml_names[0])) return NULL;
     return mk_ggml_names[type];
 }
 
-int mk_dtype_parse(const char *name, enum mk_dtype *out)
-{
-    static const enum mk_dtype supported[] = {MK_DTYPE_F32, MK_DTYPE_F16, MK_DTYPE_BF16,
-                                              MK_DTYPE_Q8_0, MK_DTYPE_Q4_K, MK_DTYPE_Q6_K};
-    if (!name)
-        return -1;
+int mk_dtype_parse(const char *name, enum mk_dtype *out) {
+    static const enum mk_dtype supported[] = { MK_DTYPE_F32,  MK_DTYPE_F16,  MK_DTYPE_BF16,
+                                               MK_DTYPE_Q8_0, MK_DTYPE_Q4_K, MK_DTYPE_Q6_K };
+    if (!name) return -1;
     for (size_t i = 0; i < sizeof(supported) / sizeof(supported[0]); i++) {
         if (strcasecmp(name, mk_dtype_get(supported[i])->name) == 0) {
-            if (out)
-                *out = supported[i];
+            if (out) *out = supported[i];
             return 0;
         }
     }
     return -1;
 }
 
-size_t mk_dtype_row_bytes(enum mk_dtype type, int64_t n)
-{
+size_t mk_dtype_row_bytes(enum mk_dtype type, int64_t n) {
     const struct mk_dtype_info *info = mk_dtype_get((uint32_t)type);
     MK_ASSERT(info != NULL && n >= 0 && n % info->block_size == 0);
     return (size_t)(n / info->block_size) * info->type_size;
 }
 
-static inline uint32_t mk_f32_bits(float f)
-{
+static inline uint32_t mk_f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof(u));
     return u;
 }
 
-static inline float mk_bits_f32(uint32_t u)
-{
+static inline float mk_bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof(f));
     return f;
@@ -87,8 +74,7 @@ static inline float mk_bits_f32(uint32_t u)
 
 /* Branch-free so that row loops over it vectorize; exact for every input: subnormals are
  * rebuilt by a subtraction of normal floats, so no denormal operand is ever touched. */
-static inline float mk_fp16_to_fp32_inline(uint16_t h)
-{
+static inline float mk_fp16_to_fp32_inline(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t em = (uint32_t)(h & 0x7fffu) << 13;
     const uint32_t exp = em & 0x0f800000u;
@@ -100,31 +86,24 @@ static inline float mk_fp16_to_fp32_inline(uint16_t h)
     return mk_bits_f32(sign | (normal & ~is_small) | (small & is_small));
 }
 
-float mk_fp16_to_fp32(uint16_t h)
-{
-    return mk_fp16_to_fp32_inline(h);
-}
+float mk_fp16_to_fp32(uint16_t h) { return mk_fp16_to_fp32_inline(h); }
 
-uint16_t mk_fp32_to_fp16(float f)
-{
+uint16_t mk_fp32_to_fp16(float f) {
     uint32_t u = mk_f32_bits(f);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t exp = (u >> 23) & 0xffu;
     uint32_t man = u & 0x7fffffu;
     if (exp == 0xff) {
-        if (man == 0)
-            return sign | 0x7c00u;
+        if (man == 0) return sign | 0x7c00u;
         /* keep the top payload bits and force quiet so a NaN never becomes inf */
         return sign | 0x7e00u | (uint16_t)(man >> 13);
     }
     int32_t e = (int32_t)exp - 127 + 15;
-    if (e >= 0x1f)
-        return sign | 0x7c00u;
+    if (e >= 0x1f) return sign | 0x7c00u;
     uint32_t m, shift;
     if (e <= 0) {
         /* subnormal result, in units of 2^-24: the full significand shifted by 14 - e */
-        if (e < -10)
-            return sign;
+        if (e < -10) return sign;
         m = man | 0x800000u;
         shift = (uint32_t)(14 - e); /* 13 + (1 - e) */
     } else {
@@ -134,24 +113,17 @@ uint16_t mk_fp32_to_fp16(float f)
     uint32_t q = m >> shift;
     uint32_t rem = m & ((1u << shift) - 1);
     uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (q & 1)))
-        q++;
+    if (rem > half || (rem == half && (q & 1))) q++;
     /* a carry out of the mantissa correctly bumps the exponent (up to inf) */
-    if (e <= 0)
-        return sign | (uint16_t)q;
+    if (e <= 0) return sign | (uint16_t)q;
     return sign | (uint16_t)(((uint32_t)e << 10) + q);
 }
 
-float mk_bf16_to_fp32(uint16_t h)
-{
-    return mk_bits_f32((uint32_t)h << 16);
-}
+float mk_bf16_to_fp32(uint16_t h) { return mk_bits_f32((uint32_t)h << 16); }
 
-uint16_t mk_fp32_to_bf16(float f)
-{
+uint16_t mk_fp32_to_bf16(float f) {
     uint32_t u = mk_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
@@ -161,28 +133,22 @@ uint16_t mk_fp32_to_bf16(float f)
  * without reassociating a single fp32 sum (which it may not do without -ffast-math). */
 #define MK_LANES 8
 
-static inline float mk_lanes_sum(const float acc[MK_LANES])
-{
+static inline float mk_lanes_sum(const float acc[MK_LANES]) {
     float s = 0.0f;
-    for (int k = 0; k < MK_LANES; k++)
-        s += acc[k];
+    for (int k = 0; k < MK_LANES; k++) s += acc[k];
     return s;
 }
 
 /* acc[k] += sum over the n/MK_LANES rows of w[.][k] * x[.][k]; n is a multiple of MK_LANES. */
-static inline void mk_lanes_dot(float acc[MK_LANES], const float *restrict w,
-                                const float *restrict x, int n)
-{
+static inline void mk_lanes_dot(float acc[MK_LANES], const float *restrict w, const float *restrict x, int n) {
     for (int i = 0; i < n; i += MK_LANES)
-        for (int k = 0; k < MK_LANES; k++)
-            acc[k] += w[i + k] * x[i + k];
+        for (int k = 0; k < MK_LANES; k++) acc[k] += w[i + k] * x[i + k];
 }
 
 /* 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes of a Q4_K block: bytes 0-3
  * hold scales 0-3 (low 6 bits) and bytes 4-7 mins 0-3; sub-blocks 4-7 keep their low nibbles in
  * bytes 8-11 and their top 2 bits in the spare top bits of bytes 0-7. */
-static inline void mk_q4k_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m)
-{
+static inline void mk_q4k_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {
     if (j < 4) {
         *sc = s[j] & 63;
         *m = s[j + 4] & 63;
@@ -194,15 +160,12 @@ static inline void mk_q4k_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_
 
 /* restrict: y is float and the blocks are bytes, which C lets alias anything; without it the
  * loops are not vectorized. */
-static inline void mk_dequantize_q8_0(const struct mk_block_q8_0 *restrict b, float *restrict y)
-{
+static inline void mk_dequantize_q8_0(const struct mk_block_q8_0 *restrict b, float *restrict y) {
     const float d = mk_fp16_to_fp32_inline(b->d);
-    for (int l = 0; l < MK_QK8_0; l++)
-        y[l] = (float)b->qs[l] * d;
+    for (int l = 0; l < MK_QK8_0; l++) y[l] = (float)b->qs[l] * d;
 }
 
-static inline void mk_dequantize_q4_k(const struct mk_block_q4_k *restrict b, float *restrict y)
-{
+static inline void mk_dequantize_q4_k(const struct mk_block_q4_k *restrict b, float *restrict y) {
     const float d = mk_fp16_to_fp32_inline(b->d);
     const float dmin = mk_fp16_to_fp32_inline(b->dmin);
     const uint8_t *q = b->qs;
@@ -213,17 +176,14 @@ static inline void mk_dequantize_q4_k(const struct mk_block_q4_k *restrict b, fl
         const float d1 = d * sc, m1 = dmin * m;
         mk_q4k_scale_min(2 * c + 1, b->scales, &sc, &m);
         const float d2 = d * sc, m2 = dmin * m;
-        for (int l = 0; l < 32; l++)
-            y[l] = d1 * (float)(q[l] & 0x0f) - m1;
-        for (int l = 0; l < 32; l++)
-            y[32 + l] = d2 * (float)(q[l] >> 4) - m2;
+        for (int l = 0; l < 32; l++) y[l] = d1 * (float)(q[l] & 0x0f) - m1;
+        for (int l = 0; l < 32; l++) y[32 + l] = d2 * (float)(q[l] >> 4) - m2;
         q += 32;
         y += 64;
     }
 }
 
-static inline void mk_dequantize_q6_k(const struct mk_block_q6_k *restrict b, float *restrict y)
-{
+static inline void mk_dequantize_q6_k(const struct mk_block_q6_k *restrict b, float *restrict y) {
     /* First the 6-bit values in element order, as bytes, then one scale per 16 of them. Each
      * 128 values use 64 ql and 32 qh bytes: ql byte l holds values l (low nibble) and l+64
      * (high), ql byte l+32 holds l+32 and l+96, and qh byte l their top 2 bits. */
@@ -242,43 +202,34 @@ static inline void mk_dequantize_q6_k(const struct mk_block_q6_k *restrict b, fl
     const float d = mk_fp16_to_fp32_inline(b->d);
     for (int j = 0; j < MK_QK_K / 16; j++) {
         const float s = d * b->scales[j];
-        for (int l = 0; l < 16; l++)
-            y[16 * j + l] = s * (float)q[16 * j + l];
+        for (int l = 0; l < 16; l++) y[16 * j + l] = s * (float)q[16 * j + l];
     }
 }
 
-void mk_dequantize_row(enum mk_dtype type, const void *src, float *dst, int64_t n)
-{
+void mk_dequantize_row(enum mk_dtype type, const void *src, float *dst, int64_t n) {
     const struct mk_dtype_info *info = mk_dtype_get((uint32_t)type);
     MK_ASSERT(info != NULL && n >= 0 && n % info->block_size == 0);
     const int64_t nb = n / info->block_size;
     switch (type) {
-    case MK_DTYPE_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        break;
+    case MK_DTYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     case MK_DTYPE_F16: {
         const uint16_t *h = src;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = mk_fp16_to_fp32_inline(h[i]);
+        for (int64_t i = 0; i < n; i++) dst[i] = mk_fp16_to_fp32_inline(h[i]);
         break;
     }
     case MK_DTYPE_BF16: {
         const uint16_t *h = src;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = mk_bits_f32((uint32_t)h[i] << 16);
+        for (int64_t i = 0; i < n; i++) dst[i] = mk_bits_f32((uint32_t)h[i] << 16);
         break;
     }
     case MK_DTYPE_Q8_0:
-        for (int64_t i = 0; i < nb; i++)
-            mk_dequantize_q8_0((const struct mk_block_q8_0 *)src + i, dst + i * MK_QK8_0);
+        for (int64_t i = 0; i < nb; i++) mk_dequantize_q8_0((const struct mk_block_q8_0 *)src + i, dst + i * MK_QK8_0);
         break;
     case MK_DTYPE_Q4_K:
-        for (int64_t i = 0; i < nb; i++)
-            mk_dequantize_q4_k((const struct mk_block_q4_k *)src + i, dst + i * MK_QK_K);
+        for (int64_t i = 0; i < nb; i++) mk_dequantize_q4_k((const struct mk_block_q4_k *)src + i, dst + i * MK_QK_K);
         break;
     case MK_DTYPE_Q6_K:
-        for (int64_t i = 0; i < nb; i++)
-            mk_dequantize_q6_k((const struct mk_block_q6_k *)src + i, dst + i * MK_QK_K);
+        for (int64_t i = 0; i < nb; i++) mk_dequantize_q6_k((const struct mk_block_q6_k *)src + i, dst + i * MK_QK_K);
         break;
     }
 }
@@ -288,54 +239,43 @@ void mk_dequantize_row(enum mk_dtype type, const void *src, float *dst, int64_t 
  * block into a stack buffer and then take a plain float dot: two simple loops vectorize where
  * one fused loop over nibbles does not. */
 
-static float mk_dot_f32(const float *w, const float *x, int64_t n)
-{
-    float acc[MK_LANES] = {0};
+static float mk_dot_f32(const float *w, const float *x, int64_t n) {
+    float acc[MK_LANES] = { 0 };
     const int64_t nv = n - n % MK_LANES;
     for (int64_t i = 0; i < nv; i += MK_LANES)
-        for (int k = 0; k < MK_LANES; k++)
-            acc[k] += w[i + k] * x[i + k];
+        for (int k = 0; k < MK_LANES; k++) acc[k] += w[i + k] * x[i + k];
     float s = mk_lanes_sum(acc);
-    for (int64_t i = nv; i < n; i++)
-        s += w[i] * x[i];
+    for (int64_t i = nv; i < n; i++) s += w[i] * x[i];
     return s;
 }
 
-static float mk_dot_f16(const uint16_t *w, const float *x, int64_t n)
-{
-    float acc[MK_LANES] = {0};
+static float mk_dot_f16(const uint16_t *w, const float *x, int64_t n) {
+    float acc[MK_LANES] = { 0 };
     const int64_t nv = n - n % MK_LANES;
     for (int64_t i = 0; i < nv; i += MK_LANES)
-        for (int k = 0; k < MK_LANES; k++)
-            acc[k] += mk_fp16_to_fp32_inline(w[i + k]) * x[i + k];
+        for (int k = 0; k < MK_LANES; k++) acc[k] += mk_fp16_to_fp32_inline(w[i + k]) * x[i + k];
     float s = mk_lanes_sum(acc);
-    for (int64_t i = nv; i < n; i++)
-        s += mk_fp16_to_fp32_inline(w[i]) * x[i];
+    for (int64_t i = nv; i < n; i++) s += mk_fp16_to_fp32_inline(w[i]) * x[i];
     return s;
 }
 
-static float mk_dot_bf16(const uint16_t *w, const float *x, int64_t n)
-{
-    float acc[MK_LANES] = {0};
+static float mk_dot_bf16(const uint16_t *w, const float *x, int64_t n) {
+    float acc[MK_LANES] = { 0 };
     const int64_t nv = n - n % MK_LANES;
     for (int64_t i = 0; i < nv; i += MK_LANES)
-        for (int k = 0; k < MK_LANES; k++)
-            acc[k] += mk_bits_f32((uint32_t)w[i + k] << 16) * x[i + k];
+        for (int k = 0; k < MK_LANES; k++) acc[k] += mk_bits_f32((uint32_t)w[i + k] << 16) * x[i + k];
     float s = mk_lanes_sum(acc);
-    for (int64_t i = nv; i < n; i++)
-        s += mk_bits_f32((uint32_t)w[i] << 16) * x[i];
+    for (int64_t i = nv; i < n; i++) s += mk_bits_f32((uint32_t)w[i] << 16) * x[i];
     return s;
 }
 
-static float mk_dot_q8_0(const struct mk_block_q8_0 *b, const float *x, int64_t nb)
-{
+static float mk_dot_q8_0(const struct mk_block_q8_0 *b, const float *x, int64_t nb) {
     enum { GROUP = 8 }; /* blocks decoded per buffer fill */
-    float acc[MK_LANES] = {0};
+    float acc[MK_LANES] = { 0 };
     float w[GROUP * MK_QK8_0]; /* (element of the group) */
     for (int64_t i = 0; i < nb; i += GROUP) {
         const int g = nb - i < GROUP ? (int)(nb - i) : GROUP;
-        for (int j = 0; j < g; j++)
-            mk_dequantize_q8_0(b + i + j, w + j * MK_QK8_0);
+        for (int j = 0; j < g; j++) mk_dequantize_q8_0(b + i + j, w + j * MK_QK8_0);
         mk_lanes_dot(acc, w, x + i * MK_QK8_0, g * MK_QK8_0);
     }
     return mk_lanes_sum(acc);
@@ -343,9 +283,8 @@ static float mk_dot_q8_0(const struct mk_block_q8_0 *b, const float *x, int64_t 
 
 /* K-quant super-blocks of MK_QK_K elements: decode one block, then a lane-parallel float dot. */
 static float mk_dot_k_blocks(const uint8_t *blocks, size_t block_bytes, void (*deq)(const void *, float *),
-                             const float *x, int64_t nb)
-{
-    float acc[MK_LANES] = {0};
+                             const float *x, int64_t nb) {
+    float acc[MK_LANES] = { 0 };
     float w[MK_QK_K]; /* (element of the block) */
     for (int64_t i = 0; i < nb; i++) {
         deq(blocks + (size_t)i * block_bytes, w);
@@ -357,8 +296,7 @@ static float mk_dot_k_blocks(const uint8_t *blocks, size_t block_bytes, void (*d
 static void mk_deq_q4_k_any(const void *b, float *y) { mk_dequantize_q4_k(b, y); }
 static void mk_deq_q6_k_any(const void *b, float *y) { mk_dequantize_q6_k(b, y); }
 
-float mk_dot_row(enum mk_dtype type, const void *row, const float *x, int64_t n)
-{
+float mk_dot_row(enum mk_dtype type, const void *row, const float *x, int64_t n) {
     const struct mk_dtype_info *info = mk_dtype_get((uint32_t)type);
     MK_ASSERT(info != NULL && n >= 0 && n % info->block_size == 0);
     const int64_t nb = n / info->block_size;
@@ -378,21 +316,16 @@ float mk_dot_row(enum mk_dtype type, const void *row, const float *x, int64_t n)
 
 /* Rounds half to even like ggml's nearest_int; out-of-range and NaN inputs are clamped rather
  * than left undefined (ggml asserts instead). */
-static inline int mk_nearest_int(float v)
-{
-    if (!(v > -4194303.0f))
-        return v != v ? 0 : -4194303;
-    if (v > 4194303.0f)
-        return 4194303;
+static inline int mk_nearest_int(float v) {
+    if (!(v > -4194303.0f)) return v != v ? 0 : -4194303;
+    if (v > 4194303.0f) return 4194303;
     return (int)rintf(v);
 }
 
-static void mk_quantize_q8_0(const float *x, struct mk_block_q8_0 *y, int64_t nb)
-{
+static void mk_quantize_q8_0(const float *x, struct mk_block_q8_0 *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++) {
         float amax = 0.0f;
-        for (int l = 0; l < MK_QK8_0; l++)
-            amax = fmaxf(amax, fabsf(x[l]));
+        for (int l = 0; l < MK_QK8_0; l++) amax = fmaxf(amax, fabsf(x[l]));
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = mk_fp32_to_fp16(d);
@@ -408,23 +341,18 @@ static void mk_quantize_q8_0(const float *x, struct mk_block_q8_0 *y, int64_t nb
 /* Fits x[i] ~ scale*L[i] - min with L in [0, nmax] and min >= 0, minimizing the weighted
  * squared error over a small sweep of candidate scales (ggml's make_qkx2_quants with
  * use_mad = false). Returns scale; *the_min receives min. */
-static float mk_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L,
-                                 float *the_min, uint8_t *Laux, float rmin, float rdelta,
-                                 int nstep)
-{
+static float mk_make_qkx2_quants(int n, int nmax, const float *x, const float *w, uint8_t *L, float *the_min,
+                                 uint8_t *Laux, float rmin, float rdelta, int nstep) {
     float min = x[0], max = x[0];
     float sum_w = w[0];
     float sum_x = sum_w * x[0];
     for (int i = 1; i < n; i++) {
-        if (x[i] < min)
-            min = x[i];
-        if (x[i] > max)
-            max = x[i];
+        if (x[i] < min) min = x[i];
+        if (x[i] > max) max = x[i];
         sum_w += w[i];
         sum_x += w[i] * x[i];
     }
-    if (min > 0)
-        min = 0;
+    if (min > 0) min = 0;
     if (max == min) {
         memset(L, 0, (size_t)n);
         *the_min = -min;
@@ -475,12 +403,11 @@ static float mk_make_qkx2_quants(int n, int nmax, const float *x, const float *w
     return scale;
 }
 
-static void mk_quantize_q4_k(const float *x, struct mk_block_q4_k *y, int64_t nb)
-{
+static void mk_quantize_q4_k(const float *x, struct mk_block_q4_k *y, int64_t nb) {
     uint8_t L[MK_QK_K];
     uint8_t Laux[32];
     float weights[32];
-    float mins[MK_QK_K / 32];  /* (sub-block) */
+    float mins[MK_QK_K / 32];   /* (sub-block) */
     float scales[MK_QK_K / 32]; /* (sub-block) */
 
     for (int64_t i = 0; i < nb; i++) {
@@ -488,18 +415,13 @@ static void mk_quantize_q4_k(const float *x, struct mk_block_q4_k *y, int64_t nb
         for (int j = 0; j < MK_QK_K / 32; j++) {
             const float *xs = x + 32 * j;
             float sum_x2 = 0;
-            for (int l = 0; l < 32; l++)
-                sum_x2 += xs[l] * xs[l];
+            for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
             const float av_x = sqrtf(sum_x2 / 32);
             /* weight large values more, plus a floor so small ones still count */
-            for (int l = 0; l < 32; l++)
-                weights[l] = av_x + fabsf(xs[l]);
-            scales[j] = mk_make_qkx2_quants(32, 15, xs, weights, L + 32 * j, &mins[j], Laux,
-                                            -1.0f, 0.1f, 20);
-            if (scales[j] > max_scale)
-                max_scale = scales[j];
-            if (mins[j] > max_min)
-                max_min = mins[j];
+            for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(xs[l]);
+            scales[j] = mk_make_qkx2_quants(32, 15, xs, weights, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
         }
 
         const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
@@ -529,8 +451,7 @@ static void mk_quantize_q4_k(const float *x, struct mk_block_q4_k *y, int64_t nb
             uint8_t sc, m;
             mk_q4k_scale_min(j, y[i].scales, &sc, &m);
             const float d = d_all * sc;
-            if (d == 0.0f)
-                continue;
+            if (d == 0.0f) continue;
             const float dm = dmin_all * m;
             for (int l = 0; l < 32; l++) {
                 int q = mk_nearest_int((x[32 * j + l] + dm) / d);
@@ -540,8 +461,7 @@ static void mk_quantize_q4_k(const float *x, struct mk_block_q4_k *y, int64_t nb
 
         uint8_t *q = y[i].qs;
         for (int j = 0; j < MK_QK_K; j += 64) {
-            for (int l = 0; l < 32; l++)
-                q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+            for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
             q += 32;
         }
         x += MK_QK_K;
@@ -550,8 +470,7 @@ static void mk_quantize_q4_k(const float *x, struct mk_block_q4_k *y, int64_t nb
 
 /* Symmetric fit x[i] ~ scale*(L[i] - nmax), L in [0, 2*nmax), weighted by x^2 (ggml's
  * make_qx_quants with rmse_type 1 and no importance weights). Returns scale. */
-static float mk_make_qx_quants(int n, int nmax, const float *x, int8_t *L)
-{
+static float mk_make_qx_quants(int n, int nmax, const float *x, int8_t *L) {
     float max = 0, amax = 0;
     for (int i = 0; i < n; i++) {
         const float ax = fabsf(x[i]);
@@ -577,8 +496,7 @@ static float mk_make_qx_quants(int n, int nmax, const float *x, int8_t *L)
     float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     for (int is = -9; is <= 9; is++) {
-        if (is == 0)
-            continue;
+        if (is == 0) continue;
         iscale = -(nmax + 0.1f * is) / max;
         sumlx = suml2 = 0;
         for (int i = 0; i < n; i++) {
@@ -601,8 +519,7 @@ static float mk_make_qx_quants(int n, int nmax, const float *x, int8_t *L)
     return scale;
 }
 
-static void mk_quantize_q6_k(const float *x, struct mk_block_q6_k *y, int64_t nb)
-{
+static void mk_quantize_q6_k(const float *x, struct mk_block_q6_k *y, int64_t nb) {
     int8_t L[MK_QK_K];
     float scales[MK_QK_K / 16]; /* (sub-block) */
 
@@ -632,8 +549,7 @@ static void mk_quantize_q6_k(const float *x, struct mk_block_q6_k *y, int64_t nb
         const float d_all = mk_fp16_to_fp32(y[i].d);
         for (int j = 0; j < MK_QK_K / 16; j++) {
             const float d = d_all * y[i].scales[j];
-            if (d == 0.0f)
-                continue;
+            if (d == 0.0f) continue;
             for (int l = 0; l < 16; l++) {
                 int q = mk_nearest_int(x[16 * j + l] / d);
                 q = q < -32 ? -32 : q > 31 ? 31 : q;
@@ -658,25 +574,20 @@ static void mk_quantize_q6_k(const float *x, struct mk_block_q6_k *y, int64_t nb
     }
 }
 
-size_t mk_quantize_row(enum mk_dtype type, const float *src, void *dst, int64_t n)
-{
+size_t mk_quantize_row(enum mk_dtype type, const float *src, void *dst, int64_t n) {
     const struct mk_dtype_info *info = mk_dtype_get((uint32_t)type);
     MK_ASSERT(info != NULL && n >= 0 && n % info->block_size == 0);
     const int64_t nb = n / info->block_size;
     switch (type) {
-    case MK_DTYPE_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        break;
+    case MK_DTYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     case MK_DTYPE_F16: {
         uint16_t *h = dst;
-        for (int64_t i = 0; i < n; i++)
-            h[i] = mk_fp32_to_fp16(src[i]);
+        for (int64_t i = 0; i < n; i++) h[i] = mk_fp32_to_fp16(src[i]);
         break;
     }
     case MK_DTYPE_BF16: {
         uint16_t *h = dst;
-        for (int64_t i = 0; i < n; i++)
-            h[i] = mk_fp32_to_bf16(src[i]);
+        for (int64_t i = 0; i < n; i++) h[i] = mk_fp32_to_bf16(src[i]);
         break;
     }
     case MK_DTYPE_Q8_0: mk_quantize_q8_0(src, dst, nb); break;

@@ -19,18 +19,18 @@ enum mk_dtype {
     MK_DTYPE_BF16 = 30,
 };
 
-#define MK_QK8_0 32
-#define MK_QK_K 256
+#define MK_QK8_0        32
+#define MK_QK_K         256
 #define MK_K_SCALE_SIZE 12
 
 /* Block layouts, bit-compatible with ggml. fp16 fields are raw IEEE half bits. */
 struct mk_block_q8_0 {
-    uint16_t d;        /* scale, fp16 */
+    uint16_t d; /* scale, fp16 */
     int8_t qs[MK_QK8_0];
 };
 struct mk_block_q4_k {
-    uint16_t d;        /* super-block scale for quantized scales, fp16 */
-    uint16_t dmin;     /* super-block scale for quantized mins, fp16 */
+    uint16_t d;                      /* super-block scale for quantized scales, fp16 */
+    uint16_t dmin;                   /* super-block scale for quantized mins, fp16 */
     uint8_t scales[MK_K_SCALE_SIZE]; /* 8 scales and 8 mins, 6 bits each */
     uint8_t qs[MK_QK_K / 2];         /* 4-bit quants */
 };
@@ -60,9 +60,9 @@ int mk_dtype_parse(const char *name, enum mk_dtype *out);
 size_t mk_dtype_row_bytes(enum mk_dtype type, int64_t n);
 
 float mk_fp16_to_fp32(uint16_t h);
-uint16_t mk_fp32_to_fp16(float f);  /* round to nearest even */
+uint16_t mk_fp32_to_fp16(float f); /* round to nearest even */
 float mk_bf16_to_fp32(uint16_t h);
-uint16_t mk_fp32_to_bf16(float f);  /* round to nearest even, NaN stays NaN */
+uint16_t mk_fp32_to_bf16(float f); /* round to nearest even, NaN stays NaN */
 
 /* n elements (a multiple of the block size) of src in format type into dst floats. */
 void mk_dequantize_row(enum mk_dtype type, const void *src, float *dst, int64_t n);

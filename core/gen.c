@@ -16,7 +16,7 @@
 #define MK_GEN_CHUNK_BYTES ((size_t)4 << 20)
 /* A chunk smaller than this many elements is not worth a second thread. */
 #define MK_GEN_THREAD_MIN_ELEMS 65536
-#define MK_GEN_NAME_CAP 48
+#define MK_GEN_NAME_CAP         48
 
 /* llama.cpp LLAMA_FTYPE_* values for general.file_type. */
 enum {
@@ -34,13 +34,13 @@ enum { MK_TOKEN_NORMAL = 1, MK_TOKEN_UNKNOWN = 2, MK_TOKEN_CONTROL = 3, MK_TOKEN
 
 static const struct mk_gen_preset mk_gen_presets[] = {
     /* name, n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab, n_ctx, rope_base, tied */
-    {"tiny", 256, 768, 4, 8, 4, 512, 2048, 10000.0f, true},
-    {"llama-1b", 2048, 8192, 16, 32, 8, 128256, 131072, 500000.0f, true},
-    {"llama-8b", 4096, 14336, 32, 32, 8, 128256, 8192, 500000.0f, false},
+    { "tiny", 256, 768, 4, 8, 4, 512, 2048, 10000.0f, true },
+    { "llama-1b", 2048, 8192, 16, 32, 8, 128256, 131072, 500000.0f, true },
+    { "llama-8b", 4096, 14336, 32, 32, 8, 128256, 8192, 500000.0f, false },
 };
 
 struct mk_gen_params mk_gen_default_params(void) {
-    return (struct mk_gen_params){.preset = "tiny", .dtype = "f32", .seed = 42, .progress = false};
+    return (struct mk_gen_params){ .preset = "tiny", .dtype = "f32", .seed = 42, .progress = false };
 }
 
 const struct mk_gen_preset *mk_gen_find_preset(const char *name) {
@@ -54,12 +54,12 @@ const struct mk_gen_preset *mk_gen_find_preset(const char *name) {
 int mk_gen_parse_format(const char *name, struct mk_gen_format *out) {
     if (!name) return -1;
     if (!strcmp(name, "q4_k_m")) {
-        *out = (struct mk_gen_format){.type = MK_DTYPE_Q4_K, .q4_k_m = true};
+        *out = (struct mk_gen_format){ .type = MK_DTYPE_Q4_K, .q4_k_m = true };
         return 0;
     }
     enum mk_dtype t;
     if (mk_dtype_parse(name, &t) != 0) return -1;
-    *out = (struct mk_gen_format){.type = t, .q4_k_m = false};
+    *out = (struct mk_gen_format){ .type = t, .q4_k_m = false };
     return 0;
 }
 
@@ -188,7 +188,7 @@ static void *mk_gen_rows_run(void *arg) {
 
 struct mk_gen_stream {
     struct mk_gguf_writer *w;
-    uint8_t *buf;     /* (chunk rows, dst_row_bytes) */
+    uint8_t *buf; /* (chunk rows, dst_row_bytes) */
     size_t buf_cap;
     float *scratch[2]; /* (scratch_cols) per worker */
     int64_t scratch_cols;
@@ -211,8 +211,10 @@ static void mk_gen_release_pages(const void *data, uint64_t n) {
 
 static enum mk_status mk_gen_writer_failed(struct mk_gguf_writer *w, enum mk_status st, struct mk_error *err) {
     const struct mk_error *we = w ? mk_gguf_writer_error(w) : NULL;
-    if (err && we && we->status != MK_OK) *err = *we;
-    else mk_error_set(err, st, "GGUF writer failed: %s", mk_status_str(st));
+    if (err && we && we->status != MK_OK)
+        *err = *we;
+    else
+        mk_error_set(err, st, "GGUF writer failed: %s", mk_status_str(st));
     return st;
 }
 
@@ -275,8 +277,7 @@ static enum mk_status mk_gen_write_rows(struct mk_gen_stream *s, struct mk_gen_r
             mk_gen_rows_run(&b);
         enum mk_status st = mk_gen_write_bytes(s, s->buf, (uint64_t)n * job.dst_row_bytes, false, err);
         if (st != MK_OK) return st;
-        if (job.src)
-            mk_gen_release_pages(job.src + (uint64_t)r0 * job.src_row_bytes, (uint64_t)n * job.src_row_bytes);
+        if (job.src) mk_gen_release_pages(job.src + (uint64_t)r0 * job.src_row_bytes, (uint64_t)n * job.src_row_bytes);
     }
     return MK_OK;
 }
@@ -321,14 +322,14 @@ static enum mk_status mk_gen_vocab_build(uint32_t n, struct mk_gen_vocab *v, str
         return mk_error_set(err, MK_ERR_NOMEM, "no memory for a vocab of %u tokens", n);
     }
     uint32_t k = 0;
-#define MK_GEN_PIECE(type_, score_, ...)                                  \
-    do {                                                                  \
-        char *p_ = v->pool + (size_t)k * piece_cap;                       \
-        snprintf(p_, piece_cap, __VA_ARGS__);                             \
-        v->pieces[k] = p_;                                                \
-        v->types[k] = (type_);                                            \
-        v->scores[k] = (score_);                                          \
-        k++;                                                              \
+#define MK_GEN_PIECE(type_, score_, ...)            \
+    do {                                            \
+        char *p_ = v->pool + (size_t)k * piece_cap; \
+        snprintf(p_, piece_cap, __VA_ARGS__);       \
+        v->pieces[k] = p_;                          \
+        v->types[k] = (type_);                      \
+        v->scores[k] = (score_);                    \
+        k++;                                        \
     } while (0)
     MK_GEN_PIECE(MK_TOKEN_UNKNOWN, 0.0f, "<unk>");
     MK_GEN_PIECE(MK_TOKEN_CONTROL, 0.0f, "<s>");
@@ -338,7 +339,7 @@ static enum mk_status mk_gen_vocab_build(uint32_t n, struct mk_gen_vocab *v, str
     MK_GEN_PIECE(MK_TOKEN_NORMAL, score--, "\xe2\x96\x81");
     for (int len = 1; k < n; len++) {
         MK_ASSERT(len <= 8);
-        int digit[8] = {0};
+        int digit[8] = { 0 };
         for (;;) {
             char word[9];
             for (int i = 0; i < len; i++) word[i] = (char)('a' + digit[i]);
@@ -355,20 +356,19 @@ static enum mk_status mk_gen_vocab_build(uint32_t n, struct mk_gen_vocab *v, str
     return MK_OK;
 }
 
-#define MK_GEN_TRY(call)                                 \
-    do {                                                 \
-        if ((st = (call)) != MK_OK) {                    \
-            mk_gen_writer_failed(w, st, err);            \
-            goto fail;                                   \
-        }                                                \
+#define MK_GEN_TRY(call)                      \
+    do {                                      \
+        if ((st = (call)) != MK_OK) {         \
+            mk_gen_writer_failed(w, st, err); \
+            goto fail;                        \
+        }                                     \
     } while (0)
 
 enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, struct mk_error *err) {
     struct mk_gen_params def = mk_gen_default_params();
     if (!p) p = &def;
     const struct mk_gen_preset *pr = mk_gen_find_preset(p->preset ? p->preset : def.preset);
-    if (!pr)
-        return mk_error_set(err, MK_ERR_INVALID_ARG, "unknown preset '%s' (tiny, llama-1b, llama-8b)", p->preset);
+    if (!pr) return mk_error_set(err, MK_ERR_INVALID_ARG, "unknown preset '%s' (tiny, llama-1b, llama-8b)", p->preset);
     struct mk_gen_format fmt;
     const char *dtype = p->dtype ? p->dtype : def.dtype;
     if (mk_gen_parse_format(dtype, &fmt) != 0)
@@ -378,8 +378,8 @@ enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, str
     enum mk_status st;
     struct mk_gguf_writer *w = NULL;
     struct mk_gen_tensor *ts = NULL;
-    struct mk_gen_stream s = {0};
-    struct mk_gen_vocab voc = {0};
+    struct mk_gen_stream s = { 0 };
+    struct mk_gen_vocab voc = { 0 };
     const uint32_t L = pr->n_layer, head_dim = pr->n_embd / pr->n_head;
     const int64_t e = pr->n_embd, q = (int64_t)pr->n_head * head_dim, kv = (int64_t)pr->n_head_kv * head_dim;
     const int64_t ff = pr->n_ff, nv = pr->n_vocab;
@@ -390,13 +390,13 @@ enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, str
         st = mk_error_set(err, MK_ERR_NOMEM, "no memory for the tensor list");
         goto fail;
     }
-#define MK_GEN_ADD(rows_, cols_, ...)                                               \
-    do {                                                                            \
-        struct mk_gen_tensor *t_ = &ts[n_ts++];                                     \
-        snprintf(t_->name, sizeof t_->name, __VA_ARGS__);                           \
-        t_->rows = (rows_) ? (rows_) : 1;                                           \
-        t_->cols = (cols_);                                                         \
-        t_->n_dims = (rows_) ? 2 : 1;                                               \
+#define MK_GEN_ADD(rows_, cols_, ...)                                                            \
+    do {                                                                                         \
+        struct mk_gen_tensor *t_ = &ts[n_ts++];                                                  \
+        snprintf(t_->name, sizeof t_->name, __VA_ARGS__);                                        \
+        t_->rows = (rows_) ? (rows_) : 1;                                                        \
+        t_->cols = (cols_);                                                                      \
+        t_->n_dims = (rows_) ? 2 : 1;                                                            \
         t_->type = mk_gen_tensor_type(fmt, t_->name, t_->n_dims, t_->cols, L, !pr->tied_output); \
     } while (0)
     MK_GEN_ADD(nv, e, "token_embd.weight");
@@ -447,9 +447,9 @@ enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, str
     MK_GEN_TRY(mk_gguf_writer_kv_str(w, "mk.gen.seed", seed_str));
 
     s.w = w;
-    s.progress = (struct mk_gen_progress){.on = p->progress && isatty(2), .label = "mk gen", .last_permille = -1};
+    s.progress = (struct mk_gen_progress){ .on = p->progress && isatty(2), .label = "mk gen", .last_permille = -1 };
     for (size_t i = 0; i < n_ts; i++) {
-        uint64_t ne[2] = {(uint64_t)ts[i].cols, (uint64_t)ts[i].rows};
+        uint64_t ne[2] = { (uint64_t)ts[i].cols, (uint64_t)ts[i].rows };
         MK_GEN_TRY(mk_gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ne));
         s.progress.total += (uint64_t)ts[i].rows * mk_dtype_row_bytes(ts[i].type, ts[i].cols);
     }
@@ -561,8 +561,8 @@ static enum mk_status mk_gen_copy_kv(struct mk_gguf_writer *w, const char *in_pa
         break;
     }
     default:
-        return mk_error_set(err, MK_ERR_UNSUPPORTED, "%s: key %s: values of type %s cannot be copied yet", in_path,
-                            key, mk_gguf_type_name(kv->type));
+        return mk_error_set(err, MK_ERR_UNSUPPORTED, "%s: key %s: values of type %s cannot be copied yet", in_path, key,
+                            mk_gguf_type_name(kv->type));
     }
     if (st != MK_OK && !own_error) mk_gen_writer_failed(w, st, err);
     free(str);
@@ -574,7 +574,7 @@ static enum mk_status mk_gen_copy_kv(struct mk_gguf_writer *w, const char *in_pa
 
 /* Number of blocks: <arch>.block_count, else one more than the highest blk.N in the tensor names. */
 static uint32_t mk_gen_count_layers(const struct mk_gguf *g) {
-    struct mk_gguf_str arch = {0, NULL};
+    struct mk_gguf_str arch = { 0, NULL };
     uint32_t n = 0;
     if (mk_gguf_get_str_opt(g, "general.architecture", &arch, NULL) == MK_OK && arch.data && arch.len < 64) {
         char key[96];
@@ -605,7 +605,7 @@ enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, c
 
     struct mk_gguf *g = NULL;
     struct mk_gguf_writer *w = NULL;
-    struct mk_gen_stream s = {0};
+    struct mk_gen_stream s = { 0 };
     enum mk_dtype *types = NULL;
     char *key = NULL;
     enum mk_status st = mk_gguf_open(in_path, &g, err);
@@ -639,7 +639,7 @@ enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, c
     if (!wrote_ftype) MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "general.file_type", mk_gen_file_type(fmt)));
 
     s.w = w;
-    s.progress = (struct mk_gen_progress){.on = progress && isatty(2), .label = "mk quantize", .last_permille = -1};
+    s.progress = (struct mk_gen_progress){ .on = progress && isatty(2), .label = "mk quantize", .last_permille = -1 };
     for (uint64_t i = 0; i < n_t; i++) {
         const struct mk_gguf_tensor *t = mk_gguf_tensor_at(g, i);
         free(key);
@@ -669,8 +669,7 @@ enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, c
             .dst_type = types[i],
             .dst_row_bytes = mk_dtype_row_bytes(types[i], cols),
         };
-        if ((st = mk_gen_write_rows(&s, job, cols ? (int64_t)(t->n_elements / t->ne[0]) : 0, err)) != MK_OK)
-            goto fail;
+        if ((st = mk_gen_write_rows(&s, job, cols ? (int64_t)(t->n_elements / t->ne[0]) : 0, err)) != MK_OK) goto fail;
     }
     st = mk_gguf_writer_finish(w, err);
     w = NULL;

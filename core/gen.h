@@ -16,7 +16,7 @@ struct mk_gen_params {
     const char *preset; /* "tiny", "llama-1b", "llama-8b" */
     const char *dtype;  /* "f32", "f16", "bf16", "q8_0", "q4_k", "q6_k" or the mix "q4_k_m" */
     uint64_t seed;
-    bool progress;      /* progress bar on stderr, only when stderr is a terminal */
+    bool progress; /* progress bar on stderr, only when stderr is a terminal */
 };
 
 /* preset "tiny", dtype "f32", seed 42, no progress. */

@@ -28,7 +28,7 @@ enum mk_gguf_type {
     MK_GGUF_FLOAT64 = 12,
 };
 
-#define MK_GGUF_MAX_DIMS 4
+#define MK_GGUF_MAX_DIMS          4
 #define MK_GGUF_DEFAULT_ALIGNMENT 32
 
 /* A string inside the mapped file: not NUL-terminated. */
@@ -41,15 +41,15 @@ struct mk_gguf_kv {
     struct mk_gguf_str key;
     enum mk_gguf_type type;
     union {
-        uint64_t u64;  /* UINT8..UINT64 and BOOL, zero-extended */
-        int64_t i64;   /* INT8..INT64, sign-extended */
-        double f64;    /* FLOAT32 and FLOAT64 */
+        uint64_t u64; /* UINT8..UINT64 and BOOL, zero-extended */
+        int64_t i64;  /* INT8..INT64, sign-extended */
+        double f64;   /* FLOAT32 and FLOAT64 */
         struct mk_gguf_str str;
         struct {
             enum mk_gguf_type elem_type;
             uint64_t n;
-            const void *data;                  /* packed elements (numeric arrays) */
-            const struct mk_gguf_str *strs;    /* n entries when elem_type is STRING */
+            const void *data;               /* packed elements (numeric arrays) */
+            const struct mk_gguf_str *strs; /* n entries when elem_type is STRING */
         } arr;
     } v;
 };
@@ -62,7 +62,7 @@ struct mk_gguf_tensor {
     uint64_t offset;               /* relative to the data section */
     uint64_t n_elements;
     uint64_t n_bytes;
-    const void *data;              /* inside the map */
+    const void *data; /* inside the map */
 };
 
 struct mk_gguf;
@@ -70,8 +70,8 @@ struct mk_gguf;
 /* Maps path read-only and parses it. Errors name the file, the field and the value. */
 enum mk_status mk_gguf_open(const char *path, struct mk_gguf **out, struct mk_error *err);
 /* Parses a buffer the caller keeps alive (tests, fuzzer). name is used in messages. */
-enum mk_status mk_gguf_open_memory(const void *data, size_t size, const char *name,
-                                   struct mk_gguf **out, struct mk_error *err);
+enum mk_status mk_gguf_open_memory(const void *data, size_t size, const char *name, struct mk_gguf **out,
+                                   struct mk_error *err);
 void mk_gguf_close(struct mk_gguf *g);
 
 uint32_t mk_gguf_version(const struct mk_gguf *g);
@@ -95,7 +95,8 @@ enum mk_status mk_gguf_get_u32(const struct mk_gguf *g, const char *key, uint32_
 enum mk_status mk_gguf_get_u32_opt(const struct mk_gguf *g, const char *key, uint32_t *out, struct mk_error *err);
 enum mk_status mk_gguf_get_f32_opt(const struct mk_gguf *g, const char *key, float *out, struct mk_error *err);
 enum mk_status mk_gguf_get_str(const struct mk_gguf *g, const char *key, struct mk_gguf_str *out, struct mk_error *err);
-enum mk_status mk_gguf_get_str_opt(const struct mk_gguf *g, const char *key, struct mk_gguf_str *out, struct mk_error *err);
+enum mk_status mk_gguf_get_str_opt(const struct mk_gguf *g, const char *key, struct mk_gguf_str *out,
+                                   struct mk_error *err);
 
 /* True when s equals the NUL-terminated c. */
 bool mk_gguf_str_eq(struct mk_gguf_str s, const char *c);
@@ -112,13 +113,14 @@ enum mk_status mk_gguf_writer_kv_f32(struct mk_gguf_writer *w, const char *key, 
 enum mk_status mk_gguf_writer_kv_bool(struct mk_gguf_writer *w, const char *key, bool v);
 enum mk_status mk_gguf_writer_kv_str(struct mk_gguf_writer *w, const char *key, const char *v);
 /* strs: n NUL-terminated strings. */
-enum mk_status mk_gguf_writer_kv_arr_str(struct mk_gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
+enum mk_status mk_gguf_writer_kv_arr_str(struct mk_gguf_writer *w, const char *key, const char *const *strs,
+                                         uint64_t n);
 enum mk_status mk_gguf_writer_kv_arr_f32(struct mk_gguf_writer *w, const char *key, const float *v, uint64_t n);
 enum mk_status mk_gguf_writer_kv_arr_i32(struct mk_gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
 /* Declares a tensor (name, ggml type, ne[0..n_dims)). Every tensor is declared before the first
  * write_data; data then comes in declaration order. */
-enum mk_status mk_gguf_writer_add_tensor(struct mk_gguf_writer *w, const char *name, uint32_t type,
-                                         uint32_t n_dims, const uint64_t *ne);
+enum mk_status mk_gguf_writer_add_tensor(struct mk_gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                                         const uint64_t *ne);
 /* Appends bytes of the current tensor's data; after a tensor's last byte the writer pads to the
  * alignment. May be called several times per tensor (streaming rows). */
 enum mk_status mk_gguf_writer_write_data(struct mk_gguf_writer *w, const void *data, size_t n);

@@ -29,8 +29,8 @@ static const char *mk_model_file(const struct mk_gguf *g) {
 
 /* ---- config ---- */
 
-static enum mk_status mk_model_read_u32(const struct mk_gguf *g, const char *arch, const char *suffix,
-                                        bool required, uint32_t *out, struct mk_error *err) {
+static enum mk_status mk_model_read_u32(const struct mk_gguf *g, const char *arch, const char *suffix, bool required,
+                                        uint32_t *out, struct mk_error *err) {
     char key[96];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     enum mk_status st = required ? mk_gguf_get_u32(g, key, out, err) : mk_gguf_get_u32_opt(g, key, out, err);
@@ -52,7 +52,7 @@ static enum mk_status mk_model_read_f32(const struct mk_gguf *g, const char *arc
 static enum mk_status mk_model_read_config(const struct mk_gguf *g, bool vocab_only, struct mk_llama_config *cfg,
                                            struct mk_error *err) {
     const char *file = mk_model_file(g);
-    struct mk_gguf_str arch = {0, NULL};
+    struct mk_gguf_str arch = { 0, NULL };
     enum mk_status st = mk_gguf_get_str_opt(g, "general.architecture", &arch, err);
     if (st != MK_OK) return st;
     if (!arch.data) {
@@ -101,14 +101,14 @@ static enum mk_status mk_model_read_config(const struct mk_gguf *g, bool vocab_o
                             cfg->n_embd, a, cfg->n_head);
     if (cfg->n_head % cfg->n_head_kv)
         return mk_error_set(err, MK_ERR_FORMAT,
-                            "%s: %s.attention.head_count %u is not a multiple of %s.attention.head_count_kv %u",
-                            file, a, cfg->n_head, a, cfg->n_head_kv);
+                            "%s: %s.attention.head_count %u is not a multiple of %s.attention.head_count_kv %u", file,
+                            a, cfg->n_head, a, cfg->n_head_kv);
     if (cfg->n_rot == 0 || cfg->n_rot % 2 || cfg->n_rot > cfg->head_dim)
         return mk_error_set(err, MK_ERR_FORMAT,
                             "%s: %s.rope.dimension_count %u must be even, non-zero and at most the head size %u", file,
                             a, cfg->n_rot, cfg->head_dim);
     /* Separate key/value head sizes would change every attention shape: refuse them plainly. */
-    static const char *const head_keys[] = {"attention.key_length", "attention.value_length"};
+    static const char *const head_keys[] = { "attention.key_length", "attention.value_length" };
     for (int i = 0; i < 2; i++) {
         uint32_t v = cfg->head_dim;
         if ((st = mk_model_read_u32(g, a, head_keys[i], false, &v, err)) != MK_OK) return st;
@@ -142,8 +142,8 @@ static enum mk_status mk_model_read_array(const struct mk_gguf *g, const char *k
     return MK_OK;
 }
 
-static enum mk_status mk_model_read_token_id(const struct mk_gguf *g, const char *key, uint32_t n_tokens,
-                                             int32_t *out, struct mk_error *err) {
+static enum mk_status mk_model_read_token_id(const struct mk_gguf *g, const char *key, uint32_t n_tokens, int32_t *out,
+                                             struct mk_error *err) {
     uint32_t v = UINT32_MAX;
     enum mk_status st = mk_gguf_get_u32_opt(g, key, &v, err);
     if (st != MK_OK) return st;
@@ -165,7 +165,7 @@ static enum mk_status mk_model_read_vocab(struct mk_model_impl *mi, struct mk_er
     const char *file = mk_model_file(g);
     v->bos = v->eos = v->unk = -1;
 
-    struct mk_gguf_str model = {0, NULL};
+    struct mk_gguf_str model = { 0, NULL };
     enum mk_status st = mk_gguf_get_str_opt(g, "tokenizer.ggml.model", &model, err);
     if (st != MK_OK) return st;
     if (model.data) {
@@ -236,8 +236,8 @@ static enum mk_status mk_model_read_vocab(struct mk_model_impl *mi, struct mk_er
 /* ---- tensors ---- */
 
 static bool mk_model_is_supported_matrix_type(uint32_t t) {
-    return t == MK_DTYPE_F32 || t == MK_DTYPE_F16 || t == MK_DTYPE_BF16 || t == MK_DTYPE_Q8_0 ||
-           t == MK_DTYPE_Q4_K || t == MK_DTYPE_Q6_K;
+    return t == MK_DTYPE_F32 || t == MK_DTYPE_F16 || t == MK_DTYPE_BF16 || t == MK_DTYPE_Q8_0 || t == MK_DTYPE_Q4_K ||
+           t == MK_DTYPE_Q6_K;
 }
 
 static const char *mk_model_type_name(uint32_t t) {
@@ -254,7 +254,7 @@ static enum mk_status mk_model_bind(struct mk_model_impl *mi, const char *name, 
     const struct mk_gguf_tensor *t = mk_gguf_find_tensor(g, name);
     if (!t) return mk_error_set(err, MK_ERR_FORMAT, "%s: tensor '%s' is missing", file, name);
 
-    uint64_t want[MK_GGUF_MAX_DIMS] = {(uint64_t)cols, is_1d ? 1 : (uint64_t)rows, 1, 1};
+    uint64_t want[MK_GGUF_MAX_DIMS] = { (uint64_t)cols, is_1d ? 1 : (uint64_t)rows, 1, 1 };
     bool ok = t->n_dims >= 1 && t->n_dims <= (is_1d ? 1u : 2u);
     for (int d = 0; d < MK_GGUF_MAX_DIMS; d++) ok = ok && t->ne[d] == want[d];
     if (!ok) {
@@ -267,8 +267,8 @@ static enum mk_status mk_model_bind(struct mk_model_impl *mi, const char *name, 
             snprintf(exp, sizeof exp, "[%lld]", (long long)cols);
         else
             snprintf(exp, sizeof exp, "[%lld, %lld]", (long long)cols, (long long)rows);
-        return mk_error_set(err, MK_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s (ne[0] first)", file,
-                            name, got, exp);
+        return mk_error_set(err, MK_ERR_FORMAT, "%s: tensor '%s' has shape %s, expected %s (ne[0] first)", file, name,
+                            got, exp);
     }
     if (is_1d ? t->type != MK_DTYPE_F32 : !mk_model_is_supported_matrix_type(t->type))
         return mk_error_set(err, MK_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s; mk reads %s", file, name,
@@ -357,9 +357,9 @@ static enum mk_status mk_model_bind_tensors(struct mk_model_impl *mi, struct mk_
             int64_t rows, cols;
             struct mk_weight *w;
         } parts[] = {
-            {"attn_norm", 0, e, &L->attn_norm}, {"attn_q", q, e, &L->wq},       {"attn_k", kv, e, &L->wk},
-            {"attn_v", kv, e, &L->wv},          {"attn_output", e, q, &L->wo}, {"ffn_norm", 0, e, &L->ffn_norm},
-            {"ffn_gate", ff, e, &L->w_gate},    {"ffn_up", ff, e, &L->w_up},   {"ffn_down", e, ff, &L->w_down},
+            { "attn_norm", 0, e, &L->attn_norm }, { "attn_q", q, e, &L->wq },      { "attn_k", kv, e, &L->wk },
+            { "attn_v", kv, e, &L->wv },          { "attn_output", e, q, &L->wo }, { "ffn_norm", 0, e, &L->ffn_norm },
+            { "ffn_gate", ff, e, &L->w_gate },    { "ffn_up", ff, e, &L->w_up },   { "ffn_down", e, ff, &L->w_down },
         };
         for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
             char name[MK_MODEL_NAME_CAP];
@@ -408,8 +408,7 @@ enum mk_status mk_model_from_gguf(struct mk_gguf *g, struct mk_model **out, stru
     if ((st = mk_model_read_vocab(mi, err)) != MK_OK) goto fail;
     if (m->vocab_only) {
         if (m->vocab.n_tokens == 0) {
-            st = mk_error_set(err, MK_ERR_FORMAT, "%s: the file has neither tensors nor a tokenizer",
-                              mk_model_file(g));
+            st = mk_error_set(err, MK_ERR_FORMAT, "%s: the file has neither tensors nor a tokenizer", mk_model_file(g));
             goto fail;
         }
         m->cfg.n_vocab = m->vocab.n_tokens;
@@ -446,8 +445,8 @@ static uint64_t mk_model_layer_sum(const struct mk_model *m, bool bytes) {
     uint64_t s = 0;
     for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
         const struct mk_layer_weights *L = &m->layers[l];
-        const struct mk_weight *ws[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
-                                        &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+        const struct mk_weight *ws[] = { &L->attn_norm, &L->wq,     &L->wk,   &L->wv,    &L->wo,
+                                         &L->ffn_norm,  &L->w_gate, &L->w_up, &L->w_down };
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
             s += bytes ? ws[i]->n_bytes : (uint64_t)(ws[i]->rows * ws[i]->cols);
     }

@@ -14,14 +14,14 @@ extern "C" {
 #endif
 
 struct mk_llama_config {
-    char arch[32];        /* "llama" or "mistral" */
-    uint32_t n_embd;      /* hidden size */
-    uint32_t n_ff;        /* FFN inner size */
+    char arch[32];   /* "llama" or "mistral" */
+    uint32_t n_embd; /* hidden size */
+    uint32_t n_ff;   /* FFN inner size */
     uint32_t n_layer;
     uint32_t n_head;
-    uint32_t n_head_kv;   /* default n_head */
-    uint32_t head_dim;    /* n_embd / n_head */
-    uint32_t n_rot;       /* rope.dimension_count, default head_dim */
+    uint32_t n_head_kv; /* default n_head */
+    uint32_t head_dim;  /* n_embd / n_head */
+    uint32_t n_rot;     /* rope.dimension_count, default head_dim */
     uint32_t n_vocab;
     uint32_t n_ctx_train; /* context_length, default 2048 */
     float rope_base;      /* rope.freq_base, default 10000 */
@@ -32,8 +32,8 @@ struct mk_llama_config {
 /* A 2-D weight in ggml orientation: rows of `cols` contiguous elements (ne[0] = cols, ne[1] = rows).
  * A matvec y = W x has len(y) = rows, len(x) = cols. 1-D weights (norms) have rows = 1. */
 struct mk_weight {
-    const char *name;      /* tensor name, NUL-terminated (owned by the model) */
-    const void *data;      /* inside the GGUF map */
+    const char *name; /* tensor name, NUL-terminated (owned by the model) */
+    const void *data; /* inside the GGUF map */
     enum mk_dtype type;
     int64_t rows, cols;
     uint64_t row_bytes;
@@ -55,25 +55,25 @@ struct mk_layer_weights {
 /* Vocabulary of the file: tokens and merges point into the map; scores and types are aligned
  * copies owned by the model (the file's arrays need not be aligned). */
 struct mk_vocab_data {
-    char model[16];           /* "llama", "gpt2", or "" when the file has none */
+    char model[16]; /* "llama", "gpt2", or "" when the file has none */
     uint32_t n_tokens;
     const struct mk_gguf_str *tokens;
-    const float *scores;      /* n_tokens, or NULL */
-    const int32_t *types;     /* n_tokens, or NULL */
+    const float *scores;  /* n_tokens, or NULL */
+    const int32_t *types; /* n_tokens, or NULL */
     uint64_t n_merges;
     const struct mk_gguf_str *merges; /* gpt2 only */
-    int32_t bos, eos, unk;    /* -1 when absent */
-    bool add_bos;             /* tokenizer.ggml.add_bos_token, default true for llama, false for gpt2 */
+    int32_t bos, eos, unk;            /* -1 when absent */
+    bool add_bos;                     /* tokenizer.ggml.add_bos_token, default true for llama, false for gpt2 */
 };
 
 struct mk_model {
-    struct mk_gguf *gguf;     /* owned */
+    struct mk_gguf *gguf; /* owned */
     struct mk_llama_config cfg;
-    bool vocab_only;          /* no tensors: only the tokenizer is usable */
+    bool vocab_only; /* no tensors: only the tokenizer is usable */
     struct mk_vocab_data vocab;
-    struct mk_weight token_embd;  /* (n_vocab, n_embd) */
-    struct mk_weight output_norm; /* (n_embd) */
-    struct mk_weight output;      /* (n_vocab, n_embd); equals token_embd when tied */
+    struct mk_weight token_embd;     /* (n_vocab, n_embd) */
+    struct mk_weight output_norm;    /* (n_embd) */
+    struct mk_weight output;         /* (n_vocab, n_embd); equals token_embd when tied */
     struct mk_layer_weights *layers; /* n_layer */
 };
 

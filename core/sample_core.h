@@ -22,15 +22,13 @@ MK_HD float mk_sample_uniform(uint64_t seed, int32_t pos) {
 }
 
 /* True when candidate (la, ia) ranks before (lb, ib): greater logit, then lower id. */
-MK_HD int mk_sample_before(float la, int32_t ia, float lb, int32_t ib) {
-    return la > lb || (la == lb && ia < ib);
-}
+MK_HD int mk_sample_before(float la, int32_t ia, float lb, int32_t ib) { return la > lb || (la == lb && ia < ib); }
 
 /* Given n candidates sorted by mk_sample_before (the top-k of the logits), applies llama.cpp's
  * order: top-p, then min-p on the untempered distribution, then temperature, then one draw with u.
  * Scratch p must hold n floats. Returns the chosen id. */
-MK_HD int32_t mk_sample_pick(const float *logit, const int32_t *id, int n, float temperature,
-                             float top_p, float min_p, float u, float *p) {
+MK_HD int32_t mk_sample_pick(const float *logit, const int32_t *id, int n, float temperature, float top_p, float min_p,
+                             float u, float *p) {
     if (n <= 0) return -1;
     float mx = logit[0];
     float sum = 0.0f;

@@ -17,10 +17,10 @@ extern "C" {
 #define MK_STATUS_TYPES_DEFINED
 enum mk_status {
     MK_OK = 0,
-    MK_ERR_INVALID_ARG = -1,  /* caller passed something unusable */
-    MK_ERR_IO = -2,           /* open/read/write/mmap failed */
-    MK_ERR_FORMAT = -3,       /* a file is malformed or hostile */
-    MK_ERR_UNSUPPORTED = -4,  /* well-formed but not something mk runs */
+    MK_ERR_INVALID_ARG = -1, /* caller passed something unusable */
+    MK_ERR_IO = -2,          /* open/read/write/mmap failed */
+    MK_ERR_FORMAT = -3,      /* a file is malformed or hostile */
+    MK_ERR_UNSUPPORTED = -4, /* well-formed but not something mk runs */
     MK_ERR_NOMEM = -5,
     MK_ERR_NO_DEVICE = -6,    /* no CUDA driver or no usable GPU */
     MK_ERR_CUDA = -7,         /* a Driver API call failed */
@@ -51,12 +51,12 @@ void mk_error_prefix(struct mk_error *err, const char *fmt, ...) __attribute__((
 void mk_error_clear(struct mk_error *err);
 
 /* Broken invariants abort with file and line; they are bugs, never bad input. */
-#define MK_ASSERT(cond)                                                                   \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
+#define MK_ASSERT(cond)                                                                       \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
             fprintf(stderr, "mk: assertion failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__); \
-            abort();                                                                      \
-        }                                                                                 \
+            abort();                                                                          \
+        }                                                                                     \
     } while (0)
 
 #ifdef __cplusplus

@@ -12,20 +12,20 @@
 struct mk_cpu_exec {
     const struct mk_program *prog;
     uint32_t n_threads;
-    pthread_t *threads;           /* (n_threads) */
+    pthread_t *threads; /* (n_threads) */
     uint32_t n_started;
-    float *arena;                 /* (arena_floats) */
-    float *k_cache, *v_cache;     /* (layer, n_ctx, kv_dim) */
-    float *scratch;               /* (n_threads, scratch_floats) */
+    float *arena;             /* (arena_floats) */
+    float *k_cache, *v_cache; /* (layer, n_ctx, kv_dim) */
+    float *scratch;           /* (n_threads, scratch_floats) */
     uint32_t scratch_floats;
-    uint32_t *counters;           /* (n_counters) only grow */
-    uint64_t work;                /* dynamic schedule: next global task index */
+    uint32_t *counters; /* (n_counters) only grow */
+    uint64_t work;      /* dynamic schedule: next global task index */
     struct mk_step_state state;
     struct mk_mailbox mailbox;
-    uint32_t seq;                 /* host: commands posted */
-    uint32_t stop;                /* set before `go` when the command is STOP: late workers must not
+    uint32_t seq;  /* host: commands posted */
+    uint32_t stop; /* set before `go` when the command is STOP: late workers must not
                                    * read state.cmd, which the next command may be overwriting */
-    int bad_op;                   /* set when a worker meets an unknown opcode */
+    int bad_op;    /* set when a worker meets an unknown opcode */
 };
 
 struct mk_cpu_worker {
@@ -41,7 +41,7 @@ static void mk_cpu_backoff(uint32_t *spins) {
         sched_yield();
         return;
     }
-    struct timespec ts = {0, 20000};
+    struct timespec ts = { 0, 20000 };
     nanosleep(&ts, NULL);
 }
 
@@ -158,7 +158,7 @@ enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_thre
     for (uint32_t i = 0; i < n_threads; i++) {
         struct mk_cpu_worker *wk = malloc(sizeof *wk);
         if (!wk) break;
-        *wk = (struct mk_cpu_worker){e, i};
+        *wk = (struct mk_cpu_worker){ e, i };
         if (pthread_create(&e->threads[i], NULL, mk_cpu_worker_main, wk) != 0) {
             free(wk);
             break;
@@ -179,7 +179,8 @@ enum mk_status mk_cpu_exec_step(struct mk_cpu_exec *e, const struct mk_step_cmd 
                                 struct mk_error *err) {
     const struct mk_program *p = e->prog;
     if (cmd->pos < 0 || (uint32_t)cmd->pos >= p->n_ctx)
-        return mk_error_set(err, MK_ERR_CONTEXT_FULL, "position %d is outside the context of %u tokens", cmd->pos, p->n_ctx);
+        return mk_error_set(err, MK_ERR_CONTEXT_FULL, "position %d is outside the context of %u tokens", cmd->pos,
+                            p->n_ctx);
     if (cmd->token < 0 || (uint32_t)cmd->token >= p->vocab)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "token %d is outside the vocabulary of %u", cmd->token, p->vocab);
     e->mailbox.cmd = *cmd;

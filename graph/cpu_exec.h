@@ -11,11 +11,11 @@
 /* What one worker's task sees: host addresses of everything plus its own scratch. */
 struct mk_cpu_ctx {
     const struct mk_weight_ref *weights;
-    float *arena;                 /* (arena_floats) */
-    float *k_cache, *v_cache;     /* (layer, n_ctx, kv_dim) */
+    float *arena;             /* (arena_floats) */
+    float *k_cache, *v_cache; /* (layer, n_ctx, kv_dim) */
     uint32_t n_ctx;
     const struct mk_step_cmd *cmd;
-    float *scratch;               /* (3 * max weight cols + max tile rows) per worker */
+    float *scratch; /* (3 * max weight cols + max tile rows) per worker */
 };
 
 /* Runs task t of one instruction; SAMPLE stores its token in *sampled. -1 on an unknown opcode. */

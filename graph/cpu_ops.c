@@ -52,19 +52,27 @@ static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, ui
     int32_t pos = c->cmd->pos;
     uint64_t kv_row = ((uint64_t)layer * c->n_ctx + (uint64_t)pos) * kv_dim;
     for (uint32_t r = lo; r < hi; r++) {
-        if (r < q_dim) out[r - lo] = mk_cpu_dot(wq, r, xn);
-        else if (r < q_dim + kv_dim) out[r - lo] = mk_cpu_dot(wk, r - q_dim, xn);
-        else out[r - lo] = mk_cpu_dot(wv, r - q_dim - kv_dim, xn);
+        if (r < q_dim)
+            out[r - lo] = mk_cpu_dot(wq, r, xn);
+        else if (r < q_dim + kv_dim)
+            out[r - lo] = mk_cpu_dot(wk, r - q_dim, xn);
+        else
+            out[r - lo] = mk_cpu_dot(wv, r - q_dim - kv_dim, xn);
     }
     /* Tiles start on even rows and q_dim, kv_dim are even, so each RoPE pair is in one tile. */
     for (uint32_t r = lo; r + 1 < hi; r += 2) {
-        if (r < q_dim) mk_cpu_rope_pair(&out[r - lo], r % hd, in->p[5], in->f[1], pos);
-        else if (r < q_dim + kv_dim) mk_cpu_rope_pair(&out[r - lo], (r - q_dim) % hd, in->p[5], in->f[1], pos);
+        if (r < q_dim)
+            mk_cpu_rope_pair(&out[r - lo], r % hd, in->p[5], in->f[1], pos);
+        else if (r < q_dim + kv_dim)
+            mk_cpu_rope_pair(&out[r - lo], (r - q_dim) % hd, in->p[5], in->f[1], pos);
     }
     for (uint32_t r = lo; r < hi; r++) {
-        if (r < q_dim) c->arena[in->buf[1] + r] = out[r - lo];
-        else if (r < q_dim + kv_dim) c->k_cache[kv_row + r - q_dim] = out[r - lo];
-        else c->v_cache[kv_row + r - q_dim - kv_dim] = out[r - lo];
+        if (r < q_dim)
+            c->arena[in->buf[1] + r] = out[r - lo];
+        else if (r < q_dim + kv_dim)
+            c->k_cache[kv_row + r - q_dim] = out[r - lo];
+        else
+            c->v_cache[kv_row + r - q_dim - kv_dim] = out[r - lo];
     }
 }
 
@@ -117,7 +125,8 @@ static void mk_cpu_combine_head(const float *part, uint32_t nb, uint32_t hd, flo
 
 static void mk_cpu_attn_combine(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t h) {
     uint32_t nb = in->p[1], hd = in->p[5];
-    mk_cpu_combine_head(c->arena + in->buf[0] + (uint64_t)h * nb * (hd + 2), nb, hd, c->arena + in->buf[1] + (uint64_t)h * hd);
+    mk_cpu_combine_head(c->arena + in->buf[0] + (uint64_t)h * nb * (hd + 2), nb, hd,
+                        c->arena + in->buf[1] + (uint64_t)h * hd);
 }
 
 static void mk_cpu_attn_output(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {

@@ -41,9 +41,12 @@ uint64_t mk_program_weight_bytes(const struct mk_program *p) {
 }
 
 static void mk_dump_wait(FILE *f, const struct mk_wait *w, bool json) {
-    if (json) fprintf(f, "{\"counter\":%u,\"per_step\":%u,\"add\":%u}", w->ctr, w->mul, w->add);
-    else if (w->ctr == MK_COUNTER_ALL) fprintf(f, " all>=s*%u+%u", w->mul, w->add);
-    else fprintf(f, " c%u>=s*%u+%u", w->ctr, w->mul, w->add);
+    if (json)
+        fprintf(f, "{\"counter\":%u,\"per_step\":%u,\"add\":%u}", w->ctr, w->mul, w->add);
+    else if (w->ctr == MK_COUNTER_ALL)
+        fprintf(f, " all>=s*%u+%u", w->mul, w->add);
+    else
+        fprintf(f, " c%u>=s*%u+%u", w->ctr, w->mul, w->add);
 }
 
 void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
@@ -56,12 +59,13 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
     uint64_t kv_bytes = 2ull * p->n_layer * p->n_ctx * p->kv_dim * sizeof(float);
     const char *sched = p->schedule == MK_SCHED_STATIC ? "static" : "dynamic";
     if (json) {
-        fprintf(f, "{\"abi_version\":%u,\"workers\":%u,\"schedule\":\"%s\",\"n_ctx\":%u,\"instructions\":[", MK_ABI_VERSION,
-                p->n_workers, sched, p->n_ctx);
+        fprintf(f, "{\"abi_version\":%u,\"workers\":%u,\"schedule\":\"%s\",\"n_ctx\":%u,\"instructions\":[",
+                MK_ABI_VERSION, p->n_workers, sched, p->n_ctx);
         for (uint32_t i = 0; i < p->n_instr; i++) {
             const struct mk_instr *in = &p->instrs[i];
-            fprintf(f, "%s{\"index\":%u,\"label\":\"%s\",\"op\":\"%s\",\"tasks\":%u,\"weight_bytes\":%" PRIu64
-                       ",\"signal\":%u,\"waits\":[",
+            fprintf(f,
+                    "%s{\"index\":%u,\"label\":\"%s\",\"op\":\"%s\",\"tasks\":%u,\"weight_bytes\":%" PRIu64
+                    ",\"signal\":%u,\"waits\":[",
                     i ? "," : "", i, p->labels[i], mk_opcode_name(in->op), in->n_tasks, mk_instr_weight_bytes(p, i),
                     in->signal);
             bool first = true;
@@ -73,12 +77,15 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
             }
             fprintf(f, "],\"p\":[%u,%u,%u,%u,%u,%u]}", in->p[0], in->p[1], in->p[2], in->p[3], in->p[4], in->p[5]);
         }
-        fprintf(f, "],\"totals\":{\"instructions\":%u,\"tasks\":%u,\"counters\":%u,\"waits\":%u,\"barriers\":%u,"
-                   "\"weight_bytes\":%" PRIu64 ",\"arena_bytes\":%" PRIu64 ",\"kv_cache_bytes\":%" PRIu64 "}}\n",
-                p->n_instr, p->n_tasks, p->n_counters, waits, barriers, wbytes, (uint64_t)p->arena_floats * 4, kv_bytes);
+        fprintf(f,
+                "],\"totals\":{\"instructions\":%u,\"tasks\":%u,\"counters\":%u,\"waits\":%u,\"barriers\":%u,"
+                "\"weight_bytes\":%" PRIu64 ",\"arena_bytes\":%" PRIu64 ",\"kv_cache_bytes\":%" PRIu64 "}}\n",
+                p->n_instr, p->n_tasks, p->n_counters, waits, barriers, wbytes, (uint64_t)p->arena_floats * 4,
+                kv_bytes);
         return;
     }
-    fprintf(f, "program: ABI v%u, %u workers, %s schedule, context %u\n", MK_ABI_VERSION, p->n_workers, sched, p->n_ctx);
+    fprintf(f, "program: ABI v%u, %u workers, %s schedule, context %u\n", MK_ABI_VERSION, p->n_workers, sched,
+            p->n_ctx);
     fprintf(f, "%4s  %-22s %-18s %6s %14s %6s  %s\n", "#", "label", "op", "tasks", "bytes/task", "signal", "waits");
     for (uint32_t i = 0; i < p->n_instr; i++) {
         const struct mk_instr *in = &p->instrs[i];
@@ -88,8 +95,9 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
             if (in->wait[k].ctr != MK_NO_COUNTER) mk_dump_wait(f, &in->wait[k], false);
         fputc('\n', f);
     }
-    fprintf(f, "totals: %u instructions, %u tasks, %u counters, %u waits, %u barriers per token\n", p->n_instr, p->n_tasks,
-            p->n_counters, waits, barriers);
-    fprintf(f, "weights read per token: %" PRIu64 " bytes (%.3f GB); arena %" PRIu64 " bytes; KV cache %" PRIu64 " bytes\n",
-            wbytes, wbytes / 1e9, (uint64_t)p->arena_floats * 4, kv_bytes);
+    fprintf(f, "totals: %u instructions, %u tasks, %u counters, %u waits, %u barriers per token\n", p->n_instr,
+            p->n_tasks, p->n_counters, waits, barriers);
+    fprintf(
+        f, "weights read per token: %" PRIu64 " bytes (%.3f GB); arena %" PRIu64 " bytes; KV cache %" PRIu64 " bytes\n",
+        wbytes, wbytes / 1e9, (uint64_t)p->arena_floats * 4, kv_bytes);
 }

@@ -4,8 +4,9 @@
 #include "graph/executor.h"
 
 static const char *const mk_backend_names[] = {
-    [MK_BACKEND_AUTO] = "auto",         [MK_BACKEND_REF] = "ref",   [MK_BACKEND_CPU] = "cpu",
-    [MK_BACKEND_MEGAKERNEL] = "megakernel", [MK_BACKEND_PEROP] = "perop", [MK_BACKEND_GRAPH] = "graph",
+    [MK_BACKEND_AUTO] = "auto",   [MK_BACKEND_REF] = "ref",
+    [MK_BACKEND_CPU] = "cpu",     [MK_BACKEND_MEGAKERNEL] = "megakernel",
+    [MK_BACKEND_PEROP] = "perop", [MK_BACKEND_GRAPH] = "graph",
 };
 #define MK_BACKEND_N_KINDS (sizeof mk_backend_names / sizeof mk_backend_names[0])
 

@@ -25,15 +25,16 @@ enum mk_backend_kind {
     MK_BACKEND_GRAPH = 5,      /* per-op launches captured in a CUDA graph */
 };
 const char *mk_backend_kind_name(enum mk_backend_kind k);
-int mk_backend_kind_parse(const char *s, enum mk_backend_kind *out); /* 0 ok, -1 unknown */
+/* 0 when s names a kind (stored in *out), -1 when it names none. */
+int mk_backend_kind_parse(const char *s, enum mk_backend_kind *out);
 #endif /* MK_BACKEND_KIND_DEFINED */
 
 struct mk_backend_params {
     enum mk_backend_kind kind;
     uint32_t n_ctx;
-    uint32_t n_threads;      /* cpu backend workers; 0 = number of cores */
-    uint32_t watchdog_ms;    /* GPU backends: fail a step that takes longer; 0 = default 10000 */
-    int device;              /* CUDA device ordinal */
+    uint32_t n_threads;   /* cpu backend workers; 0 = number of cores */
+    uint32_t watchdog_ms; /* GPU backends: fail a step that takes longer; 0 = default 10000 */
+    int device;           /* CUDA device ordinal */
     int verbose;
 };
 
@@ -53,7 +54,7 @@ struct mk_backend {
     const struct mk_backend_vtbl *vt;
     enum mk_backend_kind kind;
     uint32_t n_ctx;
-    uint64_t last_step_ns;   /* device-measured time of the last step, 0 if unknown */
+    uint64_t last_step_ns; /* device-measured time of the last step, 0 if unknown */
 };
 
 #ifdef __cplusplus

@@ -53,13 +53,18 @@ static void mk_fuse_qkv(struct mk_graph *g) {
         for (int j = 0; j < 3; j++) {
             if (g->nodes[c[j]].op != MK_NODE_MATVEC) goto next;
             int app = mk_fuse_find(g, MK_NODE_KV_APPEND, 0, g->nodes[c[j]].out);
-            if (app >= 0) { kv = app; km = c[j]; }
+            if (app >= 0) {
+                kv = app;
+                km = c[j];
+            }
         }
         if (kv < 0) continue;
         for (int j = 0; j < 3; j++) {
             if (c[j] == km) continue;
-            if (g->nodes[c[j]].out == g->nodes[kv].in[1]) vm = c[j];
-            else qm = c[j];
+            if (g->nodes[c[j]].out == g->nodes[kv].in[1])
+                vm = c[j];
+            else
+                qm = c[j];
         }
         if (qm < 0 || vm < 0) continue;
         int rq = mk_fuse_find(g, MK_NODE_ROPE, 0, g->nodes[qm].out);
@@ -67,7 +72,8 @@ static void mk_fuse_qkv(struct mk_graph *g) {
         if (rq < 0 || rk < 0) continue;
         /* k and v must feed nothing but the cache: they are never stored in the arena. */
         int kc[4];
-        if (mk_fuse_consumers(g, g->nodes[km].out, kc, 4) != 2 || mk_fuse_single_consumer(g, g->nodes[vm].out) != kv) continue;
+        if (mk_fuse_consumers(g, g->nodes[km].out, kc, 4) != 2 || mk_fuse_single_consumer(g, g->nodes[vm].out) != kv)
+            continue;
         struct mk_node fused = *norm;
         fused.op = MK_NODE_NORM_QKV_ROPE;
         snprintf(fused.label, sizeof fused.label, "blk.%u.attn_qkv", norm->layer);
@@ -75,7 +81,7 @@ static void mk_fuse_qkv(struct mk_graph *g) {
         fused.w[1] = g->nodes[qm].w[0];
         fused.w[2] = g->nodes[km].w[0];
         fused.w[3] = g->nodes[vm].w[0];
-        int gone[] = {qm, km, vm, rq, rk, kv};
+        int gone[] = { qm, km, vm, rq, rk, kv };
         for (size_t j = 0; j < sizeof gone / sizeof gone[0]; j++) g->nodes[gone[j]].dead = true;
         *norm = fused;
     next:;
@@ -195,11 +201,11 @@ enum mk_status mk_graph_fuse(struct mk_graph *g, const struct mk_compile_params 
         case MK_NODE_NORM_GATE_UP_SILU:
         case MK_NODE_NORM_LM_HEAD:
         case MK_NODE_ATTN_OUTPUT:
-        case MK_NODE_SAMPLE:
-            break;
+        case MK_NODE_SAMPLE: break;
         default:
-            return mk_error_set(err, MK_ERR_UNSUPPORTED, "graph node '%s' (%s) could not be fused into an executable op",
-                                n->label, mk_node_op_name(n->op));
+            return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                                "graph node '%s' (%s) could not be fused into an executable op", n->label,
+                                mk_node_op_name(n->op));
         }
     }
     return MK_OK;

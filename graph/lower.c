@@ -23,8 +23,8 @@ struct mk_lower {
     uint32_t n, cap;
     const struct mk_weight **wt; /* (n_weights) distinct weights */
     uint32_t n_wt;
-    uint32_t arena;              /* floats allocated so far */
-    uint32_t n_buf;              /* buffer ids: values [0, n_values), then scratch, then KV */
+    uint32_t arena; /* floats allocated so far */
+    uint32_t n_buf; /* buffer ids: values [0, n_values), then scratch, then KV */
 };
 
 static uint32_t mk_lower_alloc(struct mk_lower *L, uint64_t n) {
@@ -65,7 +65,7 @@ static struct mk_lower_instr *mk_lower_emit(struct mk_lower *L, uint16_t op, uin
 }
 
 static void mk_lower_access(struct mk_lower_instr *x, int rd0, int rd1, int wr0, int wr1) {
-    int rd[2] = {rd0, rd1}, wr[2] = {wr0, wr1};
+    int rd[2] = { rd0, rd1 }, wr[2] = { wr0, wr1 };
     for (int i = 0; i < 2; i++) {
         if (rd[i] >= 0) x->reads[x->n_reads++] = rd[i];
         if (wr[i] >= 0) x->writes[x->n_writes++] = wr[i];
@@ -107,7 +107,7 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         const struct mk_node *n = &g->nodes[i];
         if (n->dead) continue;
-        int vs[MK_NODE_MAX_IN + 1] = {n->in[0], n->in[1], n->in[2], n->out};
+        int vs[MK_NODE_MAX_IN + 1] = { n->in[0], n->in[1], n->in[2], n->out };
         for (int j = 0; j < MK_NODE_MAX_IN + 1; j++) {
             if (vs[j] < 0) continue;
             int r = mk_lower_root(g, vs[j]);
@@ -248,9 +248,7 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
             mk_lower_access(x, BUF(n->in[0]), scratch, -1, -1);
             scratch++;
             break;
-        default:
-            st = mk_error_set(err, MK_ERR_INTERNAL, "unfused node '%s' reached lowering", n->label);
-            continue;
+        default: st = mk_error_set(err, MK_ERR_INTERNAL, "unfused node '%s' reached lowering", n->label); continue;
         }
         if (!x) st = mk_error_set(err, MK_ERR_NOMEM, "out of memory lowering the graph");
     }
@@ -287,12 +285,12 @@ static enum mk_status mk_lower_depend(struct mk_lower *L, struct mk_lower_instr 
     for (uint32_t i = 0; i < n; i++) {
         struct mk_lower_instr *x = &L->li[i];
         int preds[64], np = 0;
-#define ADD_PRED(j)                                                     \
-    do {                                                                \
-        int pj_ = (j);                                                  \
-        bool dup_ = false;                                              \
-        for (int q_ = 0; q_ < np; q_++) dup_ |= preds[q_] == pj_;       \
-        if (pj_ >= 0 && !dup_ && np < 64) preds[np++] = pj_;            \
+#define ADD_PRED(j)                                               \
+    do {                                                          \
+        int pj_ = (j);                                            \
+        bool dup_ = false;                                        \
+        for (int q_ = 0; q_ < np; q_++) dup_ |= preds[q_] == pj_; \
+        if (pj_ >= 0 && !dup_ && np < 64) preds[np++] = pj_;      \
     } while (0)
         for (int r = 0; r < x->n_reads; r++) ADD_PRED(last_writer[x->reads[r]]);
         for (int w = 0; w < x->n_writes; w++) {
@@ -315,7 +313,7 @@ static enum mk_status mk_lower_depend(struct mk_lower *L, struct mk_lower_instr 
             bx->ins.op = MK_OP_BARRIER;
             bx->ins.n_tasks = 1;
             bx->ins.signal = MK_NO_COUNTER;
-            bx->ins.wait[0] = (struct mk_wait){MK_COUNTER_ALL, 0, tasks_before};
+            bx->ins.wait[0] = (struct mk_wait){ MK_COUNTER_ALL, 0, tasks_before };
             bx->ins.wait[1].ctr = MK_NO_COUNTER;
             for (int w = 0; w < 4; w++) bx->ins.weight[w] = MK_NO_WEIGHT, bx->ins.buf[w] = MK_NO_BUF;
             snprintf(bx->label, sizeof bx->label, "barrier");
@@ -329,7 +327,7 @@ static enum mk_status mk_lower_depend(struct mk_lower *L, struct mk_lower_instr 
         }
         res[m] = *x;
         for (int k = 0; k < nk; k++) {
-            res[m].ins.wait[k] = (struct mk_wait){(uint32_t)keep[k] + 1, 0, 0}; /* mul/add set below */
+            res[m].ins.wait[k] = (struct mk_wait){ (uint32_t)keep[k] + 1, 0, 0 }; /* mul/add set below */
             for (uint32_t wd = 0; wd < words; wd++) anc[(size_t)m * words + wd] |= anc[(size_t)keep[k] * words + wd];
             mk_bit_set(&anc[(size_t)m * words], (uint32_t)keep[k]);
         }
@@ -386,7 +384,7 @@ void mk_program_free(struct mk_program *p) {
 
 enum mk_status mk_graph_lower(const struct mk_graph *g, const struct mk_compile_params *p, struct mk_program **out,
                               struct mk_error *err) {
-    struct mk_lower L = {.g = g, .p = p};
+    struct mk_lower L = { .g = g, .p = p };
     struct mk_lower_instr *li = NULL;
     struct mk_program *prog = NULL;
     uint32_t n = 0;
@@ -416,8 +414,12 @@ enum mk_status mk_graph_lower(const struct mk_graph *g, const struct mk_compile_
     prog->n_weights = L.n_wt;
     for (uint32_t i = 0; i < L.n_wt; i++) {
         const struct mk_weight *w = L.wt[i];
-        prog->weights[i] = (struct mk_weight_ref){(uint64_t)(uintptr_t)w->data, (uint32_t)w->type, (uint32_t)w->rows,
-                                                  (uint32_t)w->cols, (uint32_t)w->row_bytes, 0};
+        prog->weights[i] = (struct mk_weight_ref){ (uint64_t)(uintptr_t)w->data,
+                                                   (uint32_t)w->type,
+                                                   (uint32_t)w->rows,
+                                                   (uint32_t)w->cols,
+                                                   (uint32_t)w->row_bytes,
+                                                   0 };
     }
     const struct mk_llama_config *c = &g->model->cfg;
     prog->arena_floats = L.arena;
@@ -474,7 +476,7 @@ fail:
 }
 
 struct mk_compile_params mk_compile_default_params(void) {
-    struct mk_compile_params p = {0};
+    struct mk_compile_params p = { 0 };
     p.n_workers = 4;
     p.n_ctx = 512;
     p.schedule = MK_SCHED_DYNAMIC;
@@ -487,8 +489,9 @@ enum mk_status mk_program_compile(const struct mk_model *m, const struct mk_comp
         return mk_error_set(err, MK_ERR_INVALID_ARG, "compile: n_workers (%u) and n_ctx (%u) must be positive",
                             p->n_workers, p->n_ctx);
     if (m->cfg.head_dim % 2 || m->cfg.n_rot % 2 || m->cfg.n_rot > m->cfg.head_dim)
-        return mk_error_set(err, MK_ERR_UNSUPPORTED, "compile: head_dim %u / rope dims %u must be even, rope <= head_dim",
-                            m->cfg.head_dim, m->cfg.n_rot);
+        return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                            "compile: head_dim %u / rope dims %u must be even, rope <= head_dim", m->cfg.head_dim,
+                            m->cfg.n_rot);
     struct mk_graph g;
     enum mk_status st = mk_graph_build_llama(m, &g, err);
     if (st != MK_OK) return st;
@@ -506,8 +509,10 @@ uint32_t mk_program_instr_of_task(const struct mk_program *p, uint32_t t) {
     uint32_t lo = 0, hi = p->n_instr; /* task_base[lo] <= t < task_base[hi] */
     while (hi - lo > 1) {
         uint32_t mid = (lo + hi) / 2;
-        if (p->task_base[mid] <= t) lo = mid;
-        else hi = mid;
+        if (p->task_base[mid] <= t)
+            lo = mid;
+        else
+            hi = mid;
     }
     return lo;
 }

@@ -20,39 +20,39 @@ enum mk_schedule {
 };
 
 struct mk_compile_params {
-    uint32_t n_workers;      /* workers (GPU blocks or CPU threads) the tiling aims at */
-    uint32_t n_ctx;          /* KV-cache length the program is built for */
+    uint32_t n_workers; /* workers (GPU blocks or CPU threads) the tiling aims at */
+    uint32_t n_ctx;     /* KV-cache length the program is built for */
     enum mk_schedule schedule;
-    uint32_t attn_block;     /* sequence positions per attention task; 0 = auto */
+    uint32_t attn_block;       /* sequence positions per attention task; 0 = auto */
     uint32_t tasks_per_worker; /* matvec tiling target; 0 = auto */
-    bool barriers;           /* join every dependency with a grid barrier (a baseline) */
-    bool fuse_attn_output;   /* fold ATTN_COMBINE into every attention-output task (one op and one
+    bool barriers;             /* join every dependency with a grid barrier (a baseline) */
+    bool fuse_attn_output;     /* fold ATTN_COMBINE into every attention-output task (one op and one
                               * wait less per layer, but each task redoes the combine; measured
                               * slower on the H100, see BENCHMARKS.md) */
 };
 struct mk_compile_params mk_compile_default_params(void);
 
 struct mk_program {
-    struct mk_instr *instrs;          /* (n_instr) */
-    char (*labels)[40];               /* (n_instr) e.g. "blk.3.attn_qkv" */
+    struct mk_instr *instrs; /* (n_instr) */
+    char (*labels)[40];      /* (n_instr) e.g. "blk.3.attn_qkv" */
     uint32_t n_instr;
-    uint32_t *task_base;              /* (n_instr + 1) first task of each instruction */
-    uint32_t n_tasks;                 /* tasks per step */
+    uint32_t *task_base; /* (n_instr + 1) first task of each instruction */
+    uint32_t n_tasks;    /* tasks per step */
     uint32_t n_counters;
-    struct mk_weight_ref *weights;    /* (n_weights) ptr = host address inside the model map */
+    struct mk_weight_ref *weights; /* (n_weights) ptr = host address inside the model map */
     uint32_t n_weights;
     uint32_t arena_floats;
     uint32_t n_ctx, n_layer, kv_dim, n_embd, vocab;
-    uint32_t logits_off;              /* arena offset of the (vocab) logits */
+    uint32_t logits_off; /* arena offset of the (vocab) logits */
     enum mk_schedule schedule;
     uint32_t n_workers;
-    uint32_t *sched_offsets;          /* (n_workers + 1), static schedule only */
-    uint32_t *sched_tasks;            /* (n_tasks), static schedule only */
+    uint32_t *sched_offsets; /* (n_workers + 1), static schedule only */
+    uint32_t *sched_tasks;   /* (n_tasks), static schedule only */
 };
 
 /* Lowers one decode step of m into a program. */
-enum mk_status mk_program_compile(const struct mk_model *m, const struct mk_compile_params *p,
-                                  struct mk_program **out, struct mk_error *err);
+enum mk_status mk_program_compile(const struct mk_model *m, const struct mk_compile_params *p, struct mk_program **out,
+                                  struct mk_error *err);
 void mk_program_free(struct mk_program *p);
 
 /* Proves every wait can be met by earlier tasks, nothing waits on itself, every read of the arena

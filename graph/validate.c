@@ -8,7 +8,7 @@
 enum { MK_SPACE_ARENA = 0, MK_SPACE_KV = 1 };
 
 struct mk_range {
-    int space;    /* arena, or KV cache of layer `lo` (the whole layer) */
+    int space; /* arena, or KV cache of layer `lo` (the whole layer) */
     uint64_t lo, hi;
 };
 
@@ -32,16 +32,20 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
     const struct mk_instr *in = &p->instrs[i];
     const char *lab = p->labels ? p->labels[i] : "";
     memset(a, 0, sizeof *a);
-#define RD(lo_, n_) a->r[a->nr++] = (struct mk_range){MK_SPACE_ARENA, (lo_), (uint64_t)(lo_) + (n_)}
-#define WR(lo_, n_) a->w[a->nw++] = (struct mk_range){MK_SPACE_ARENA, (lo_), (uint64_t)(lo_) + (n_)}
-#define NEED_W(k)                                                                        \
-    const struct mk_weight_ref *w##k = mk_val_weight(p, in, k);                          \
-    if (!w##k) FAIL("instr %u (%s): weight slot %d = %u is not in the table of %u", i, lab, k, in->weight[k], p->n_weights);
+#define RD(lo_, n_) a->r[a->nr++] = (struct mk_range){ MK_SPACE_ARENA, (lo_), (uint64_t)(lo_) + (n_) }
+#define WR(lo_, n_) \
+    a->w[a->nw++] = (struct mk_range) { MK_SPACE_ARENA, (lo_), (uint64_t)(lo_) + (n_) }
+#define NEED_W(k)                                               \
+    const struct mk_weight_ref *w##k = mk_val_weight(p, in, k); \
+    if (!w##k)                                                  \
+        FAIL("instr %u (%s): weight slot %d = %u is not in the table of %u", i, lab, k, in->weight[k], p->n_weights);
     uint64_t T = in->n_tasks;
     switch (in->op) {
     case MK_OP_EMBED: {
         NEED_W(0);
-        if (w0->cols != in->p[1] || T * in->p[0] < in->p[1]) FAIL("instr %u (%s): embed covers %llu of %u elements", i, lab, (unsigned long long)(T * in->p[0]), w0->cols);
+        if (w0->cols != in->p[1] || T * in->p[0] < in->p[1])
+            FAIL("instr %u (%s): embed covers %llu of %u elements", i, lab, (unsigned long long)(T * in->p[0]),
+                 w0->cols);
         WR(in->buf[0], in->p[1]);
         break;
     }
@@ -52,28 +56,32 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
             w3->rows != in->p[3] || in->p[3] != p->kv_dim)
             FAIL("instr %u (%s): q/k/v/norm shapes disagree with q_dim %u kv_dim %u", i, lab, in->p[2], in->p[3]);
         if (in->p[0] % 2 || T * in->p[0] < (uint64_t)in->p[2] + 2ull * in->p[3])
-            FAIL("instr %u (%s): %llu tasks of %u rows do not cover %u rows in even tiles", i, lab, (unsigned long long)T, in->p[0], in->p[2] + 2 * in->p[3]);
+            FAIL("instr %u (%s): %llu tasks of %u rows do not cover %u rows in even tiles", i, lab,
+                 (unsigned long long)T, in->p[0], in->p[2] + 2 * in->p[3]);
         if (in->p[1] >= p->n_layer) FAIL("instr %u (%s): layer %u of %u", i, lab, in->p[1], p->n_layer);
-        if (!in->p[4] || in->p[4] % 2 || in->p[5] > in->p[4] || in->p[5] % 2 || in->p[2] % in->p[4] || in->p[3] % in->p[4])
+        if (!in->p[4] || in->p[4] % 2 || in->p[5] > in->p[4] || in->p[5] % 2 || in->p[2] % in->p[4] ||
+            in->p[3] % in->p[4])
             FAIL("instr %u (%s): head_dim %u / n_rot %u invalid", i, lab, in->p[4], in->p[5]);
         RD(in->buf[0], n);
         WR(in->buf[1], in->p[2]);
-        a->w[a->nw++] = (struct mk_range){MK_SPACE_KV, in->p[1], in->p[1] + 1ull};
+        a->w[a->nw++] = (struct mk_range){ MK_SPACE_KV, in->p[1], in->p[1] + 1ull };
         break;
     }
     case MK_OP_ATTN_PARTIAL: {
         uint32_t bs = in->p[0], nb = in->p[1], nh = in->p[3], nkv = in->p[4], hd = in->p[5];
         if (!bs || !nb || !nh || !nkv || !hd || nh % nkv || (uint64_t)nkv * hd != p->kv_dim || T != (uint64_t)nh * nb ||
             (uint64_t)bs * nb < p->n_ctx || in->p[2] >= p->n_layer)
-            FAIL("instr %u (%s): attention shape (block %u x %u, heads %u/%u, dim %u, layer %u) inconsistent", i, lab, bs, nb, nh, nkv, hd, in->p[2]);
+            FAIL("instr %u (%s): attention shape (block %u x %u, heads %u/%u, dim %u, layer %u) inconsistent", i, lab,
+                 bs, nb, nh, nkv, hd, in->p[2]);
         RD(in->buf[0], (uint64_t)nh * hd);
-        a->r[a->nr++] = (struct mk_range){MK_SPACE_KV, in->p[2], in->p[2] + 1ull};
+        a->r[a->nr++] = (struct mk_range){ MK_SPACE_KV, in->p[2], in->p[2] + 1ull };
         WR(in->buf[1], (uint64_t)nh * nb * (hd + 2));
         break;
     }
     case MK_OP_ATTN_COMBINE: {
         uint32_t nb = in->p[1], nh = in->p[3], hd = in->p[5];
-        if (!nb || !nh || !hd || T != nh) FAIL("instr %u (%s): combine of %u heads has %llu tasks", i, lab, nh, (unsigned long long)T);
+        if (!nb || !nh || !hd || T != nh)
+            FAIL("instr %u (%s): combine of %u heads has %llu tasks", i, lab, nh, (unsigned long long)T);
         RD(in->buf[0], (uint64_t)nh * nb * (hd + 2));
         WR(in->buf[1], (uint64_t)nh * hd);
         break;
@@ -83,7 +91,8 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         uint32_t nb = in->p[1], bs = in->p[2], nh = in->p[3], hd = in->p[5];
         if (!nb || !bs || !nh || !hd || w0->cols != nh * hd || (uint64_t)bs * nb < p->n_ctx || !in->p[0] ||
             T * in->p[0] < w0->rows)
-            FAIL("instr %u (%s): attention output shape (blocks %u x %u, heads %u of %u, %u cols, tiles %llu x %u) inconsistent",
+            FAIL("instr %u (%s): attention output shape (blocks %u x %u, heads %u of %u, %u cols, tiles %llu x %u) "
+                 "inconsistent",
                  i, lab, nb, bs, nh, hd, w0->cols, (unsigned long long)T, in->p[0]);
         RD(in->buf[0], (uint64_t)nh * nb * (hd + 2));
         RD(in->buf[1], w0->rows);
@@ -92,7 +101,8 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
     }
     case MK_OP_MATVEC_RESIDUAL: {
         NEED_W(0);
-        if (!in->p[0] || T * in->p[0] < w0->rows) FAIL("instr %u (%s): tiles cover %llu of %u rows", i, lab, (unsigned long long)(T * in->p[0]), w0->rows);
+        if (!in->p[0] || T * in->p[0] < w0->rows)
+            FAIL("instr %u (%s): tiles cover %llu of %u rows", i, lab, (unsigned long long)(T * in->p[0]), w0->rows);
         RD(in->buf[0], w0->cols);
         RD(in->buf[1], w0->rows);
         WR(in->buf[1], w0->rows);
@@ -100,7 +110,8 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
     }
     case MK_OP_NORM_GATE_UP_SILU: {
         NEED_W(0) NEED_W(1) NEED_W(2);
-        if (w0->cols != w1->cols || w1->cols != w2->cols || w1->rows != w2->rows || !in->p[0] || T * in->p[0] < w1->rows)
+        if (w0->cols != w1->cols || w1->cols != w2->cols || w1->rows != w2->rows || !in->p[0] ||
+            T * in->p[0] < w1->rows)
             FAIL("instr %u (%s): gate/up/norm shapes or tiles disagree", i, lab);
         RD(in->buf[0], w1->cols);
         WR(in->buf[1], w1->rows);
@@ -116,15 +127,15 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         break;
     }
     case MK_OP_SAMPLE:
-        if (T != 1 || in->p[2] != p->vocab || !in->p[1]) FAIL("instr %u (%s): sample needs 1 task over %u logits", i, lab, p->vocab);
+        if (T != 1 || in->p[2] != p->vocab || !in->p[1])
+            FAIL("instr %u (%s): sample needs 1 task over %u logits", i, lab, p->vocab);
         RD(in->buf[1], in->p[2]);
         RD(in->buf[2], 2ull * in->p[1]);
         break;
     case MK_OP_BARRIER:
         if (T != 1) FAIL("instr %u (%s): a barrier is one task", i, lab);
         break;
-    default:
-        FAIL("instr %u (%s): unknown opcode %u", i, lab, in->op);
+    default: FAIL("instr %u (%s): unknown opcode %u", i, lab, in->op);
     }
     for (int k = 0; k < a->nr + a->nw; k++) {
         const struct mk_range *r = k < a->nr ? &a->r[k] : &a->w[k - a->nr];
@@ -147,7 +158,8 @@ enum mk_status mk_program_validate(const struct mk_program *p, struct mk_error *
         if (p->task_base[i + 1] != p->task_base[i] + p->instrs[i].n_tasks) FAIL("task_base[%u] is inconsistent", i + 1);
     }
     if (p->task_base[n] != p->n_tasks) FAIL("n_tasks %u != sum of tasks %u", p->n_tasks, p->task_base[n]);
-    if (p->instrs[n - 1].op != MK_OP_SAMPLE) FAIL("the last instruction is %u, not SAMPLE: the step has no end", p->instrs[n - 1].op);
+    if (p->instrs[n - 1].op != MK_OP_SAMPLE)
+        FAIL("the last instruction is %u, not SAMPLE: the step has no end", p->instrs[n - 1].op);
     /* Each counter has at most one signaler; remember it. */
     uint32_t *signaler = malloc((size_t)p->n_counters * sizeof *signaler);
     uint32_t words = (n + 63) / 64;
@@ -159,16 +171,17 @@ enum mk_status mk_program_validate(const struct mk_program *p, struct mk_error *
         goto done;
     }
 #undef FAIL
-#define FAIL(...)                                                  \
-    do {                                                           \
-        st = mk_error_set(err, MK_ERR_INVALID_ARG, __VA_ARGS__);   \
-        goto done;                                                 \
+#define FAIL(...)                                                \
+    do {                                                         \
+        st = mk_error_set(err, MK_ERR_INVALID_ARG, __VA_ARGS__); \
+        goto done;                                               \
     } while (0)
     for (uint32_t c = 0; c < p->n_counters; c++) signaler[c] = UINT32_MAX;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t s = p->instrs[i].signal;
         if (s == MK_NO_COUNTER) continue;
-        if (s == MK_COUNTER_ALL || s >= p->n_counters) FAIL("instr %u (%s) signals counter %u (valid: 1..%u)", i, p->labels[i], s, p->n_counters - 1);
+        if (s == MK_COUNTER_ALL || s >= p->n_counters)
+            FAIL("instr %u (%s) signals counter %u (valid: 1..%u)", i, p->labels[i], s, p->n_counters - 1);
         if (signaler[s] != UINT32_MAX) FAIL("counter %u is signaled by instr %u and %u", s, signaler[s], i);
         signaler[s] = i;
     }
@@ -177,26 +190,43 @@ enum mk_status mk_program_validate(const struct mk_program *p, struct mk_error *
         for (int k = 0; k < 2; k++) {
             const struct mk_wait *w = &in->wait[k];
             if (w->ctr == MK_NO_COUNTER) continue;
-            if (w->ctr >= p->n_counters) FAIL("instr %u (%s) waits on counter %u of %u", i, p->labels[i], w->ctr, p->n_counters);
+            if (w->ctr >= p->n_counters)
+                FAIL("instr %u (%s) waits on counter %u of %u", i, p->labels[i], w->ctr, p->n_counters);
             if (w->ctr == MK_COUNTER_ALL) {
                 /* A join: every task before `add` in program order; per step, all tasks. */
-                if (w->mul != p->n_tasks) FAIL("instr %u (%s) waits on the all-tasks counter with %u per step, but a step has %u tasks", i, p->labels[i], w->mul, p->n_tasks);
-                if (w->add > p->task_base[i]) FAIL("instr %u (%s) waits for %u tasks but only %u come before it (it would wait on itself or later work)", i, p->labels[i], w->add, p->task_base[i]);
+                if (w->mul != p->n_tasks)
+                    FAIL("instr %u (%s) waits on the all-tasks counter with %u per step, but a step has %u tasks", i,
+                         p->labels[i], w->mul, p->n_tasks);
+                if (w->add > p->task_base[i])
+                    FAIL("instr %u (%s) waits for %u tasks but only %u come before it (it would wait on itself or "
+                         "later work)",
+                         i, p->labels[i], w->add, p->task_base[i]);
                 for (uint32_t j = 0; j < i; j++)
                     if (p->task_base[j + 1] <= w->add) {
-                        for (uint32_t wd = 0; wd < words; wd++) anc[(size_t)i * words + wd] |= anc[(size_t)j * words + wd];
+                        for (uint32_t wd = 0; wd < words; wd++)
+                            anc[(size_t)i * words + wd] |= anc[(size_t)j * words + wd];
                         anc[(size_t)i * words + j / 64] |= 1ull << (j % 64);
                     }
                 continue;
             }
             uint32_t j = signaler[w->ctr];
-            if (j == UINT32_MAX) FAIL("instr %u (%s) waits on counter %u, which nothing signals: the wait can never be met", i, p->labels[i], w->ctr);
+            if (j == UINT32_MAX)
+                FAIL("instr %u (%s) waits on counter %u, which nothing signals: the wait can never be met", i,
+                     p->labels[i], w->ctr);
             if (j == i) FAIL("instr %u (%s) waits on its own counter %u", i, p->labels[i], w->ctr);
-            if (j > i) FAIL("instr %u (%s) waits on counter %u of the later instr %u (%s)", i, p->labels[i], w->ctr, j, p->labels[j]);
+            if (j > i)
+                FAIL("instr %u (%s) waits on counter %u of the later instr %u (%s)", i, p->labels[i], w->ctr, j,
+                     p->labels[j]);
             uint32_t t = p->instrs[j].n_tasks;
-            if (w->mul != t) FAIL("instr %u (%s) expects %u signals per step on counter %u, but instr %u gives %u", i, p->labels[i], w->mul, w->ctr, j, t);
-            if (w->add > t) FAIL("instr %u (%s) waits for %u signals on counter %u, but instr %u (%s) gives only %u per step", i, p->labels[i], w->add, w->ctr, j, p->labels[j], t);
-            if (w->add < t) FAIL("instr %u (%s) waits for %u of the %u tasks of instr %u: partial waits are not ordered", i, p->labels[i], w->add, t, j);
+            if (w->mul != t)
+                FAIL("instr %u (%s) expects %u signals per step on counter %u, but instr %u gives %u", i, p->labels[i],
+                     w->mul, w->ctr, j, t);
+            if (w->add > t)
+                FAIL("instr %u (%s) waits for %u signals on counter %u, but instr %u (%s) gives only %u per step", i,
+                     p->labels[i], w->add, w->ctr, j, p->labels[j], t);
+            if (w->add < t)
+                FAIL("instr %u (%s) waits for %u of the %u tasks of instr %u: partial waits are not ordered", i,
+                     p->labels[i], w->add, t, j);
             for (uint32_t wd = 0; wd < words; wd++) anc[(size_t)i * words + wd] |= anc[(size_t)j * words + wd];
             anc[(size_t)i * words + j / 64] |= 1ull << (j % 64);
         }
@@ -210,31 +240,45 @@ enum mk_status mk_program_validate(const struct mk_program *p, struct mk_error *
             const struct mk_access *a = &acc[i], *b = &acc[j];
             for (int x = 0; x < a->nw; x++) {
                 for (int y = 0; y < b->nr; y++)
-                    if (mk_overlap(&a->w[x], &b->r[y])) FAIL("instr %u (%s) reads what instr %u (%s) writes without waiting for it", j, p->labels[j], i, p->labels[i]);
+                    if (mk_overlap(&a->w[x], &b->r[y]))
+                        FAIL("instr %u (%s) reads what instr %u (%s) writes without waiting for it", j, p->labels[j], i,
+                             p->labels[i]);
                 for (int y = 0; y < b->nw; y++)
-                    if (mk_overlap(&a->w[x], &b->w[y])) FAIL("instr %u (%s) and instr %u (%s) write the same memory unordered", i, p->labels[i], j, p->labels[j]);
+                    if (mk_overlap(&a->w[x], &b->w[y]))
+                        FAIL("instr %u (%s) and instr %u (%s) write the same memory unordered", i, p->labels[i], j,
+                             p->labels[j]);
             }
             for (int x = 0; x < a->nr; x++)
                 for (int y = 0; y < b->nw; y++)
-                    if (mk_overlap(&a->r[x], &b->w[y])) FAIL("instr %u (%s) overwrites what instr %u (%s) reads without waiting for it", j, p->labels[j], i, p->labels[i]);
+                    if (mk_overlap(&a->r[x], &b->w[y]))
+                        FAIL("instr %u (%s) overwrites what instr %u (%s) reads without waiting for it", j,
+                             p->labels[j], i, p->labels[i]);
         }
     /* The step ends when SAMPLE ends: it must come after everything else. */
     for (uint32_t i = 0; i + 1 < n; i++)
         if (!((anc[(size_t)(n - 1) * words + i / 64] >> (i % 64)) & 1))
-            FAIL("instr %u (%s) is not ordered before the final SAMPLE: the step could end while it runs", i, p->labels[i]);
+            FAIL("instr %u (%s) is not ordered before the final SAMPLE: the step could end while it runs", i,
+                 p->labels[i]);
     if (p->schedule == MK_SCHED_STATIC) {
         if (!p->n_workers || !p->sched_offsets || !p->sched_tasks) FAIL("static schedule without task lists");
-        if (p->sched_offsets[0] != 0 || p->sched_offsets[p->n_workers] != p->n_tasks) FAIL("static schedule does not list %u tasks", p->n_tasks);
+        if (p->sched_offsets[0] != 0 || p->sched_offsets[p->n_workers] != p->n_tasks)
+            FAIL("static schedule does not list %u tasks", p->n_tasks);
         uint8_t *seen = calloc(p->n_tasks, 1);
         if (!seen) FAIL("out of memory");
         for (uint32_t w = 0; w < p->n_workers && st == MK_OK; w++) {
-            if (p->sched_offsets[w + 1] < p->sched_offsets[w]) st = mk_error_set(err, MK_ERR_INVALID_ARG, "worker %u has a negative task list", w);
+            if (p->sched_offsets[w + 1] < p->sched_offsets[w])
+                st = mk_error_set(err, MK_ERR_INVALID_ARG, "worker %u has a negative task list", w);
             for (uint32_t k = p->sched_offsets[w]; k < p->sched_offsets[w + 1] && st == MK_OK; k++) {
                 uint32_t t = p->sched_tasks[k];
-                if (t >= p->n_tasks || seen[t]) st = mk_error_set(err, MK_ERR_INVALID_ARG, "task %u listed twice or out of range (worker %u)", t, w);
+                if (t >= p->n_tasks || seen[t])
+                    st =
+                        mk_error_set(err, MK_ERR_INVALID_ARG, "task %u listed twice or out of range (worker %u)", t, w);
                 else if (k > p->sched_offsets[w] && p->sched_tasks[k - 1] >= t)
-                    st = mk_error_set(err, MK_ERR_INVALID_ARG, "worker %u runs task %u after task %u: not program order (deadlock risk)", w, t, p->sched_tasks[k - 1]);
-                else seen[t] = 1;
+                    st = mk_error_set(err, MK_ERR_INVALID_ARG,
+                                      "worker %u runs task %u after task %u: not program order (deadlock risk)", w, t,
+                                      p->sched_tasks[k - 1]);
+                else
+                    seen[t] = 1;
             }
         }
         free(seen);

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#define MK_HQ_CAP 16u
+#define MK_HQ_CAP                 16u
 #define MK_HQ_DEFAULT_WATCHDOG_MS 10000u
 /* How often the feeder asks the device side whether it still lives while a step is out. */
 #define MK_HQ_PROBE_NS 1000000ull
@@ -35,17 +35,17 @@ struct mk_hostqueue {
     pthread_t feeder;
     bool started;
     pthread_mutex_t mu;
-    pthread_cond_t cv_feeder; /* the ring got a command or stop was asked */
-    pthread_cond_t cv_done;   /* a command finished */
+    pthread_cond_t cv_feeder;          /* the ring got a command or stop was asked */
+    pthread_cond_t cv_done;            /* a command finished */
     struct mk_hq_req *ring[MK_HQ_CAP]; /* (MK_HQ_CAP) under mu; head..tail queued */
     uint32_t head, tail;
-    uint32_t n_queued;     /* tail - head, also read without mu by the spinning feeder */
+    uint32_t n_queued; /* tail - head, also read without mu by the spinning feeder */
     bool feeder_sleeping;
     bool stop_requested;
     bool joined;
-    uint32_t poisoned;     /* atomic flag; poison_err is written before it is set */
+    uint32_t poisoned; /* atomic flag; poison_err is written before it is set */
     struct mk_error poison_err;
-    uint32_t seq;          /* commands posted; written by the feeder only */
+    uint32_t seq; /* commands posted; written by the feeder only */
 };
 
 static uint64_t mk_hq_now_ns(void) {
@@ -72,7 +72,9 @@ bool mk_hostqueue_poisoned(struct mk_hostqueue *q) { return __atomic_load_n(&q->
 
 uint32_t mk_hostqueue_posted(struct mk_hostqueue *q) { return __atomic_load_n(&q->seq, __ATOMIC_ACQUIRE); }
 
-struct mk_mailbox *mk_hostqueue_mailbox(struct mk_hostqueue *q) { return q->mb; }
+struct mk_mailbox *mk_hostqueue_mailbox(struct mk_hostqueue *q) {
+    return q->mb;
+}
 
 uint64_t mk_hostqueue_mailbox_device(const struct mk_hostqueue *q) { return q->mb_dev; }
 
@@ -114,11 +116,13 @@ static enum mk_status mk_hq_wait_done(struct mk_hostqueue *q, struct mk_hq_req *
                 uint32_t code = __atomic_load_n(&q->mb->error, __ATOMIC_ACQUIRE);
                 enum mk_status st = MK_OK;
                 if (code) {
-                    st = mk_error_set(&req->err, MK_ERR_INTERNAL, "%s stopped on a broken invariant in step %u (pos %d): %s %u",
-                                      what, n - 1, req->cmd.pos, mk_hq_deverr_name(code), q->mb->error_arg);
+                    st = mk_error_set(&req->err, MK_ERR_INTERNAL,
+                                      "%s stopped on a broken invariant in step %u (pos %d): %s %u", what, n - 1,
+                                      req->cmd.pos, mk_hq_deverr_name(code), q->mb->error_arg);
                 } else if (q->p.probe) {
                     st = q->p.probe(q->p.ctx, &req->err);
-                    if (st != MK_OK) mk_error_prefix(&req->err, "%s failed during step %u (pos %d)", what, n - 1, req->cmd.pos);
+                    if (st != MK_OK)
+                        mk_error_prefix(&req->err, "%s failed during step %u (pos %d)", what, n - 1, req->cmd.pos);
                 }
                 if (st != MK_OK) {
                     mk_hq_poison(q, &req->err);
@@ -130,9 +134,11 @@ static enum mk_status mk_hq_wait_done(struct mk_hostqueue *q, struct mk_hq_req *
                 info[0] = '\0';
                 if (q->p.describe) q->p.describe(q->p.ctx, info, sizeof info);
                 mk_error_set(&req->err, MK_ERR_TIMEOUT,
-                             "%s step %u (pos %d, token %d) got no answer within %u ms (watchdog)%s%s; the session is unusable now",
+                             "%s step %u (pos %d, token %d) got no answer within %u ms (watchdog)%s%s; the session is "
+                             "unusable now",
                              what, n - 1, req->cmd.pos, req->cmd.token,
-                             q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS, info[0] ? ": " : "", info);
+                             q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS, info[0] ? ": " : "",
+                             info);
                 mk_hq_poison(q, &req->err);
                 return MK_ERR_TIMEOUT;
             }
@@ -236,7 +242,8 @@ enum mk_status mk_hostqueue_submit(struct mk_hostqueue *q, const struct mk_step_
             if (!t0) t0 = now;
             if (now - t0 > 50ull * MK_HQ_YIELD_AFTER_NS) {
                 pthread_mutex_lock(&q->mu);
-                while (__atomic_load_n(&req.state, __ATOMIC_ACQUIRE) != MK_HQ_DONE) pthread_cond_wait(&q->cv_done, &q->mu);
+                while (__atomic_load_n(&req.state, __ATOMIC_ACQUIRE) != MK_HQ_DONE)
+                    pthread_cond_wait(&q->cv_done, &q->mu);
                 pthread_mutex_unlock(&q->mu);
                 break;
             }
@@ -306,8 +313,9 @@ enum mk_status mk_hostqueue_create(const struct mk_hostqueue_params *p, struct m
     enum mk_status st = MK_OK;
     if (p->cu) {
         void *h = NULL;
-        if (MK_CU(p->cu, err, cuMemHostAlloc(&h, sizeof(struct mk_mailbox),
-                                             MK_CU_MEMHOSTALLOC_DEVICEMAP | MK_CU_MEMHOSTALLOC_PORTABLE))) {
+        if (MK_CU(p->cu, err,
+                  cuMemHostAlloc(&h, sizeof(struct mk_mailbox),
+                                 MK_CU_MEMHOSTALLOC_DEVICEMAP | MK_CU_MEMHOSTALLOC_PORTABLE))) {
             st = MK_ERR_CUDA;
             goto fail;
         }

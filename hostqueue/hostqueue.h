@@ -24,11 +24,11 @@ struct mk_hostqueue_params {
     /* The mailbox lives in pinned, device-mapped memory of the current context when cu is set;
      * NULL puts it in plain host memory (tests that play the device with a thread). */
     const struct mk_cuda *cu;
-    uint32_t watchdog_ms;            /* 0 = 10000 */
-    mk_hostqueue_probe_fn probe;     /* may be NULL */
+    uint32_t watchdog_ms;              /* 0 = 10000 */
+    mk_hostqueue_probe_fn probe;       /* may be NULL */
     mk_hostqueue_describe_fn describe; /* may be NULL */
-    void *ctx;                       /* passed to probe and describe */
-    const char *what;                /* names the device side in messages, e.g. "megakernel" */
+    void *ctx;                         /* passed to probe and describe */
+    const char *what;                  /* names the device side in messages, e.g. "megakernel" */
 };
 
 /* What the device answered to one step. */

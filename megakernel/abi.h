@@ -12,12 +12,12 @@
 #define MK_STATIC_ASSERT(c, m) _Static_assert(c, m)
 #endif
 
-#define MK_ABI_VERSION 1u
+#define MK_ABI_VERSION   1u
 #define MK_PROGRAM_MAGIC 0x474f524bu /* "KROG" */
 
 #define MK_NO_COUNTER 0xffffffffu
-#define MK_NO_WEIGHT 0xffffffffu
-#define MK_NO_BUF 0xffffffffu
+#define MK_NO_WEIGHT  0xffffffffu
+#define MK_NO_BUF     0xffffffffu
 /* Counter 0 counts every finished task of every instruction: BARRIER waits on it. */
 #define MK_COUNTER_ALL 0u
 
@@ -77,14 +77,14 @@ struct mk_wait {
 };
 
 struct mk_instr {
-    uint16_t op;           /* enum mk_opcode */
-    uint16_t flags;        /* reserved, 0 */
+    uint16_t op;    /* enum mk_opcode */
+    uint16_t flags; /* reserved, 0 */
     uint32_t n_tasks;
-    uint32_t signal;       /* counter each finished task adds 1 to (release), or MK_NO_COUNTER */
-    struct mk_wait wait[2];/* unused waits have ctr = MK_NO_COUNTER */
-    uint32_t weight[4];    /* weight table indices */
-    uint32_t buf[4];       /* arena offsets in floats */
-    uint32_t p[8];         /* op parameters, see the opcode */
+    uint32_t signal;        /* counter each finished task adds 1 to (release), or MK_NO_COUNTER */
+    struct mk_wait wait[2]; /* unused waits have ctr = MK_NO_COUNTER */
+    uint32_t weight[4];     /* weight table indices */
+    uint32_t buf[4];        /* arena offsets in floats */
+    uint32_t p[8];          /* op parameters, see the opcode */
     float f[2];
     uint32_t reserved[5];
 };
@@ -94,7 +94,7 @@ MK_STATIC_ASSERT(sizeof(struct mk_wait) == 12, "mk_wait is 12 bytes");
 /* One weight matrix as an executor sees it: ptr is a host or device address. */
 struct mk_weight_ref {
     uint64_t ptr;
-    uint32_t dtype;     /* enum mk_dtype (ggml id) */
+    uint32_t dtype; /* enum mk_dtype (ggml id) */
     uint32_t rows;
     uint32_t cols;
     uint32_t row_bytes;
@@ -112,7 +112,7 @@ enum mk_cmd {
 
 /* Parameters of one step, as the host posts them and the device copies them. */
 struct mk_step_cmd {
-    uint32_t cmd;      /* enum mk_cmd */
+    uint32_t cmd; /* enum mk_cmd */
     int32_t token;
     int32_t pos;
     float temperature; /* <= 0: greedy */
@@ -129,15 +129,15 @@ MK_STATIC_ASSERT(sizeof(struct mk_step_cmd) == 40, "mk_step_cmd is 40 bytes");
  * step, fills the result fields, then release-stores done_seq = n. Each side's fields sit on their
  * own 64-byte lines. */
 struct mk_mailbox {
-    uint32_t cmd_seq;          /* host -> device */
+    uint32_t cmd_seq; /* host -> device */
     uint32_t pad0;
     struct mk_step_cmd cmd;
     uint8_t pad1[64 - 48];
-    uint32_t done_seq;         /* device -> host */
+    uint32_t done_seq; /* device -> host */
     int32_t out_token;
-    uint64_t t_start_ns;       /* device globaltimer when the step's command was seen */
-    uint64_t t_end_ns;         /* ... and when the token was written */
-    uint32_t error;            /* nonzero: the device trapped a broken invariant (an MK_DEVERR_*) */
+    uint64_t t_start_ns; /* device globaltimer when the step's command was seen */
+    uint64_t t_end_ns;   /* ... and when the token was written */
+    uint32_t error;      /* nonzero: the device trapped a broken invariant (an MK_DEVERR_*) */
     uint32_t error_arg;
     uint8_t pad2[64 - 32];
 };
@@ -145,17 +145,17 @@ MK_STATIC_ASSERT(sizeof(struct mk_mailbox) == 128, "mk_mailbox is two lines");
 
 enum mk_device_error {
     MK_DEVERR_NONE = 0,
-    MK_DEVERR_BAD_OPCODE = 1,  /* error_arg = instruction index */
-    MK_DEVERR_BAD_POS = 2,     /* error_arg = position */
-    MK_DEVERR_BAD_TOKEN = 3,   /* error_arg = token */
+    MK_DEVERR_BAD_OPCODE = 1, /* error_arg = instruction index */
+    MK_DEVERR_BAD_POS = 2,    /* error_arg = position */
+    MK_DEVERR_BAD_TOKEN = 3,  /* error_arg = token */
 };
 
 /* The step state in executor memory: the command being run, and the token it produced. */
 struct mk_step_state {
     struct mk_step_cmd cmd;
-    uint32_t step;     /* 0-based index of the step being run */
+    uint32_t step; /* 0-based index of the step being run */
     int32_t out_token;
-    uint32_t go;       /* step + 1 once cmd holds step's command */
+    uint32_t go; /* step + 1 once cmd holds step's command */
     uint32_t reserved[7];
 };
 MK_STATIC_ASSERT(sizeof(struct mk_step_state) == 80, "mk_step_state is 80 bytes");
@@ -165,21 +165,21 @@ MK_STATIC_ASSERT(sizeof(struct mk_step_state) == 80, "mk_step_state is 80 bytes"
 
 /* Everything one executor run needs, as addresses in that executor's memory. */
 struct mk_kernel_args {
-    uint64_t instrs;       /* const struct mk_instr[n_instr] */
-    uint64_t task_base;    /* const uint32_t[n_instr + 1]: first task index of each instruction */
-    uint64_t weights;      /* const struct mk_weight_ref[] */
-    uint64_t counters;     /* uint32_t[n_counters], zero at launch */
-    uint64_t arena;        /* float[arena_floats] */
-    uint64_t k_cache;      /* float (layer, n_ctx, kv_dim) */
-    uint64_t v_cache;      /* float (layer, n_ctx, kv_dim) */
-    uint64_t step_state;   /* struct mk_step_state */
-    uint64_t mailbox;      /* struct mk_mailbox (device-mapped host memory) */
-    uint64_t work;         /* uint64_t work counter for dynamic scheduling, zero at launch */
-    uint64_t sched_offsets;/* uint32_t[n_workers + 1] static schedule, or 0 for dynamic */
-    uint64_t sched_tasks;  /* uint32_t[n_tasks]: task indices, each worker's in program order */
-    uint64_t trace;        /* uint64_t[n_tasks * 2] start/end ns of the last step, or 0 */
+    uint64_t instrs;        /* const struct mk_instr[n_instr] */
+    uint64_t task_base;     /* const uint32_t[n_instr + 1]: first task index of each instruction */
+    uint64_t weights;       /* const struct mk_weight_ref[] */
+    uint64_t counters;      /* uint32_t[n_counters], zero at launch */
+    uint64_t arena;         /* float[arena_floats] */
+    uint64_t k_cache;       /* float (layer, n_ctx, kv_dim) */
+    uint64_t v_cache;       /* float (layer, n_ctx, kv_dim) */
+    uint64_t step_state;    /* struct mk_step_state */
+    uint64_t mailbox;       /* struct mk_mailbox (device-mapped host memory) */
+    uint64_t work;          /* uint64_t work counter for dynamic scheduling, zero at launch */
+    uint64_t sched_offsets; /* uint32_t[n_workers + 1] static schedule, or 0 for dynamic */
+    uint64_t sched_tasks;   /* uint32_t[n_tasks]: task indices, each worker's in program order */
+    uint64_t trace;         /* uint64_t[n_tasks * 2] start/end ns of the last step, or 0 */
     uint32_t n_instr;
-    uint32_t n_tasks;      /* tasks per step */
+    uint32_t n_tasks; /* tasks per step */
     uint32_t n_counters;
     uint32_t n_workers;
     uint32_t n_ctx;

@@ -10,8 +10,8 @@
 #include "megakernel/sync.cuh"
 
 /* Values of enum mk_dtype (runtime/dtype.h is host C; the ids are ggml's and never change). */
-#define MK_DEV_F32 0u
-#define MK_DEV_F16 1u
+#define MK_DEV_F32  0u
+#define MK_DEV_F16  1u
 #define MK_DEV_BF16 30u
 
 /* RoPE's (cos, sin) per (position, pair), computed by the host in double exactly as the CPU
@@ -205,7 +205,8 @@ __device__ __forceinline__ void mk_dot_rows(const uint8_t *const *row, const int
             for (int u = 0; u < U; u++) {
                 uint32_t ch = c0 + 32u * u;
 #pragma unroll
-                for (int r = 0; r < R; r++) w[r][u] = ch < nc ? mk_ld_weight16(row[r] + 16u * ch) : make_uint4(0, 0, 0, 0);
+                for (int r = 0; r < R; r++)
+                    w[r][u] = ch < nc ? mk_ld_weight16(row[r] + 16u * ch) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -227,7 +228,8 @@ __device__ __forceinline__ void mk_dot_rows(const uint8_t *const *row, const int
             for (int u = 0; u < U; u++) {
                 uint32_t ch = c0 + 32u * u;
 #pragma unroll
-                for (int r = 0; r < R; r++) w[r][u] = ch < nc ? mk_ld_weight16(row[r] + 16u * ch) : make_uint4(0, 0, 0, 0);
+                for (int r = 0; r < R; r++)
+                    w[r][u] = ch < nc ? mk_ld_weight16(row[r] + 16u * ch) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
             for (int u = 0; u < U; u++) {

@@ -16,7 +16,8 @@ struct mk_cuda_sym {
     size_t offset;
 };
 
-#define MK_CUDA_SYM(field) {#field, offsetof(struct mk_cuda, field)}
+#define MK_CUDA_SYM(field) \
+    { #field, offsetof(struct mk_cuda, field) }
 static const struct mk_cuda_sym mk_cuda_syms[] = {
     MK_CUDA_SYM(cuGetErrorName),
     MK_CUDA_SYM(cuGetErrorString),
@@ -125,8 +126,8 @@ enum mk_status mk_cuda_load(const struct mk_cuda **out, struct mk_error *err) {
     return MK_OK;
 }
 
-int mk_cuda_check(const struct mk_cuda *cu, mk_cu_result r, mk_cu_result also_ok, const char *call,
-                  const char *file, int line, struct mk_error *err) {
+int mk_cuda_check(const struct mk_cuda *cu, mk_cu_result r, mk_cu_result also_ok, const char *call, const char *file,
+                  int line, struct mk_error *err) {
     if (r == MK_CUDA_SUCCESS) return 0;
     if (also_ok != MK_CUDA_SUCCESS && r == also_ok) return 1;
     const char *ename = NULL, *estr = NULL;

@@ -24,33 +24,33 @@ typedef struct mk_cu_event_st *mk_cu_event;
 typedef struct mk_cu_graph_st *mk_cu_graph;
 typedef struct mk_cu_graph_exec_st *mk_cu_graph_exec;
 
-#define MK_CUDA_SUCCESS 0
+#define MK_CUDA_SUCCESS         0
 #define MK_CUDA_ERROR_NO_DEVICE 100
 #define MK_CUDA_ERROR_NOT_READY 600
 
-#define MK_CU_ATTR_MULTIPROCESSOR_COUNT 16
-#define MK_CU_ATTR_CAN_MAP_HOST_MEMORY 19
-#define MK_CU_ATTR_UNIFIED_ADDRESSING 41
-#define MK_CU_ATTR_CC_MAJOR 75
-#define MK_CU_ATTR_CC_MINOR 76
-#define MK_CU_ATTR_MAX_SHARED_PER_SM 81
-#define MK_CU_ATTR_COOPERATIVE_LAUNCH 95
+#define MK_CU_ATTR_MULTIPROCESSOR_COUNT       16
+#define MK_CU_ATTR_CAN_MAP_HOST_MEMORY        19
+#define MK_CU_ATTR_UNIFIED_ADDRESSING         41
+#define MK_CU_ATTR_CC_MAJOR                   75
+#define MK_CU_ATTR_CC_MINOR                   76
+#define MK_CU_ATTR_MAX_SHARED_PER_SM          81
+#define MK_CU_ATTR_COOPERATIVE_LAUNCH         95
 #define MK_CU_ATTR_MAX_SHARED_PER_BLOCK_OPTIN 97
 
-#define MK_CU_FUNC_ATTR_NUM_REGS 4
-#define MK_CU_FUNC_ATTR_LOCAL_SIZE_BYTES 3
+#define MK_CU_FUNC_ATTR_NUM_REGS           4
+#define MK_CU_FUNC_ATTR_LOCAL_SIZE_BYTES   3
 #define MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED 8
 
-#define MK_CU_CTX_SCHED_SPIN 0x01
-#define MK_CU_STREAM_NON_BLOCKING 0x1
-#define MK_CU_EVENT_DEFAULT 0x0
-#define MK_CU_MEMHOSTALLOC_PORTABLE 0x01
-#define MK_CU_MEMHOSTALLOC_DEVICEMAP 0x02
+#define MK_CU_CTX_SCHED_SPIN                   0x01
+#define MK_CU_STREAM_NON_BLOCKING              0x1
+#define MK_CU_EVENT_DEFAULT                    0x0
+#define MK_CU_MEMHOSTALLOC_PORTABLE            0x01
+#define MK_CU_MEMHOSTALLOC_DEVICEMAP           0x02
 #define MK_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
 
-#define MK_CU_JIT_INFO_LOG_BUFFER 3
-#define MK_CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES 4
-#define MK_CU_JIT_ERROR_LOG_BUFFER 5
+#define MK_CU_JIT_INFO_LOG_BUFFER             3
+#define MK_CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES  4
+#define MK_CU_JIT_ERROR_LOG_BUFFER            5
 #define MK_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES 6
 
 /* Entry points, named as the symbols libcuda exports (the _v2 ones where they exist). */
@@ -96,10 +96,10 @@ struct mk_cuda {
     mk_cu_result (*cuEventRecord)(mk_cu_event, mk_cu_stream);
     mk_cu_result (*cuEventSynchronize)(mk_cu_event);
     mk_cu_result (*cuEventElapsedTime)(float *, mk_cu_event, mk_cu_event);
-    mk_cu_result (*cuLaunchKernel)(mk_cu_function, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                   unsigned, unsigned, mk_cu_stream, void **, void **);
-    mk_cu_result (*cuLaunchCooperativeKernel)(mk_cu_function, unsigned, unsigned, unsigned, unsigned,
-                                              unsigned, unsigned, unsigned, mk_cu_stream, void **);
+    mk_cu_result (*cuLaunchKernel)(mk_cu_function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                   mk_cu_stream, void **, void **);
+    mk_cu_result (*cuLaunchCooperativeKernel)(mk_cu_function, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                              unsigned, unsigned, mk_cu_stream, void **);
     mk_cu_result (*cuStreamBeginCapture_v2)(mk_cu_stream, int);
     mk_cu_result (*cuStreamEndCapture)(mk_cu_stream, mk_cu_graph *);
     mk_cu_result (*cuGraphInstantiateWithFlags)(mk_cu_graph_exec *, mk_cu_graph, unsigned long long);
@@ -115,14 +115,13 @@ enum mk_status mk_cuda_load(const struct mk_cuda **out, struct mk_error *err);
 /* The checking behind MK_CU: 0 for CUDA_SUCCESS, 1 when r equals the tolerated code `also_ok`
  * (nonzero), else fills err with MK_ERR_CUDA naming the call text, file, line and the driver's
  * error name and string, and returns MK_ERR_CUDA. */
-int mk_cuda_check(const struct mk_cuda *cu, mk_cu_result r, mk_cu_result also_ok, const char *call,
-                  const char *file, int line, struct mk_error *err);
+int mk_cuda_check(const struct mk_cuda *cu, mk_cu_result r, mk_cu_result also_ok, const char *call, const char *file,
+                  int line, struct mk_error *err);
 
 /* Every driver call goes through this: MK_CU_EX(cu, err, CODE, cuX(args)) calls cu->cuX(args).
  * MK_CU(...) is the common case where only success is fine. */
-#define MK_CU_EX(cu, err, also_ok, call) \
-    mk_cuda_check((cu), (cu)->call, (also_ok), #call, __FILE__, __LINE__, (err))
-#define MK_CU(cu, err, call) MK_CU_EX(cu, err, MK_CUDA_SUCCESS, call)
+#define MK_CU_EX(cu, err, also_ok, call) mk_cuda_check((cu), (cu)->call, (also_ok), #call, __FILE__, __LINE__, (err))
+#define MK_CU(cu, err, call)             MK_CU_EX(cu, err, MK_CUDA_SUCCESS, call)
 
 #ifdef __cplusplus
 }

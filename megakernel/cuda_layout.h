@@ -15,7 +15,7 @@
 /* Threads per block of both kernels (mk_megakernel, mk_perop); ops are written for any multiple
  * of 32 up to 1024, the host reads nothing else from it. */
 #define MK_BLOCK_THREADS 256u
-#define MK_BLOCK_WARPS (MK_BLOCK_THREADS / 32u)
+#define MK_BLOCK_WARPS   (MK_BLOCK_THREADS / 32u)
 
 /* Attention heads wider than this are refused at session creation (one thread per dimension). */
 #define MK_MAX_HEAD_DIM 256u
@@ -59,7 +59,7 @@ enum mk_watch_state {
 };
 
 struct mk_watch_block {
-    uint32_t state;  /* enum mk_watch_state */
+    uint32_t state; /* enum mk_watch_state */
     uint32_t step;
     uint32_t instr;
     uint32_t ctr;
@@ -69,7 +69,7 @@ struct mk_watch_block {
 };
 
 struct mk_watch {
-    uint32_t abort;    /* host -> device: nonzero makes every block leave the kernel */
+    uint32_t abort; /* host -> device: nonzero makes every block leave the kernel */
     uint32_t n_blocks;
     uint32_t pad[6];
     /* followed by struct mk_watch_block[n_blocks] */

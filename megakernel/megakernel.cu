@@ -157,8 +157,10 @@ __device__ __forceinline__ uint32_t mk_instr_of_task(const uint32_t *base, uint3
     uint32_t lo = 0, hi = n_instr - 1u;
     while (lo < hi) {
         uint32_t mid = (lo + hi + 1u) >> 1;
-        if (base[mid] <= t) lo = mid;
-        else hi = mid - 1u;
+        if (base[mid] <= t)
+            lo = mid;
+        else
+            hi = mid - 1u;
     }
     return lo;
 }

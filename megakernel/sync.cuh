@@ -60,9 +60,7 @@ __device__ __forceinline__ uint64_t mk_globaltimer(void) {
 }
 
 /* Counters only grow: "reached" is a wrap-safe comparison of the difference. */
-__device__ __forceinline__ bool mk_reached(uint32_t value, uint32_t target) {
-    return (int32_t)(value - target) >= 0;
-}
+__device__ __forceinline__ bool mk_reached(uint32_t value, uint32_t target) { return (int32_t)(value - target) >= 0; }
 
 /* Backoff of a spin: short sleeps keep the L2 quiet without adding more than ~0.1 us latency. */
 __device__ __forceinline__ void mk_spin_pause(uint32_t *ns) {

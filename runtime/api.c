@@ -19,13 +19,13 @@ struct mk_session {
     const struct mk_lm *lm;
     struct mk_backend *backend;
     struct mk_sampling_params sampling; /* seed resolved */
-    uint32_t n_past;      /* positions evaluated */
-    int32_t next;         /* token the last step sampled, -1 before any step */
-    bool next_emitted;    /* next went to the caller but is not evaluated yet */
-    int32_t last_token;   /* the token before the next piece, for dropping the dummy-prefix space */
+    uint32_t n_past;                    /* positions evaluated */
+    int32_t next;                       /* token the last step sampled, -1 before any step */
+    bool next_emitted;                  /* next went to the caller but is not evaluated yet */
+    int32_t last_token;                 /* the token before the next piece, for dropping the dummy-prefix space */
     struct mk_timings timings;
     struct mk_error err;
-    int cancel;           /* set by mk_session_cancel from any thread; taken by the next step */
+    int cancel; /* set by mk_session_cancel from any thread; taken by the next step */
 };
 
 static double mk_api_now_ms(void) {
@@ -113,7 +113,7 @@ struct mk_session_params mk_session_default_params(void) {
         .backend = MK_BACKEND_AUTO,
         .n_threads = 0,
         .device = 0,
-        .sampling = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = MK_SEED_RANDOM},
+        .sampling = { .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = MK_SEED_RANDOM },
         .verbose = 0,
     };
     return p;
@@ -141,8 +141,8 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
     if (!(sp->temperature == sp->temperature) || !(sp->top_p == sp->top_p) || !(sp->min_p == sp->min_p))
         return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: sampling parameters must not be NaN");
     if (sp->temperature > 0.0f && !(sp->top_p > 0.0f))
-        return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: top_p = %g keeps no token (use 0 < top_p <= 1)",
-                            (double)sp->top_p);
+        return mk_error_set(err, MK_ERR_INVALID_ARG,
+                            "mk_session_create: top_p = %g keeps no token (use 0 < top_p <= 1)", (double)sp->top_p);
     if (sp->min_p > 1.0f)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: min_p = %g is above 1", (double)sp->min_p);
     double t0 = mk_api_now_ms();
@@ -179,13 +179,9 @@ void mk_session_free(struct mk_session *s) {
     free(s);
 }
 
-const char *mk_session_last_error(const struct mk_session *s) {
-    return s->err.msg;
-}
+const char *mk_session_last_error(const struct mk_session *s) { return s->err.msg; }
 
-const struct mk_error *mk_session_error(const struct mk_session *s) {
-    return &s->err;
-}
+const struct mk_error *mk_session_error(const struct mk_session *s) { return &s->err; }
 
 /* One decode step of token at the next position; the sampled token becomes s->next. */
 static enum mk_status mk_session_step(struct mk_session *s, int32_t token) {
@@ -411,22 +407,12 @@ struct mk_timings mk_session_timings(const struct mk_session *s) {
     return s->timings;
 }
 
-enum mk_backend_kind mk_session_backend_kind(const struct mk_session *s) {
-    return s->backend->kind;
-}
+enum mk_backend_kind mk_session_backend_kind(const struct mk_session *s) { return s->backend->kind; }
 
-const char *mk_session_backend_name(const struct mk_session *s) {
-    return mk_backend_kind_name(s->backend->kind);
-}
+const char *mk_session_backend_name(const struct mk_session *s) { return mk_backend_kind_name(s->backend->kind); }
 
-uint32_t mk_session_n_ctx(const struct mk_session *s) {
-    return s->backend->n_ctx;
-}
+uint32_t mk_session_n_ctx(const struct mk_session *s) { return s->backend->n_ctx; }
 
-uint32_t mk_session_n_past(const struct mk_session *s) {
-    return s->n_past;
-}
+uint32_t mk_session_n_past(const struct mk_session *s) { return s->n_past; }
 
-uint64_t mk_session_seed(const struct mk_session *s) {
-    return s->sampling.seed;
-}
+uint64_t mk_session_seed(const struct mk_session *s) { return s->sampling.seed; }

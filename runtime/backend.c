@@ -18,18 +18,16 @@ static enum mk_status mk_backend_create_kind(const struct mk_model *m, const str
     case MK_BACKEND_GRAPH: return mk_backend_create_cuda(m, &q, out, err);
     case MK_BACKEND_AUTO: break;
     }
-    return mk_error_set(err, MK_ERR_INVALID_ARG, "backend kind %d is not one of auto, ref, cpu, megakernel, perop, graph",
-                        (int)kind);
+    return mk_error_set(err, MK_ERR_INVALID_ARG,
+                        "backend kind %d is not one of auto, ref, cpu, megakernel, perop, graph", (int)kind);
 }
 
 /* A GPU that is absent or cannot run a kind is a reason to try the next one; any other failure
  * (a CUDA error, no memory) is reported, since silently running elsewhere would hide it. */
-static int mk_backend_can_fall_back(enum mk_status st) {
-    return st == MK_ERR_NO_DEVICE || st == MK_ERR_UNSUPPORTED;
-}
+static int mk_backend_can_fall_back(enum mk_status st) { return st == MK_ERR_NO_DEVICE || st == MK_ERR_UNSUPPORTED; }
 
-enum mk_status mk_backend_create(const struct mk_model *m, const struct mk_backend_params *p,
-                                 struct mk_backend **out, struct mk_error *err) {
+enum mk_status mk_backend_create(const struct mk_model *m, const struct mk_backend_params *p, struct mk_backend **out,
+                                 struct mk_error *err) {
     *out = NULL;
     if (p->kind != MK_BACKEND_AUTO) return mk_backend_create_kind(m, p, p->kind, out, err);
 
@@ -37,7 +35,7 @@ enum mk_status mk_backend_create(const struct mk_model *m, const struct mk_backe
     char why[1024];
     size_t used = 0;
     why[0] = '\0';
-    static const enum mk_backend_kind order[] = {MK_BACKEND_MEGAKERNEL, MK_BACKEND_PEROP, MK_BACKEND_CPU};
+    static const enum mk_backend_kind order[] = { MK_BACKEND_MEGAKERNEL, MK_BACKEND_PEROP, MK_BACKEND_CPU };
     const size_t n_order = sizeof order / sizeof order[0];
     for (size_t i = 0; i < n_order; i++) {
         struct mk_error e;
@@ -53,7 +51,8 @@ enum mk_status mk_backend_create(const struct mk_model *m, const struct mk_backe
             if (err) *err = e;
             return st;
         }
-        int k = snprintf(why + used, sizeof why - used, "%s%s: %s", used ? "; " : "", mk_backend_kind_name(order[i]), e.msg);
+        int k = snprintf(why + used, sizeof why - used, "%s%s: %s", used ? "; " : "", mk_backend_kind_name(order[i]),
+                         e.msg);
         if (k > 0) used = used + (size_t)k < sizeof why ? used + (size_t)k : sizeof why - 1;
         /* Without a device there is no point asking the next GPU kind. */
         if (st == MK_ERR_NO_DEVICE && order[i] == MK_BACKEND_MEGAKERNEL) i++;

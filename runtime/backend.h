@@ -14,8 +14,8 @@ enum mk_status mk_backend_create_ref(const struct mk_model *m, const struct mk_b
                                      struct mk_backend **out, struct mk_error *err);
 /* Resolves AUTO (megakernel where possible, else perop, else cpu) and creates; (*out)->kind says
  * which it chose. */
-enum mk_status mk_backend_create(const struct mk_model *m, const struct mk_backend_params *p,
-                                 struct mk_backend **out, struct mk_error *err);
+enum mk_status mk_backend_create(const struct mk_model *m, const struct mk_backend_params *p, struct mk_backend **out,
+                                 struct mk_error *err);
 
 #ifdef __cplusplus
 }

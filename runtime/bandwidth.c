@@ -57,9 +57,11 @@ enum mk_status mk_bandwidth_host_read(uint32_t threads, double *bytes_per_s, str
         double t0 = mk_bw_now();
         uint32_t started = 0;
         for (uint32_t t = 0; t < threads; t++) {
-            sl[t] = (struct mk_bw_slice){buf + words / threads * t, words / threads, 0};
-            if (pthread_create(&tid[t], NULL, mk_bw_sum, &sl[t]) == 0) started++;
-            else mk_bw_sum(&sl[t]);
+            sl[t] = (struct mk_bw_slice){ buf + words / threads * t, words / threads, 0 };
+            if (pthread_create(&tid[t], NULL, mk_bw_sum, &sl[t]) == 0)
+                started++;
+            else
+                mk_bw_sum(&sl[t]);
         }
         for (uint32_t t = 0; t < started; t++) pthread_join(tid[t], NULL);
         double dt = mk_bw_now() - t0;
@@ -97,12 +99,14 @@ enum mk_status mk_bandwidth_cuda_read(int device, double *bytes_per_s, struct mk
         mod = NULL;
         if (MK_CU(cu, err, cuModuleLoadDataEx(&mod, mk_bandwidth_ptx, 0, NULL, NULL))) goto fail;
     }
-    if (MK_CU(cu, err, cuModuleGetFunction(&fn, mod, "mk_bw_read")) || MK_CU(cu, err, cuMemAlloc_v2(&buf, MK_BW_BYTES)) ||
-        MK_CU(cu, err, cuMemAlloc_v2(&sink, 16)) || MK_CU(cu, err, cuMemsetD8_v2(buf, 0x5a, MK_BW_BYTES)) ||
-        MK_CU(cu, err, cuEventCreate(&e0, MK_CU_EVENT_DEFAULT)) || MK_CU(cu, err, cuEventCreate(&e1, MK_CU_EVENT_DEFAULT)))
+    if (MK_CU(cu, err, cuModuleGetFunction(&fn, mod, "mk_bw_read")) ||
+        MK_CU(cu, err, cuMemAlloc_v2(&buf, MK_BW_BYTES)) || MK_CU(cu, err, cuMemAlloc_v2(&sink, 16)) ||
+        MK_CU(cu, err, cuMemsetD8_v2(buf, 0x5a, MK_BW_BYTES)) ||
+        MK_CU(cu, err, cuEventCreate(&e0, MK_CU_EVENT_DEFAULT)) ||
+        MK_CU(cu, err, cuEventCreate(&e1, MK_CU_EVENT_DEFAULT)))
         goto fail;
     uint64_t n = MK_BW_BYTES / 16;
-    void *args[] = {&buf, &n, &sink};
+    void *args[] = { &buf, &n, &sink };
     float best = 1e30f;
     for (int rep = 0; rep < 11; rep++) {
         float ms = 0;

@@ -26,30 +26,30 @@ struct mk_cuda_backend {
     mk_cu_device dev;
     mk_cu_context ctx;
     mk_cu_module mod;
-    mk_cu_function fn;            /* mk_megakernel or mk_perop */
-    mk_cu_stream stream;          /* the kernels */
-    mk_cu_stream copy_stream;     /* read-backs while the megakernel stays resident */
+    mk_cu_function fn;        /* mk_megakernel or mk_perop */
+    mk_cu_stream stream;      /* the kernels */
+    mk_cu_stream copy_stream; /* read-backs while the megakernel stays resident */
     mk_cu_event ev0, ev1;
     struct mk_program *prog;
-    uint32_t watchdog_ms;         /* 0 = the host queue's default */
+    uint32_t watchdog_ms; /* 0 = the host queue's default */
     struct mk_cuda_backend_info info;
     /* Device memory. */
-    mk_cu_devptr d_weight_data;   /* every distinct weight, 256-byte aligned */
-    mk_cu_devptr d_wtable;        /* struct mk_weight_ref[n_weights] with device pointers */
+    mk_cu_devptr d_weight_data; /* every distinct weight, 256-byte aligned */
+    mk_cu_devptr d_wtable;      /* struct mk_weight_ref[n_weights] with device pointers */
     mk_cu_devptr d_instrs, d_task_base, d_counters, d_arena, d_k, d_v, d_state, d_work;
     mk_cu_devptr d_sched_offsets, d_sched_tasks, d_trace;
-    mk_cu_devptr d_rope;          /* float2 (n_ctx, n_rot / 2): RoPE's cos, sin */
+    mk_cu_devptr d_rope; /* float2 (n_ctx, n_rot / 2): RoPE's cos, sin */
     struct mk_kernel_args args;
     /* Megakernel. */
     struct mk_hostqueue *hq;
-    struct mk_watch *watch;       /* pinned, device-mapped: header then mk_watch_block[grid] */
+    struct mk_watch *watch; /* pinned, device-mapped: header then mk_watch_block[grid] */
     bool launched;
     /* Per-op and graph: the command and the token in pinned memory. */
     struct mk_step_cmd *h_cmd;
     int32_t *h_token;
     mk_cu_graph graph;
     mk_cu_graph_exec gexec;
-    bool poisoned;                /* a CUDA failure in a step: refuse further steps */
+    bool poisoned; /* a CUDA failure in a step: refuse further steps */
     struct mk_error poison_err;
 };
 
@@ -60,7 +60,7 @@ static uint64_t mk_cuda_now_ns(void) {
 }
 
 static void mk_cuda_sleep_us(unsigned us) {
-    struct timespec ts = {0, (long)us * 1000};
+    struct timespec ts = { 0, (long)us * 1000 };
     nanosleep(&ts, NULL);
 }
 
@@ -96,9 +96,12 @@ static void mk_cuda_describe(void *ctx, char *buf, size_t n) {
         }
     }
     if (used >= n) return;
-    if (waiting > 3) snprintf(buf + used, n - used, "; %u blocks wait in all", waiting);
-    else if (hung) snprintf(buf + used, n - used, "%s%u blocks obey MK_CMD_HANG", used ? "; " : "", hung);
-    else if (!waiting) snprintf(buf + used, n - used, "no block reports a wait on a counter (a block may be stuck in an op)");
+    if (waiting > 3)
+        snprintf(buf + used, n - used, "; %u blocks wait in all", waiting);
+    else if (hung)
+        snprintf(buf + used, n - used, "%s%u blocks obey MK_CMD_HANG", used ? "; " : "", hung);
+    else if (!waiting)
+        snprintf(buf + used, n - used, "no block reports a wait on a counter (a block may be stuck in an op)");
 }
 
 /* ---- Setup helpers. ---- */
@@ -137,27 +140,30 @@ static enum mk_status mk_cuda_check_program(const struct mk_program *p, struct m
                 return mk_error_set(err, MK_ERR_UNSUPPORTED,
                                     "instruction %u '%s': weight %d (%ux%u) is %s, not supported on GPU yet "
                                     "(F32, F16, BF16 are; use --backend cpu)",
-                                    i, p->labels[i], k, p->weights[wi].rows, p->weights[wi].cols, name ? name : "an unknown type");
+                                    i, p->labels[i], k, p->weights[wi].rows, p->weights[wi].cols,
+                                    name ? name : "an unknown type");
             }
         }
         if (in->op == MK_OP_NORM_QKV_ROPE) {
             const struct mk_weight_ref *q = &p->weights[in->weight[1]];
             if (p->weights[in->weight[2]].dtype != q->dtype || p->weights[in->weight[3]].dtype != q->dtype)
-                return mk_error_set(err, MK_ERR_UNSUPPORTED,
-                                    "instruction %u '%s': q, k and v weights of different formats are not supported on GPU yet",
-                                    i, p->labels[i]);
+                return mk_error_set(
+                    err, MK_ERR_UNSUPPORTED,
+                    "instruction %u '%s': q, k and v weights of different formats are not supported on GPU yet", i,
+                    p->labels[i]);
         }
         if (in->op == MK_OP_NORM_GATE_UP_SILU && p->weights[in->weight[1]].dtype != p->weights[in->weight[2]].dtype)
-            return mk_error_set(err, MK_ERR_UNSUPPORTED,
-                                "instruction %u '%s': gate and up weights of different formats are not supported on GPU yet",
-                                i, p->labels[i]);
+            return mk_error_set(
+                err, MK_ERR_UNSUPPORTED,
+                "instruction %u '%s': gate and up weights of different formats are not supported on GPU yet", i,
+                p->labels[i]);
         if ((in->op == MK_OP_ATTN_PARTIAL || in->op == MK_OP_ATTN_COMBINE || in->op == MK_OP_ATTN_OUTPUT) &&
             in->p[5] > MK_MAX_HEAD_DIM)
-            return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': head_dim %u is over the GPU limit of %u", i,
-                                p->labels[i], in->p[5], MK_MAX_HEAD_DIM);
+            return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': head_dim %u is over the GPU limit of %u",
+                                i, p->labels[i], in->p[5], MK_MAX_HEAD_DIM);
         if (in->op >= MK_OP_COUNT)
-            return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': opcode %u is unknown to the GPU kernels", i,
-                                p->labels[i], in->op);
+            return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': opcode %u is unknown to the GPU kernels",
+                                i, p->labels[i], in->op);
     }
     return MK_OK;
 }
@@ -245,8 +251,8 @@ static enum mk_status mk_cuda_load_module(struct mk_cuda_backend *b, struct mk_e
     }
     char log[4096];
     log[0] = '\0';
-    int opts[2] = {MK_CU_JIT_ERROR_LOG_BUFFER, MK_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-    void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
+    int opts[2] = { MK_CU_JIT_ERROR_LOG_BUFFER, MK_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES };
+    void *vals[2] = { log, (void *)(uintptr_t)sizeof log };
     if (MK_CU(cu, err, cuModuleLoadDataEx(&b->mod, mk_megakernel_ptx, 2, opts, vals))) {
         if (log[0]) mk_error_prefix(err, "PTX JIT log: %.300s", log);
         return MK_ERR_CUDA;
@@ -319,7 +325,8 @@ static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_
     if ((st = mk_cuda_upload_weights(b, err)) != MK_OK) return st;
     if ((st = mk_cuda_upload(b, &b->d_instrs, p->instrs, (size_t)p->n_instr * sizeof *p->instrs, "instructions", err)))
         return st;
-    if ((st = mk_cuda_upload(b, &b->d_task_base, p->task_base, ((size_t)p->n_instr + 1) * sizeof(uint32_t), "task bases", err)))
+    if ((st = mk_cuda_upload(b, &b->d_task_base, p->task_base, ((size_t)p->n_instr + 1) * sizeof(uint32_t),
+                             "task bases", err)))
         return st;
     if ((st = mk_cuda_alloc(b, &b->d_counters, (size_t)p->n_counters * 4u, true, "counters", err))) return st;
     if ((st = mk_cuda_alloc(b, &b->d_arena, (size_t)p->arena_floats * 4u, true, "the arena", err))) return st;
@@ -437,9 +444,10 @@ static enum mk_status mk_cuda_start_megakernel(struct mk_cuda_backend *b, struct
     enum mk_status st = mk_hostqueue_create(&qp, &b->hq, err);
     if (st != MK_OK) return st;
     b->args.mailbox = mk_hostqueue_mailbox_device(b->hq);
-    void *params[1] = {&b->args};
-    int r = MK_CU(cu, err, cuLaunchCooperativeKernel(b->fn, b->info.grid, 1, 1, MK_BLOCK_THREADS, 1, 1, b->info.smem_bytes,
-                                                     b->stream, params));
+    void *params[1] = { &b->args };
+    int r = MK_CU(cu, err,
+                  cuLaunchCooperativeKernel(b->fn, b->info.grid, 1, 1, MK_BLOCK_THREADS, 1, 1, b->info.smem_bytes,
+                                            b->stream, params));
     if (r) {
         mk_error_prefix(err, "launching the megakernel on %u blocks of %u threads with %u bytes of shared memory",
                         b->info.grid, MK_BLOCK_THREADS, b->info.smem_bytes);
@@ -464,24 +472,29 @@ static bool mk_cuda_wait_idle(struct mk_cuda_backend *b, unsigned ms) {
 
 /* ---- The vtable. ---- */
 
-static enum mk_status mk_cuda_check_cmd(struct mk_cuda_backend *b, const struct mk_step_cmd *cmd, struct mk_error *err) {
+static enum mk_status mk_cuda_check_cmd(struct mk_cuda_backend *b, const struct mk_step_cmd *cmd,
+                                        struct mk_error *err) {
     if (b->poisoned) {
         if (err) *err = b->poison_err;
         mk_error_prefix(err, "refused, an earlier failure poisoned this %s session", b->base.vt->name);
         return b->poison_err.status;
     }
     if (cmd->pos < 0 || (uint32_t)cmd->pos >= b->prog->n_ctx)
-        return mk_error_set(err, MK_ERR_CONTEXT_FULL, "position %d is outside the context of %u tokens allocated on the GPU",
-                            cmd->pos, b->prog->n_ctx);
+        return mk_error_set(err, MK_ERR_CONTEXT_FULL,
+                            "position %d is outside the context of %u tokens allocated on the GPU", cmd->pos,
+                            b->prog->n_ctx);
     if (cmd->token < 0 || (uint32_t)cmd->token >= b->prog->vocab)
-        return mk_error_set(err, MK_ERR_INVALID_ARG, "token %d is outside the vocabulary of %u", cmd->token, b->prog->vocab);
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "token %d is outside the vocabulary of %u", cmd->token,
+                            b->prog->vocab);
     return MK_OK;
 }
 
 static enum mk_status mk_cuda_poison(struct mk_cuda_backend *b, enum mk_status st, struct mk_error *err) {
     b->poisoned = true;
-    if (err) b->poison_err = *err;
-    else mk_error_set(&b->poison_err, st, "a GPU step failed");
+    if (err)
+        b->poison_err = *err;
+    else
+        mk_error_set(&b->poison_err, st, "a GPU step failed");
     return st;
 }
 
@@ -504,22 +517,25 @@ static enum mk_status mk_cuda_mega_step(struct mk_backend *base, const struct mk
 static enum mk_status mk_cuda_enqueue_ops(struct mk_cuda_backend *b, struct mk_error *err) {
     const struct mk_cuda *cu = b->cu;
     const struct mk_program *p = b->prog;
-    if (MK_CU(cu, err, cuMemcpyHtoDAsync_v2(b->d_state + offsetof(struct mk_step_state, cmd), b->h_cmd,
-                                            sizeof(struct mk_step_cmd), b->stream)))
+    if (MK_CU(cu, err,
+              cuMemcpyHtoDAsync_v2(b->d_state + offsetof(struct mk_step_state, cmd), b->h_cmd,
+                                   sizeof(struct mk_step_cmd), b->stream)))
         return MK_ERR_CUDA;
     for (uint32_t i = 0; i < p->n_instr; i++) {
         const struct mk_instr *in = &p->instrs[i];
         if (in->op == MK_OP_NOP || in->op == MK_OP_BARRIER || !in->n_tasks) continue;
         uint32_t ii = i;
-        void *params[2] = {&b->args, &ii};
+        void *params[2] = { &b->args, &ii };
         uint32_t smem = mk_layout_smem_words(in, p->weights) * 4u;
-        if (MK_CU(cu, err, cuLaunchKernel(b->fn, in->n_tasks, 1, 1, MK_BLOCK_THREADS, 1, 1, smem, b->stream, params, NULL))) {
+        if (MK_CU(cu, err,
+                  cuLaunchKernel(b->fn, in->n_tasks, 1, 1, MK_BLOCK_THREADS, 1, 1, smem, b->stream, params, NULL))) {
             mk_error_prefix(err, "per-op launch of instruction %u '%s' (%u tasks)", i, p->labels[i], in->n_tasks);
             return MK_ERR_CUDA;
         }
     }
-    if (MK_CU(cu, err, cuMemcpyDtoHAsync_v2(b->h_token, b->d_state + offsetof(struct mk_step_state, out_token),
-                                            sizeof(int32_t), b->stream)))
+    if (MK_CU(cu, err,
+              cuMemcpyDtoHAsync_v2(b->h_token, b->d_state + offsetof(struct mk_step_state, out_token), sizeof(int32_t),
+                                   b->stream)))
         return MK_ERR_CUDA;
     return MK_OK;
 }
@@ -601,9 +617,9 @@ static void mk_cuda_free(struct mk_backend *base) {
     if (b->watch) MK_CU(cu, &e, cuMemFreeHost(b->watch));
     if (b->h_cmd) MK_CU(cu, &e, cuMemFreeHost(b->h_cmd));
     if (b->h_token) MK_CU(cu, &e, cuMemFreeHost(b->h_token));
-    mk_cu_devptr bufs[] = {b->d_weight_data, b->d_wtable, b->d_instrs, b->d_task_base, b->d_counters, b->d_arena, b->d_k,
-                           b->d_v, b->d_state, b->d_work, b->d_sched_offsets, b->d_sched_tasks, b->d_trace,
-                           b->d_rope};
+    mk_cu_devptr bufs[] = { b->d_weight_data,   b->d_wtable,      b->d_instrs, b->d_task_base, b->d_counters,
+                            b->d_arena,         b->d_k,           b->d_v,      b->d_state,     b->d_work,
+                            b->d_sched_offsets, b->d_sched_tasks, b->d_trace,  b->d_rope };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) MK_CU(cu, &e, cuMemFree_v2(bufs[i]));
     if (b->ev0) MK_CU(cu, &e, cuEventDestroy_v2(b->ev0));
@@ -619,18 +635,19 @@ static void mk_cuda_free(struct mk_backend *base) {
     free(b);
 }
 
-static const struct mk_backend_vtbl mk_cuda_mega_vtbl = {"megakernel", mk_cuda_mega_step, mk_cuda_logits, mk_cuda_reset,
-                                                         mk_cuda_free};
-static const struct mk_backend_vtbl mk_cuda_perop_vtbl = {"perop", mk_cuda_launch_step, mk_cuda_logits, mk_cuda_reset,
-                                                          mk_cuda_free};
-static const struct mk_backend_vtbl mk_cuda_graph_vtbl = {"graph", mk_cuda_launch_step, mk_cuda_logits, mk_cuda_reset,
-                                                          mk_cuda_free};
+static const struct mk_backend_vtbl mk_cuda_mega_vtbl = { "megakernel", mk_cuda_mega_step, mk_cuda_logits,
+                                                          mk_cuda_reset, mk_cuda_free };
+static const struct mk_backend_vtbl mk_cuda_perop_vtbl = { "perop", mk_cuda_launch_step, mk_cuda_logits, mk_cuda_reset,
+                                                           mk_cuda_free };
+static const struct mk_backend_vtbl mk_cuda_graph_vtbl = { "graph", mk_cuda_launch_step, mk_cuda_logits, mk_cuda_reset,
+                                                           mk_cuda_free };
 
 static bool mk_cuda_is_ours(const struct mk_backend *b) {
     return b && (b->vt == &mk_cuda_mega_vtbl || b->vt == &mk_cuda_perop_vtbl || b->vt == &mk_cuda_graph_vtbl);
 }
 
-enum mk_status mk_backend_cuda_info(const struct mk_backend *base, struct mk_cuda_backend_info *out, struct mk_error *err) {
+enum mk_status mk_backend_cuda_info(const struct mk_backend *base, struct mk_cuda_backend_info *out,
+                                    struct mk_error *err) {
     if (!mk_cuda_is_ours(base)) return mk_error_set(err, MK_ERR_INVALID_ARG, "not a CUDA backend");
     *out = ((const struct mk_cuda_backend *)base)->info;
     return MK_OK;
@@ -653,11 +670,14 @@ enum mk_status mk_backend_cuda_debug_hang(struct mk_backend *base, struct mk_err
 enum mk_status mk_backend_cuda_trace(struct mk_backend *base, uint64_t *out, uint32_t n_tasks, struct mk_error *err) {
     if (!mk_cuda_is_ours(base)) return mk_error_set(err, MK_ERR_INVALID_ARG, "not a CUDA backend");
     struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
-    if (!b->d_trace) return mk_error_set(err, MK_ERR_UNSUPPORTED, "tracing is off (set MK_CUDA_TRACE=1 before creating the backend)");
+    if (!b->d_trace)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                            "tracing is off (set MK_CUDA_TRACE=1 before creating the backend)");
     if (n_tasks != b->prog->n_tasks)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "trace has %u tasks, not %u", b->prog->n_tasks, n_tasks);
     if (MK_CU(b->cu, err, cuCtxSetCurrent(b->ctx))) return MK_ERR_CUDA;
-    if (MK_CU(b->cu, err, cuMemcpyDtoHAsync_v2(out, b->d_trace, (size_t)n_tasks * 16u, b->copy_stream))) return MK_ERR_CUDA;
+    if (MK_CU(b->cu, err, cuMemcpyDtoHAsync_v2(out, b->d_trace, (size_t)n_tasks * 16u, b->copy_stream)))
+        return MK_ERR_CUDA;
     if (MK_CU(b->cu, err, cuStreamSynchronize(b->copy_stream))) return MK_ERR_CUDA;
     return MK_OK;
 }
@@ -674,7 +694,8 @@ static enum mk_status mk_cuda_open_device(struct mk_cuda_backend *b, int ordinal
     if (MK_CU(cu, err, cuDeviceGetName(b->info.device, (int)sizeof b->info.device, b->dev))) return MK_ERR_CUDA;
     if (MK_CU(cu, err, cuDeviceGetAttribute(&b->info.cc_major, MK_CU_ATTR_CC_MAJOR, b->dev))) return MK_ERR_CUDA;
     if (MK_CU(cu, err, cuDeviceGetAttribute(&b->info.cc_minor, MK_CU_ATTR_CC_MINOR, b->dev))) return MK_ERR_CUDA;
-    if (MK_CU(cu, err, cuDeviceGetAttribute(&b->info.sm_count, MK_CU_ATTR_MULTIPROCESSOR_COUNT, b->dev))) return MK_ERR_CUDA;
+    if (MK_CU(cu, err, cuDeviceGetAttribute(&b->info.sm_count, MK_CU_ATTR_MULTIPROCESSOR_COUNT, b->dev)))
+        return MK_ERR_CUDA;
     if (b->info.cc_major < 7)
         return mk_error_set(err, MK_ERR_NO_DEVICE, "%s has compute capability %d.%d; mk's kernels need 7.0 or newer",
                             b->info.device, b->info.cc_major, b->info.cc_minor);
@@ -734,8 +755,9 @@ enum mk_status mk_backend_create_cuda(const struct mk_model *m, const struct mk_
         goto fail;
     }
     if (smem + 2048u > (uint32_t)optin) {
-        st = mk_error_set(err, MK_ERR_UNSUPPORTED, "the program needs %u bytes of shared memory per block, %s allows %d", smem,
-                          b->info.device, optin);
+        st =
+            mk_error_set(err, MK_ERR_UNSUPPORTED, "the program needs %u bytes of shared memory per block, %s allows %d",
+                         smem, b->info.device, optin);
         goto fail;
     }
     if (MK_CU(cu, err, cuFuncSetAttribute(b->fn, MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)smem))) {
@@ -750,8 +772,9 @@ enum mk_status mk_backend_create_cuda(const struct mk_model *m, const struct mk_
         goto fail;
     }
     if (per_sm < 1) {
-        st = mk_error_set(err, MK_ERR_UNSUPPORTED, "no block of the kernel fits on a multiprocessor of %s (%u bytes shared)",
-                          b->info.device, smem);
+        st = mk_error_set(err, MK_ERR_UNSUPPORTED,
+                          "no block of the kernel fits on a multiprocessor of %s (%u bytes shared)", b->info.device,
+                          smem);
         goto fail;
     }
     const char *limit = getenv("MK_CUDA_BLOCKS_PER_SM");
@@ -768,7 +791,8 @@ enum mk_status mk_backend_create_cuda(const struct mk_model *m, const struct mk_
 
     if (MK_CU(cu, err, cuStreamCreate(&b->stream, MK_CU_STREAM_NON_BLOCKING)) ||
         MK_CU(cu, err, cuStreamCreate(&b->copy_stream, MK_CU_STREAM_NON_BLOCKING)) ||
-        MK_CU(cu, err, cuEventCreate(&b->ev0, MK_CU_EVENT_DEFAULT)) || MK_CU(cu, err, cuEventCreate(&b->ev1, MK_CU_EVENT_DEFAULT))) {
+        MK_CU(cu, err, cuEventCreate(&b->ev0, MK_CU_EVENT_DEFAULT)) ||
+        MK_CU(cu, err, cuEventCreate(&b->ev1, MK_CU_EVENT_DEFAULT))) {
         st = MK_ERR_CUDA;
         goto fail;
     }
@@ -816,13 +840,17 @@ enum mk_status mk_backend_create_cuda(const struct mk_model *m, const struct mk_
         }
     }
     if (bp->verbose)
-        fprintf(stderr,
-                "mk: %s on %s (cc %d.%d, %d SMs): %u blocks (%d/SM) x %u threads, %u B shared, %d regs, %d B local, %s; "
-                "%u instructions, %u tasks, %s schedule, %.1f MB weights\n",
-                vt->name, b->info.device, b->info.cc_major, b->info.cc_minor, b->info.sm_count, b->info.grid,
-                b->info.blocks_per_sm, MK_BLOCK_THREADS, b->info.smem_bytes, b->info.regs, b->info.local_bytes,
-                b->info.from_cubin == 2 ? getenv("MK_CUDA_CUBIN") : b->info.from_cubin ? "sm_90 cubin" : "PTX JIT", b->prog->n_instr, b->prog->n_tasks,
-                b->prog->schedule == MK_SCHED_STATIC ? "static" : "dynamic", b->info.weight_bytes / 1e6);
+        fprintf(
+            stderr,
+            "mk: %s on %s (cc %d.%d, %d SMs): %u blocks (%d/SM) x %u threads, %u B shared, %d regs, %d B local, %s; "
+            "%u instructions, %u tasks, %s schedule, %.1f MB weights\n",
+            vt->name, b->info.device, b->info.cc_major, b->info.cc_minor, b->info.sm_count, b->info.grid,
+            b->info.blocks_per_sm, MK_BLOCK_THREADS, b->info.smem_bytes, b->info.regs, b->info.local_bytes,
+            b->info.from_cubin == 2 ? getenv("MK_CUDA_CUBIN")
+            : b->info.from_cubin    ? "sm_90 cubin"
+                                    : "PTX JIT",
+            b->prog->n_instr, b->prog->n_tasks, b->prog->schedule == MK_SCHED_STATIC ? "static" : "dynamic",
+            b->info.weight_bytes / 1e6);
     *out = &b->base;
     return MK_OK;
 fail:

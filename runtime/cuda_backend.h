@@ -21,20 +21,19 @@ struct mk_cuda_backend_info {
     char device[96];
     int cc_major, cc_minor;
     int sm_count;
-    int blocks_per_sm;       /* from the occupancy API */
-    uint32_t grid;           /* blocks (= the program's workers) */
-    uint32_t threads;        /* per block */
-    uint32_t smem_bytes;     /* dynamic shared memory per block */
-    int regs, local_bytes;   /* of the kernel this backend launches */
-    int from_cubin;          /* 1: the embedded sm_90 cubin; 0: the PTX compiled by the driver;
+    int blocks_per_sm;     /* from the occupancy API */
+    uint32_t grid;         /* blocks (= the program's workers) */
+    uint32_t threads;      /* per block */
+    uint32_t smem_bytes;   /* dynamic shared memory per block */
+    int regs, local_bytes; /* of the kernel this backend launches */
+    int from_cubin;        /* 1: the embedded sm_90 cubin; 0: the PTX compiled by the driver;
                               * 2: the file named by $MK_CUDA_CUBIN */
     uint32_t n_instr, n_tasks;
-    uint64_t weight_bytes;   /* uploaded */
+    uint64_t weight_bytes; /* uploaded */
 };
 
 /* Fills *out; MK_ERR_INVALID_ARG when b is not a megakernel, perop or graph backend. */
-enum mk_status mk_backend_cuda_info(const struct mk_backend *b, struct mk_cuda_backend_info *out,
-                                    struct mk_error *err);
+enum mk_status mk_backend_cuda_info(const struct mk_backend *b, struct mk_cuda_backend_info *out, struct mk_error *err);
 
 /* Test only: posts MK_CMD_HANG to a megakernel backend and waits as for a step, so the watchdog
  * must end it with MK_ERR_TIMEOUT; the backend is poisoned afterwards and only free() remains. */

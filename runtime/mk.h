@@ -22,7 +22,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -35,10 +34,10 @@ extern "C" {
 #define MK_STATUS_TYPES_DEFINED
 enum mk_status {
     MK_OK = 0,
-    MK_ERR_INVALID_ARG = -1,  /* caller passed something unusable */
-    MK_ERR_IO = -2,           /* open/read/write/mmap failed */
-    MK_ERR_FORMAT = -3,       /* a file is malformed or hostile */
-    MK_ERR_UNSUPPORTED = -4,  /* well-formed but not something mk runs */
+    MK_ERR_INVALID_ARG = -1, /* caller passed something unusable */
+    MK_ERR_IO = -2,          /* open/read/write/mmap failed */
+    MK_ERR_FORMAT = -3,      /* a file is malformed or hostile */
+    MK_ERR_UNSUPPORTED = -4, /* well-formed but not something mk runs */
     MK_ERR_NOMEM = -5,
     MK_ERR_NO_DEVICE = -6,    /* no CUDA driver or no usable GPU */
     MK_ERR_CUDA = -7,         /* a Driver API call failed */
@@ -69,7 +68,8 @@ enum mk_backend_kind {
     MK_BACKEND_GRAPH = 5,      /* per-op launches captured in a CUDA graph */
 };
 const char *mk_backend_kind_name(enum mk_backend_kind k);
-int mk_backend_kind_parse(const char *s, enum mk_backend_kind *out); /* 0 ok, -1 unknown */
+/* 0 when s names a kind (stored in *out), -1 when it names none. */
+int mk_backend_kind_parse(const char *s, enum mk_backend_kind *out);
 #endif /* MK_BACKEND_KIND_DEFINED */
 
 /* ---- Models ---- */
@@ -81,8 +81,8 @@ enum mk_status mk_lm_load(const char *path, struct mk_lm **out, struct mk_error 
 void mk_lm_free(struct mk_lm *lm);
 
 struct mk_lm_info {
-    const char *arch;       /* "llama", "mistral" */
-    const char *tokenizer;  /* "llama" (SentencePiece), "gpt2" (byte-level BPE), or "" when none */
+    const char *arch;      /* "llama", "mistral" */
+    const char *tokenizer; /* "llama" (SentencePiece), "gpt2" (byte-level BPE), or "" when none */
     uint32_t n_vocab, n_ctx_train, n_embd, n_ff, n_layer, n_head, n_head_kv;
     uint64_t n_params;
     uint64_t bytes_per_token; /* weight bytes one decode step reads */
@@ -127,12 +127,12 @@ struct mk_sampling_params {
 };
 
 struct mk_session_params {
-    uint32_t n_ctx;                /* KV-cache positions; 0 = min(model's n_ctx_train, 4096) */
-    enum mk_backend_kind backend;  /* MK_BACKEND_AUTO: megakernel, else perop, else cpu */
-    uint32_t n_threads;            /* cpu backend workers; 0 = number of cores */
-    int device;                    /* CUDA device ordinal */
+    uint32_t n_ctx;               /* KV-cache positions; 0 = min(model's n_ctx_train, 4096) */
+    enum mk_backend_kind backend; /* MK_BACKEND_AUTO: megakernel, else perop, else cpu */
+    uint32_t n_threads;           /* cpu backend workers; 0 = number of cores */
+    int device;                   /* CUDA device ordinal */
     struct mk_sampling_params sampling;
-    int verbose;                   /* backends report their choices on stderr */
+    int verbose; /* backends report their choices on stderr */
 };
 struct mk_session_params mk_session_default_params(void);
 
@@ -185,11 +185,11 @@ enum mk_status mk_session_reset(struct mk_session *s);
 enum mk_status mk_session_logits(struct mk_session *s, float *out, size_t cap);
 
 struct mk_timings {
-    double load_ms;       /* mk_lm_load */
-    double init_ms;       /* mk_session_create: backend, weights upload, KV cache */
-    uint32_t n_prompt;    /* tokens fed */
+    double load_ms;    /* mk_lm_load */
+    double init_ms;    /* mk_session_create: backend, weights upload, KV cache */
+    uint32_t n_prompt; /* tokens fed */
     double prompt_ms;
-    uint32_t n_eval;      /* decode steps of generated tokens */
+    uint32_t n_eval; /* decode steps of generated tokens */
     double eval_ms;
     uint32_t n_generated; /* tokens passed to the callback */
 };

@@ -11,18 +11,18 @@
 struct mk_ref {
     struct mk_backend base;
     const struct mk_model *m;
-    uint32_t n_filled;   /* positions [0, n_filled) of the KV cache hold keys and values */
-    float *x;            /* (n_embd) residual stream */
-    float *xn;           /* (n_embd) normed activations */
-    float *norm_w;       /* (n_embd) a norm weight as floats */
-    float *q;            /* (n_head * head_dim) */
-    float *att_out;      /* (n_head * head_dim) */
-    float *score;        /* (n_ctx) */
-    float *gate;         /* (n_ff) */
-    float *up;           /* (n_ff) */
-    float *logits;       /* (n_vocab) */
-    float *key_cache;    /* (layer, ctx, kv_dim) */
-    float *value_cache;  /* (layer, ctx, kv_dim) */
+    uint32_t n_filled;  /* positions [0, n_filled) of the KV cache hold keys and values */
+    float *x;           /* (n_embd) residual stream */
+    float *xn;          /* (n_embd) normed activations */
+    float *norm_w;      /* (n_embd) a norm weight as floats */
+    float *q;           /* (n_head * head_dim) */
+    float *att_out;     /* (n_head * head_dim) */
+    float *score;       /* (n_ctx) */
+    float *gate;        /* (n_ff) */
+    float *up;          /* (n_ff) */
+    float *logits;      /* (n_vocab) */
+    float *key_cache;   /* (layer, ctx, kv_dim) */
+    float *value_cache; /* (layer, ctx, kv_dim) */
     int has_logits;
 };
 
@@ -71,8 +71,8 @@ static void mk_ref_forward(struct mk_ref *r, int32_t token, int32_t pos) {
     const uint32_t group = c->n_head / c->n_head_kv;
     const float inv_sqrt_hd = 1.0f / sqrtf((float)hd);
 
-    mk_dequantize_row(m->token_embd.type, (const uint8_t *)m->token_embd.data + (uint64_t)token * m->token_embd.row_bytes,
-                      r->x, n_embd);
+    mk_dequantize_row(m->token_embd.type,
+                      (const uint8_t *)m->token_embd.data + (uint64_t)token * m->token_embd.row_bytes, r->x, n_embd);
 
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const struct mk_layer_weights *lw = &m->layers[l];
@@ -114,8 +114,8 @@ static void mk_ref_forward(struct mk_ref *r, int32_t token, int32_t pos) {
         }
         /* Output projection straight into the residual: x += Wo att_out. */
         for (int64_t i = 0; i < n_embd; i++)
-            r->x[i] += mk_dot_row(lw->wo.type, (const uint8_t *)lw->wo.data + (uint64_t)i * lw->wo.row_bytes, r->att_out,
-                                  lw->wo.cols);
+            r->x[i] += mk_dot_row(lw->wo.type, (const uint8_t *)lw->wo.data + (uint64_t)i * lw->wo.row_bytes,
+                                  r->att_out, lw->wo.cols);
 
         mk_ref_rmsnorm(&lw->ffn_norm, r->x, r->xn, r->norm_w, n_embd, c->rms_eps);
         mk_ref_matvec(&lw->w_gate, r->xn, r->gate);
@@ -125,8 +125,9 @@ static void mk_ref_forward(struct mk_ref *r, int32_t token, int32_t pos) {
             r->gate[i] = g / (1.0f + expf(-g)) * r->up[i];
         }
         for (int64_t i = 0; i < n_embd; i++)
-            r->x[i] += mk_dot_row(lw->w_down.type, (const uint8_t *)lw->w_down.data + (uint64_t)i * lw->w_down.row_bytes,
-                                  r->gate, lw->w_down.cols);
+            r->x[i] +=
+                mk_dot_row(lw->w_down.type, (const uint8_t *)lw->w_down.data + (uint64_t)i * lw->w_down.row_bytes,
+                           r->gate, lw->w_down.cols);
     }
 
     mk_ref_rmsnorm(&m->output_norm, r->x, r->xn, r->norm_w, n_embd, c->rms_eps);
@@ -138,8 +139,7 @@ static enum mk_status mk_ref_step(struct mk_backend *b, const struct mk_step_cmd
                                   struct mk_error *err) {
     struct mk_ref *r = (struct mk_ref *)b;
     const struct mk_llama_config *c = &r->m->cfg;
-    if (cmd->pos < 0)
-        return mk_error_set(err, MK_ERR_INVALID_ARG, "ref: step position %d is negative", (int)cmd->pos);
+    if (cmd->pos < 0) return mk_error_set(err, MK_ERR_INVALID_ARG, "ref: step position %d is negative", (int)cmd->pos);
     if ((uint32_t)cmd->pos >= b->n_ctx)
         return mk_error_set(err, MK_ERR_CONTEXT_FULL,
                             "ref: context full: position %d does not fit in the KV cache of n_ctx = %u tokens",
@@ -149,8 +149,8 @@ static enum mk_status mk_ref_step(struct mk_backend *b, const struct mk_step_cmd
                             "ref: step position %d skips positions: only [0, %u) of the KV cache are filled",
                             (int)cmd->pos, (unsigned)r->n_filled);
     if (cmd->token < 0 || (uint32_t)cmd->token >= c->n_vocab)
-        return mk_error_set(err, MK_ERR_INVALID_ARG, "ref: token %d is outside the vocabulary [0, %u)",
-                            (int)cmd->token, (unsigned)c->n_vocab);
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "ref: token %d is outside the vocabulary [0, %u)", (int)cmd->token,
+                            (unsigned)c->n_vocab);
     uint64_t t0 = mk_ref_now_ns();
     mk_ref_forward(r, cmd->token, cmd->pos);
     r->n_filled = (uint32_t)cmd->pos + 1;
@@ -158,15 +158,16 @@ static enum mk_status mk_ref_step(struct mk_backend *b, const struct mk_step_cmd
     int32_t tok = mk_sample_token(r->logits, (int)c->n_vocab, cmd);
     b->last_step_ns = mk_ref_now_ns() - t0;
     if (tok < 0 || (uint32_t)tok >= c->n_vocab)
-        return mk_error_set(err, MK_ERR_INTERNAL, "ref: sampler returned token %d for a vocabulary of %u",
-                            (int)tok, (unsigned)c->n_vocab);
+        return mk_error_set(err, MK_ERR_INTERNAL, "ref: sampler returned token %d for a vocabulary of %u", (int)tok,
+                            (unsigned)c->n_vocab);
     *out_token = tok;
     return MK_OK;
 }
 
 static enum mk_status mk_ref_logits(struct mk_backend *b, float *out, struct mk_error *err) {
     struct mk_ref *r = (struct mk_ref *)b;
-    if (!r->has_logits) return mk_error_set(err, MK_ERR_INVALID_ARG, "ref: no step has run since the last reset: no logits");
+    if (!r->has_logits)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "ref: no step has run since the last reset: no logits");
     memcpy(out, r->logits, (size_t)r->m->cfg.n_vocab * sizeof *out);
     return MK_OK;
 }
@@ -203,9 +204,7 @@ static const struct mk_backend_vtbl mk_ref_vtbl = {
     .free = mk_ref_free,
 };
 
-static float *mk_ref_alloc(size_t n) {
-    return calloc(n ? n : 1, sizeof(float));
-}
+static float *mk_ref_alloc(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 
 enum mk_status mk_backend_create_ref(const struct mk_model *m, const struct mk_backend_params *p,
                                      struct mk_backend **out, struct mk_error *err) {
@@ -215,7 +214,8 @@ enum mk_status mk_backend_create_ref(const struct mk_model *m, const struct mk_b
     const struct mk_llama_config *c = &m->cfg;
     if (c->n_head == 0 || c->n_head_kv == 0 || c->n_head % c->n_head_kv != 0 || c->n_rot > c->head_dim ||
         c->n_rot % 2 != 0)
-        return mk_error_set(err, MK_ERR_UNSUPPORTED, "ref: n_head = %u, n_head_kv = %u, head_dim = %u, n_rot = %u is not a shape it runs",
+        return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                            "ref: n_head = %u, n_head_kv = %u, head_dim = %u, n_rot = %u is not a shape it runs",
                             (unsigned)c->n_head, (unsigned)c->n_head_kv, (unsigned)c->head_dim, (unsigned)c->n_rot);
     uint32_t n_ctx = p->n_ctx ? p->n_ctx : c->n_ctx_train;
     if (n_ctx == 0 || n_ctx > (uint32_t)INT32_MAX)

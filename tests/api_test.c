@@ -75,7 +75,7 @@ static void test_tokenize(const struct mk_lm *lm) {
     MK_CHECK(!strcmp(info.tokenizer, "llama"));
     int32_t ids[16];
     int64_t n = mk_lm_tokenize_prompt(lm, "Once upon a time", ids, 16);
-    const int32_t want[5] = {1, 403, 407, 261, 378};
+    const int32_t want[5] = { 1, 403, 407, 261, 378 };
     MK_CHECK(n == 5 && !memcmp(ids, want, sizeof want));
     n = mk_lm_tokenize_prompt(lm, "", ids, 16);
     MK_CHECK(n == 1 && ids[0] == 1);
@@ -124,12 +124,12 @@ static void test_cancel(const struct mk_lm *lm) {
     MK_CHECK(mk_session_generate(s, 10, NULL, NULL, &why, &n) == MK_OK);
     MK_CHECK(why == MK_STOP_CANCELLED && n == 0);
     MK_CHECK(!strcmp(mk_stop_reason_str(why), "cancelled"));
-    struct collect c = {.stop_after = 0};
+    struct collect c = { .stop_after = 0 };
     MK_CHECK(mk_session_generate(s, 5, collect_token, &c, &why, &n) == MK_OK); /* the request was used up */
     MK_CHECK(why == MK_STOP_LENGTH && n == 5 && !memcmp(c.ids, mk_test_golden_ids, 5 * sizeof(int32_t)));
 
     /* From another thread, mid-generation: stops right after the token being reported. */
-    struct canceller cc = {s, 3, 0, 0};
+    struct canceller cc = { s, 3, 0, 0 };
     pthread_t th;
     MK_CHECK(pthread_create(&th, NULL, cancel_thread, &cc) == 0);
     MK_CHECK(mk_session_generate(s, 400, count_token, &cc, &why, &n) == MK_OK);
@@ -139,7 +139,7 @@ static void test_cancel(const struct mk_lm *lm) {
 
     /* During feed: MK_ERR_CANCELLED, and the session still works afterwards. */
     MK_CHECK(mk_session_reset(s) == MK_OK);
-    int32_t ids[3] = {1, 403, 407};
+    int32_t ids[3] = { 1, 403, 407 };
     mk_session_cancel(s);
     MK_CHECK(mk_session_feed(s, ids, 3) == MK_ERR_CANCELLED);
     MK_CHECK(strstr(mk_session_last_error(s), "cancelled") != NULL);
@@ -165,7 +165,7 @@ static void test_golden_from_bos(const struct mk_lm *lm) {
     printf("api: logits at pos 0 max |error| vs README = %.3g\n", worst);
     MK_CHECK(worst < 1e-4);
 
-    struct collect c = {.stop_after = 0};
+    struct collect c = { .stop_after = 0 };
     enum mk_stop_reason why = MK_STOP_NONE;
     uint32_t n = 0;
     MK_CHECK(mk_session_generate(s, 60, collect_token, &c, &why, &n) == MK_OK);
@@ -185,7 +185,7 @@ static void test_golden_from_bos(const struct mk_lm *lm) {
     MK_CHECK(mk_session_generate(s, 5, NULL, NULL, &why, &n) == MK_ERR_INVALID_ARG); /* nothing fed */
     MK_CHECK(strstr(mk_session_last_error(s), "feed") != NULL);
     MK_CHECK(mk_session_feed_text(s, NULL) == MK_OK);
-    struct collect c2 = {.stop_after = 0};
+    struct collect c2 = { .stop_after = 0 };
     MK_CHECK(mk_session_generate(s, 60, collect_token, &c2, &why, &n) == MK_OK);
     MK_CHECK(c2.n == 60 && !memcmp(c2.ids, mk_test_golden_ids, sizeof mk_test_golden_ids));
     mk_session_free(s);
@@ -197,7 +197,7 @@ static void test_prompt_and_callback_stop(const struct mk_lm *lm) {
     if (!s) return;
     MK_CHECK(mk_session_feed_text(s, "Once upon a time") == MK_OK);
     MK_CHECK(mk_session_n_past(s) == 5);
-    struct collect c = {.stop_after = 7};
+    struct collect c = { .stop_after = 7 };
     enum mk_stop_reason why;
     uint32_t n;
     MK_CHECK(mk_session_generate(s, 40, collect_token, &c, &why, &n) == MK_OK);
@@ -224,7 +224,7 @@ static void test_context_full(const struct mk_lm *lm) {
     if (!s) return;
     MK_CHECK(mk_session_n_ctx(s) == 16);
     MK_CHECK(mk_session_feed_text(s, "") == MK_OK);
-    struct collect c = {.stop_after = 0};
+    struct collect c = { .stop_after = 0 };
     enum mk_stop_reason why;
     uint32_t n;
     MK_CHECK(mk_session_generate(s, -1, collect_token, &c, &why, &n) == MK_OK);
@@ -250,7 +250,7 @@ static void test_context_full(const struct mk_lm *lm) {
 
 /* Sampling: a fixed seed reproduces the run in another session; another seed does not. */
 static void test_sampling_sessions(const struct mk_lm *lm) {
-    struct collect a = {.stop_after = 0}, b = {.stop_after = 0}, d = {.stop_after = 0};
+    struct collect a = { .stop_after = 0 }, b = { .stop_after = 0 }, d = { .stop_after = 0 };
     struct mk_session *sa = open_session(lm, MK_BACKEND_REF, 256, 1.0f, 1234);
     struct mk_session *sb = open_session(lm, MK_BACKEND_REF, 256, 1.0f, 1234);
     struct mk_session *sd = open_session(lm, MK_BACKEND_REF, 256, 1.0f, 99);
@@ -303,7 +303,7 @@ static void *thread_generate(void *arg) {
 static void test_two_sessions(const struct mk_lm *lm) {
     struct mk_session *s1 = open_session(lm, MK_BACKEND_REF, 128, 0.0f, 1);
     struct mk_session *s2 = open_session(lm, MK_BACKEND_REF, 128, 0.0f, 1);
-    struct collect c1 = {.stop_after = 0}, c2 = {.stop_after = 0};
+    struct collect c1 = { .stop_after = 0 }, c2 = { .stop_after = 0 };
     if (s1 && s2) {
         MK_CHECK(mk_session_feed_text(s1, "") == MK_OK);
         MK_CHECK(mk_session_feed_text(s2, "") == MK_OK);
@@ -339,7 +339,7 @@ static void test_auto_backend(const struct mk_lm *lm) {
     struct mk_session *s = open_session(lm, MK_BACKEND_AUTO, 128, 0.0f, 1);
     if (!s) return;
     MK_CHECK(mk_session_backend_kind(s) != MK_BACKEND_AUTO && mk_session_backend_kind(s) != MK_BACKEND_REF);
-    struct collect c = {.stop_after = 0};
+    struct collect c = { .stop_after = 0 };
     MK_CHECK(mk_session_feed_text(s, "") == MK_OK);
     MK_CHECK(mk_session_generate(s, 40, collect_token, &c, NULL, NULL) == MK_OK);
     int same = c.n == 40 && !memcmp(c.ids, mk_test_golden_ids, 40 * sizeof(int32_t));
@@ -431,7 +431,7 @@ static void test_eos(void) {
         MK_CHECK(mk_lm_get_info(lm).eos == 1);
         struct mk_session *s = open_session(lm, MK_BACKEND_REF, 512, 0.0f, 1);
         if (s) {
-            struct collect c = {.stop_after = 0};
+            struct collect c = { .stop_after = 0 };
             enum mk_stop_reason why;
             uint32_t n;
             MK_CHECK(mk_session_feed_text(s, "") == MK_OK);

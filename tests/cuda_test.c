@@ -16,7 +16,7 @@
 #include "graph/sample.h"
 #include "tests/test_util.h"
 
-static const enum mk_backend_kind gpu_kinds[] = {MK_BACKEND_MEGAKERNEL, MK_BACKEND_PEROP, MK_BACKEND_GRAPH};
+static const enum mk_backend_kind gpu_kinds[] = { MK_BACKEND_MEGAKERNEL, MK_BACKEND_PEROP, MK_BACKEND_GRAPH };
 #define N_GPU_KINDS 3
 
 static double now_ms(void) {
@@ -51,9 +51,9 @@ static int cmp_u64(const void *a, const void *b) {
 /* A reference run on the CPU executor: tokens fed and produced, and the logits of every step. */
 struct trace {
     uint32_t n, vocab;
-    int32_t *in;     /* (n) token fed at step i (pos i) */
-    int32_t *out;    /* (n) token produced */
-    float *logits;   /* (n, vocab) */
+    int32_t *in;   /* (n) token fed at step i (pos i) */
+    int32_t *out;  /* (n) token produced */
+    float *logits; /* (n, vocab) */
 };
 
 static void trace_free(struct trace *t) {
@@ -80,7 +80,8 @@ static int cpu_reference(const struct mk_model *m, uint32_t n_ctx, int32_t first
     for (uint32_t i = 0; i < n; i++) {
         struct mk_step_cmd c = greedy_cmd(tok, (int32_t)i);
         t->in[i] = tok;
-        if (b->vt->step(b, &c, &tok, &err) != MK_OK || b->vt->logits(b, t->logits + (size_t)i * t->vocab, &err) != MK_OK) {
+        if (b->vt->step(b, &c, &tok, &err) != MK_OK ||
+            b->vt->logits(b, t->logits + (size_t)i * t->vocab, &err) != MK_OK) {
             fprintf(stderr, "cpu step %u: %s\n", i, err.msg);
             b->vt->free(b);
             return -1;
@@ -158,8 +159,11 @@ static struct mk_backend *create_gpu(const struct mk_model *m, enum mk_backend_k
         printf("INFO %s: %s, grid %u (%d/SM x %d SMs), %u threads, %u B smem, %d regs, %d B local, %s, %u instr, "
                "%u tasks, %.1f MB weights, created in %.0f ms\n",
                b->vt->name, info.device, info.grid, info.blocks_per_sm, info.sm_count, info.threads, info.smem_bytes,
-               info.regs, info.local_bytes, info.from_cubin == 2 ? "MK_CUDA_CUBIN" : info.from_cubin ? "cubin" : "ptx", info.n_instr, info.n_tasks,
-               info.weight_bytes / 1e6, now_ms() - t0);
+               info.regs, info.local_bytes,
+               info.from_cubin == 2 ? "MK_CUDA_CUBIN"
+               : info.from_cubin    ? "cubin"
+                                    : "ptx",
+               info.n_instr, info.n_tasks, info.weight_bytes / 1e6, now_ms() - t0);
     return b;
 }
 
@@ -209,7 +213,9 @@ static void test_sampling(const struct mk_model *m) {
     static const struct {
         float temperature, top_p, min_p;
         int32_t top_k;
-    } settings[] = {{0.8f, 0.95f, 0.05f, 40}, {1.0f, 1.0f, 0.0f, 0}, {1.5f, 0.9f, 0.0f, 2000}, {0.7f, 1.0f, 0.1f, 1}};
+    } settings[] = {
+        { 0.8f, 0.95f, 0.05f, 40 }, { 1.0f, 1.0f, 0.0f, 0 }, { 1.5f, 0.9f, 0.0f, 2000 }, { 0.7f, 1.0f, 0.1f, 1 }
+    };
     for (int k = 0; k < N_GPU_KINDS; k++) {
         struct mk_backend *b = create_gpu(m, gpu_kinds[k], 512, 0);
         if (!b) continue;
@@ -232,8 +238,10 @@ static void test_sampling(const struct mk_model *m) {
             }
             int32_t want = mk_sample_token(lg, (int)m->cfg.n_vocab, &c);
             total++;
-            if (want == tok) agree++;
-            else fprintf(stderr, "%s sampling step %d (setting %d): device %d, host %d\n", b->vt->name, i, s, tok, want);
+            if (want == tok)
+                agree++;
+            else
+                fprintf(stderr, "%s sampling step %d (setting %d): device %d, host %d\n", b->vt->name, i, s, tok, want);
         }
         printf("RESULT sampling %s: %d of %d draws equal the host sampler's on the device logits\n", b->vt->name, agree,
                total);
@@ -363,8 +371,8 @@ static void test_llama1b(void) {
                 if ((int32_t)i != cpu_pick && ref[i] > second) second = ref[i];
             double margin = ref[cpu_pick] - second;
             double scale = fabs(ref[cpu_pick]);
-            printf("RESULT llama-1b-bf16 %s: parts at step %d, cpu top-2 margin %.3g (%.3g relative)\n", b->vt->name, diff,
-                   margin, margin / (scale > 0 ? scale : 1));
+            printf("RESULT llama-1b-bf16 %s: parts at step %d, cpu top-2 margin %.3g (%.3g relative)\n", b->vt->name,
+                   diff, margin, margin / (scale > 0 ? scale : 1));
             MK_CHECK(margin <= 1e-3 * (scale > 1 ? scale : 1));
         }
         b->vt->free(b);
@@ -452,14 +460,15 @@ static void trace_model(const struct mk_model *m, const char *name, uint32_t ste
         struct mk_compile_params cp = mk_compile_default_params();
         cp.n_workers = info.grid;
         cp.n_ctx = 512;
-        if (getenv("MK_CUDA_TASKS_PER_WORKER")) cp.tasks_per_worker = (uint32_t)atoi(getenv("MK_CUDA_TASKS_PER_WORKER"));
+        if (getenv("MK_CUDA_TASKS_PER_WORKER"))
+            cp.tasks_per_worker = (uint32_t)atoi(getenv("MK_CUDA_TASKS_PER_WORKER"));
         if (getenv("MK_CUDA_ATTN_BLOCK")) cp.attn_block = (uint32_t)atoi(getenv("MK_CUDA_ATTN_BLOCK"));
         cp.schedule = getenv("MK_CUDA_SCHEDULE") && !strcmp(getenv("MK_CUDA_SCHEDULE"), "dynamic") ? MK_SCHED_DYNAMIC
                                                                                                    : MK_SCHED_STATIC;
         struct mk_program *p = NULL;
         if (mk_program_compile(m, &cp, &p, &err) == MK_OK && p->n_tasks == info.n_tasks) {
-            double busy[MK_OP_COUNT] = {0}, first[MK_OP_COUNT], last[MK_OP_COUNT] = {0};
-            uint32_t count[MK_OP_COUNT] = {0};
+            double busy[MK_OP_COUNT] = { 0 }, first[MK_OP_COUNT], last[MK_OP_COUNT] = { 0 };
+            uint32_t count[MK_OP_COUNT] = { 0 };
             uint64_t t0 = UINT64_MAX, t1 = 0;
             for (uint32_t t = 0; t < p->n_tasks; t++) {
                 if (tr[2 * t] < t0) t0 = tr[2 * t];
@@ -497,7 +506,8 @@ static void trace_model(const struct mk_model *m, const char *name, uint32_t ste
             }
             for (int o = 0; o < (int)MK_OP_COUNT; o++)
                 if (count[o])
-                    printf("TRACE %s   %-18s %5u tasks, busy %9.1f us (%.2f us/task), first start %8.1f us, last end %8.1f us\n",
+                    printf("TRACE %s   %-18s %5u tasks, busy %9.1f us (%.2f us/task), first start %8.1f us, last end "
+                           "%8.1f us\n",
                            name, mk_opcode_name((uint32_t)o), count[o], busy[o], busy[o] / count[o], first[o], last[o]);
         }
         mk_program_free(p);

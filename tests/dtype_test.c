@@ -28,21 +28,19 @@
 
 #include "tests/test_util.h"
 
-#define CHECK_FEQ(got, want)                                                                \
-    do {                                                                                    \
-        float g_ = (got), w_ = (want);                                                      \
-        MK_CHECK_MSG(g_ == w_, "%s = %.9g, want %.9g", #got, g_, w_);                        \
+#define CHECK_FEQ(got, want)                                          \
+    do {                                                              \
+        float g_ = (got), w_ = (want);                                \
+        MK_CHECK_MSG(g_ == w_, "%s = %.9g, want %.9g", #got, g_, w_); \
     } while (0)
 
-static uint32_t f32_bits(float f)
-{
+static uint32_t f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof(u));
     return u;
 }
 
-static float bits_f32(uint32_t u)
-{
+static float bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof(f));
     return f;
@@ -52,8 +50,7 @@ static float bits_f32(uint32_t u)
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 
-static uint64_t rng_next(void)
-{
+static uint64_t rng_next(void) {
     uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -65,40 +62,35 @@ static double rng_uniform(void) /* in (0, 1) */
     return ((double)(rng_next() >> 11) + 0.5) * 0x1p-53;
 }
 
-static float rng_gauss(void)
-{
+static float rng_gauss(void) {
     double u1 = rng_uniform(), u2 = rng_uniform();
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
 /* ---- (5) tables ---- */
 
-static void test_tables(void)
-{
+static void test_tables(void) {
     static const struct {
         enum mk_dtype type;
         const char *name;
         uint32_t block_size, type_size;
     } want[] = {
-        {MK_DTYPE_F32, "f32", 1, 4},       {MK_DTYPE_F16, "f16", 1, 2},
-        {MK_DTYPE_BF16, "bf16", 1, 2},     {MK_DTYPE_Q8_0, "q8_0", 32, 34},
-        {MK_DTYPE_Q4_K, "q4_k", 256, 144}, {MK_DTYPE_Q6_K, "q6_k", 256, 210},
+        { MK_DTYPE_F32, "f32", 1, 4 },     { MK_DTYPE_F16, "f16", 1, 2 },       { MK_DTYPE_BF16, "bf16", 1, 2 },
+        { MK_DTYPE_Q8_0, "q8_0", 32, 34 }, { MK_DTYPE_Q4_K, "q4_k", 256, 144 }, { MK_DTYPE_Q6_K, "q6_k", 256, 210 },
     };
     int supported = 0;
-    for (uint32_t t = 0; t < 200; t++)
-        supported += mk_dtype_get(t) != NULL;
+    for (uint32_t t = 0; t < 200; t++) supported += mk_dtype_get(t) != NULL;
     MK_CHECK(supported == 6);
     MK_CHECK(mk_dtype_get(0xffffffffu) == NULL);
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         const struct mk_dtype_info *info = mk_dtype_get((uint32_t)want[i].type);
         MK_CHECK(info != NULL);
-        if (!info)
-            continue;
+        if (!info) continue;
         MK_CHECK(strcmp(info->name, want[i].name) == 0);
         MK_CHECK(info->block_size == want[i].block_size);
         MK_CHECK(info->type_size == want[i].type_size);
         MK_CHECK(strcmp(mk_dtype_ggml_name((uint32_t)want[i].type), want[i].name) == 0);
-        enum mk_dtype parsed = (enum mk_dtype)-1;
+        enum mk_dtype parsed = (enum mk_dtype) - 1;
         MK_CHECK(mk_dtype_parse(want[i].name, &parsed) == 0 && parsed == want[i].type);
     }
 
@@ -107,13 +99,12 @@ static void test_tables(void)
         uint32_t id;
         const char *name;
     } ggml[] = {
-        {0, "f32"},      {1, "f16"},      {2, "q4_0"},     {3, "q4_1"},     {6, "q5_0"},
-        {7, "q5_1"},     {8, "q8_0"},     {9, "q8_1"},     {10, "q2_k"},    {11, "q3_k"},
-        {12, "q4_k"},    {13, "q5_k"},    {14, "q6_k"},    {15, "q8_k"},    {16, "iq2_xxs"},
-        {17, "iq2_xs"},  {18, "iq3_xxs"}, {19, "iq1_s"},   {20, "iq4_nl"},  {21, "iq3_s"},
-        {22, "iq2_s"},   {23, "iq4_xs"},  {24, "i8"},      {25, "i16"},     {26, "i32"},
-        {27, "i64"},     {28, "f64"},     {29, "iq1_m"},   {30, "bf16"},    {34, "tq1_0"},
-        {35, "tq2_0"},   {39, "mxfp4"},
+        { 0, "f32" },     { 1, "f16" },    { 2, "q4_0" },     { 3, "q4_1" },    { 6, "q5_0" },     { 7, "q5_1" },
+        { 8, "q8_0" },    { 9, "q8_1" },   { 10, "q2_k" },    { 11, "q3_k" },   { 12, "q4_k" },    { 13, "q5_k" },
+        { 14, "q6_k" },   { 15, "q8_k" },  { 16, "iq2_xxs" }, { 17, "iq2_xs" }, { 18, "iq3_xxs" }, { 19, "iq1_s" },
+        { 20, "iq4_nl" }, { 21, "iq3_s" }, { 22, "iq2_s" },   { 23, "iq4_xs" }, { 24, "i8" },      { 25, "i16" },
+        { 26, "i32" },    { 27, "i64" },   { 28, "f64" },     { 29, "iq1_m" },  { 30, "bf16" },    { 34, "tq1_0" },
+        { 35, "tq2_0" },  { 39, "mxfp4" },
     };
     for (size_t i = 0; i < sizeof(ggml) / sizeof(ggml[0]); i++) {
         const char *n = mk_dtype_ggml_name(ggml[i].id);
@@ -150,8 +141,7 @@ static void test_tables(void)
 /* ---- (2) fp16 / bf16 ---- */
 
 /* Value of half bits h computed from the definition, independently of the library. */
-static double half_value(uint16_t h)
-{
+static double half_value(uint16_t h) {
     int sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
     double v;
     if (exp == 0x1f)
@@ -163,8 +153,7 @@ static double half_value(uint16_t h)
     return sign ? -v : v;
 }
 
-static void test_fp16(void)
-{
+static void test_fp16(void) {
     /* decoding: every one of the 65536 encodings */
     for (uint32_t h = 0; h < 0x10000; h++) {
         float got = mk_fp16_to_fp32((uint16_t)h);
@@ -196,11 +185,11 @@ static void test_fp16(void)
     MK_CHECK(mk_fp32_to_fp16(-1e10f) == 0xfc00);
     MK_CHECK(mk_fp32_to_fp16(INFINITY) == 0x7c00);
     MK_CHECK(mk_fp32_to_fp16(-INFINITY) == 0xfc00);
-    MK_CHECK(mk_fp32_to_fp16(0x1p-24f) == 0x0001);   /* smallest subnormal */
-    MK_CHECK(mk_fp32_to_fp16(0x1p-14f) == 0x0400);   /* smallest normal */
+    MK_CHECK(mk_fp32_to_fp16(0x1p-24f) == 0x0001);     /* smallest subnormal */
+    MK_CHECK(mk_fp32_to_fp16(0x1p-14f) == 0x0400);     /* smallest normal */
     MK_CHECK(mk_fp32_to_fp16(0x1.ff8p-15f) == 0x03ff); /* largest subnormal */
     MK_CHECK(mk_fp32_to_fp16(0x1.ffcp-15f) == 0x0400); /* ... plus half a step: tie to even */
-    MK_CHECK(mk_fp32_to_fp16(0x1p-25f) == 0x0000);   /* tie between 0 and the smallest: to 0 */
+    MK_CHECK(mk_fp32_to_fp16(0x1p-25f) == 0x0000);     /* tie between 0 and the smallest: to 0 */
     MK_CHECK(mk_fp32_to_fp16(0x1.000002p-25f) == 0x0001);
     MK_CHECK(mk_fp32_to_fp16(0x1.8p-24f) == 0x0002); /* 1.5 steps: tie to even (2) */
     MK_CHECK(mk_fp32_to_fp16(0x1p-30f) == 0x0000);
@@ -238,8 +227,7 @@ static void test_fp16(void)
     }
 }
 
-static void test_bf16(void)
-{
+static void test_bf16(void) {
     for (uint32_t h = 0; h < 0x10000; h++) {
         float got = mk_bf16_to_fp32((uint16_t)h);
         MK_CHECK(f32_bits(got) == h << 16);
@@ -258,9 +246,9 @@ static void test_bf16(void)
     MK_CHECK(mk_fp32_to_bf16(bits_f32(0x3f818000u)) == 0x3f82); /* tie to even, upward */
     MK_CHECK(mk_fp32_to_bf16(bits_f32(0x3f808001u)) == 0x3f81);
     MK_CHECK(mk_fp32_to_bf16(bits_f32(0x3f807fffu)) == 0x3f80);
-    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x7f7fffffu)) == 0x7f80);  /* FLT_MAX rounds to inf */
-    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x00000001u)) == 0x0000);  /* subnormals round too */
-    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x00008000u)) == 0x0000);  /* tie to even (0) */
+    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x7f7fffffu)) == 0x7f80); /* FLT_MAX rounds to inf */
+    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x00000001u)) == 0x0000); /* subnormals round too */
+    MK_CHECK(mk_fp32_to_bf16(bits_f32(0x00008000u)) == 0x0000); /* tie to even (0) */
     MK_CHECK(mk_fp32_to_bf16(bits_f32(0x00018000u)) == 0x0002);
     MK_CHECK(mk_fp32_to_bf16(bits_f32(0x00008001u)) == 0x0001);
     /* signalling NaN with only low payload bits: truncation would give inf */
@@ -273,8 +261,7 @@ static void test_bf16(void)
 
 /* ---- (1) hand-built blocks ---- */
 
-static void test_known_q8_0(void)
-{
+static void test_known_q8_0(void) {
     struct mk_block_q8_0 b[2];
     b[0].d = 0x3800; /* 0.5 */
     b[1].d = 0xc400; /* -4.0 */
@@ -297,23 +284,20 @@ static void test_known_q8_0(void)
     CHECK_FEQ(y[63], -480.0f); /* 120 * -4 */
 
     /* the reference quantizer rounds half away from zero (roundf), with d = amax / 127 */
-    float x[32] = {127.0f, 2.5f, -2.5f, 0.5f, -0.49f, -127.0f, 3.5f, 1.49f};
+    float x[32] = { 127.0f, 2.5f, -2.5f, 0.5f, -0.49f, -127.0f, 3.5f, 1.49f };
     struct mk_block_q8_0 q;
     MK_CHECK(mk_quantize_row(MK_DTYPE_Q8_0, x, &q, 32) == 34);
     MK_CHECK(q.d == 0x3c00);
-    static const int8_t want[8] = {127, 3, -3, 1, 0, -127, 4, 1};
-    for (int l = 0; l < 8; l++)
-        MK_CHECK(q.qs[l] == want[l]);
-    for (int l = 8; l < 32; l++)
-        MK_CHECK(q.qs[l] == 0);
+    static const int8_t want[8] = { 127, 3, -3, 1, 0, -127, 4, 1 };
+    for (int l = 0; l < 8; l++) MK_CHECK(q.qs[l] == want[l]);
+    for (int l = 8; l < 32; l++) MK_CHECK(q.qs[l] == 0);
 }
 
 /* Logical contents of the hand-built Q4_K block; packed by hand into bytes below. */
-static const uint8_t k_q4_sc[8] = {1, 2, 3, 63, 17, 33, 48, 5};
-static const uint8_t k_q4_m[8] = {0, 4, 8, 1, 20, 40, 63, 2};
+static const uint8_t k_q4_sc[8] = { 1, 2, 3, 63, 17, 33, 48, 5 };
+static const uint8_t k_q4_m[8] = { 0, 4, 8, 1, 20, 40, 63, 2 };
 
-static void test_known_q4_k(void)
-{
+static void test_known_q4_k(void) {
     struct mk_block_q4_k b;
     memset(&b, 0, sizeof(b));
     b.d = 0x4000;    /* 2.0 */
@@ -322,8 +306,7 @@ static void test_known_q4_k(void)
      * bytes 4-7: min j   | (top 2 bits of min j+4) << 6
      * bytes 8-11: low 4 bits of scale j+4 | low 4 bits of min j+4 << 4
      * scales 17=01'0001 33=10'0001 48=11'0000 5=00'0101; mins 20=01'0100 40=10'1000 63=11'1111 2=00'0010 */
-    static const uint8_t packed[12] = {0x41, 0x82, 0xc3, 0x3f, 0x40, 0x84, 0xc8, 0x01,
-                                       0x41, 0x81, 0xf0, 0x25};
+    static const uint8_t packed[12] = { 0x41, 0x82, 0xc3, 0x3f, 0x40, 0x84, 0xc8, 0x01, 0x41, 0x81, 0xf0, 0x25 };
     memcpy(b.scales, packed, 12);
     /* 32-byte run c holds values 64c..64c+31 in low nibbles and 64c+32.. in high nibbles */
     b.qs[0] = 0x5a;   /* value 0: q=10 (sub 0); value 32: q=5 (sub 1) */
@@ -356,8 +339,7 @@ static void test_known_q4_k(void)
         qv[e] = (uint8_t)((e * 7 + 3) % 16);
     }
     for (int c = 0; c < 4; c++)
-        for (int l = 0; l < 32; l++)
-            b.qs[32 * c + l] = (uint8_t)(qv[64 * c + l] | (qv[64 * c + 32 + l] << 4));
+        for (int l = 0; l < 32; l++) b.qs[32 * c + l] = (uint8_t)(qv[64 * c + l] | (qv[64 * c + 32 + l] << 4));
     mk_dequantize_row(MK_DTYPE_Q4_K, &b, y, 256);
     for (int e = 0; e < 256; e++) {
         float want = 2.0f * k_q4_sc[e / 32] * qv[e] - 0.5f * k_q4_m[e / 32];
@@ -367,12 +349,11 @@ static void test_known_q4_k(void)
     }
 }
 
-static void test_known_q6_k(void)
-{
+static void test_known_q6_k(void) {
     struct mk_block_q6_k b;
     memset(&b, 0, sizeof(b));
     b.d = 0x3400; /* 0.25 */
-    static const int8_t sc[16] = {2, 1, -3, 4, 5, 6, 127, -128, 9, -1, 11, 7, 13, 3, -2, 1};
+    static const int8_t sc[16] = { 2, 1, -3, 4, 5, 6, 127, -128, 9, -1, 11, 7, 13, 3, -2, 1 };
     memcpy(b.scales, sc, 16);
     /* all-zero bits mean q = -32 everywhere */
     b.ql[5] = 0xa3;
@@ -381,11 +362,11 @@ static void test_known_q6_k(void)
     b.qh[32 + 31] = 0xff;
     float y[256];
     mk_dequantize_row(MK_DTYPE_Q6_K, &b, y, 256);
-    CHECK_FEQ(y[0], -16.0f);  /* 0.25 * 2 * -32 */
-    CHECK_FEQ(y[5], -14.5f);  /* q = 3 - 32 = -29, scale 2 */
-    CHECK_FEQ(y[37], 12.0f);  /* q = (0 | 1<<4) - 32 = -16, scale -3 */
-    CHECK_FEQ(y[69], 12.5f);  /* q = (10 | 2<<4) - 32 = 10, scale 5 */
-    CHECK_FEQ(y[101], 508.0f); /* q = (0 | 3<<4) - 32 = 16, scale 127 */
+    CHECK_FEQ(y[0], -16.0f);    /* 0.25 * 2 * -32 */
+    CHECK_FEQ(y[5], -14.5f);    /* q = 3 - 32 = -29, scale 2 */
+    CHECK_FEQ(y[37], 12.0f);    /* q = (0 | 1<<4) - 32 = -16, scale -3 */
+    CHECK_FEQ(y[69], 12.5f);    /* q = (10 | 2<<4) - 32 = 10, scale 5 */
+    CHECK_FEQ(y[101], 508.0f);  /* q = (0 | 3<<4) - 32 = 16, scale 127 */
     CHECK_FEQ(y[112], 1024.0f); /* q = -32, scale -128 */
     CHECK_FEQ(y[159], -7.75f);  /* q = 31, scale -1 */
     CHECK_FEQ(y[191], 28.0f);   /* q = 48 - 32 = 16, scale 7 */
@@ -396,8 +377,7 @@ static void test_known_q6_k(void)
     /* every element: value e of a 128-half uses scale e/16; ql byte l holds values l (low)
      * and l+64 (high), byte l+32 holds l+32 and l+96; qh byte l holds their top bits */
     uint8_t qv[256];
-    for (int e = 0; e < 256; e++)
-        qv[e] = (uint8_t)((e * 37 + 11) % 64);
+    for (int e = 0; e < 256; e++) qv[e] = (uint8_t)((e * 37 + 11) % 64);
     memset(b.ql, 0, sizeof(b.ql));
     memset(b.qh, 0, sizeof(b.qh));
     for (int h = 0; h < 2; h++) {
@@ -405,8 +385,8 @@ static void test_known_q6_k(void)
         for (int l = 0; l < 32; l++) {
             b.ql[64 * h + l] = (uint8_t)((v[l] & 15) | ((v[l + 64] & 15) << 4));
             b.ql[64 * h + l + 32] = (uint8_t)((v[l + 32] & 15) | ((v[l + 96] & 15) << 4));
-            b.qh[32 * h + l] = (uint8_t)((v[l] >> 4) | ((v[l + 32] >> 4) << 2) |
-                                         ((v[l + 64] >> 4) << 4) | ((v[l + 96] >> 4) << 6));
+            b.qh[32 * h + l] =
+                (uint8_t)((v[l] >> 4) | ((v[l + 32] >> 4) << 2) | ((v[l + 64] >> 4) << 4) | ((v[l + 96] >> 4) << 6));
         }
     }
     mk_dequantize_row(MK_DTYPE_Q6_K, &b, y, 256);
@@ -418,16 +398,15 @@ static void test_known_q6_k(void)
     }
 }
 
-static void test_known_plain(void)
-{
-    const uint16_t h[4] = {0x3c00, 0xc000, 0x0001, 0x7bff};
+static void test_known_plain(void) {
+    const uint16_t h[4] = { 0x3c00, 0xc000, 0x0001, 0x7bff };
     float y[4];
     mk_dequantize_row(MK_DTYPE_F16, h, y, 4);
     CHECK_FEQ(y[0], 1.0f);
     CHECK_FEQ(y[1], -2.0f);
     CHECK_FEQ(y[2], 0x1p-24f);
     CHECK_FEQ(y[3], 65504.0f);
-    const uint16_t bf[3] = {0x3f80, 0xc0a0, 0x4049};
+    const uint16_t bf[3] = { 0x3f80, 0xc0a0, 0x4049 };
     mk_dequantize_row(MK_DTYPE_BF16, bf, y, 3);
     CHECK_FEQ(y[0], 1.0f);
     CHECK_FEQ(y[1], -5.0f);
@@ -440,8 +419,7 @@ static void test_known_plain(void)
 /* Exactly representable values from integer arithmetic only (no libm); super-blocks cycle:
  * 0-1 roughly Gaussian (sum of 4 uniforms), 2 all positive, 3 all negative and large,
  * 4 with outliers, 5 tiny values, 6 with a zero sub-block and a constant sub-block, 7 a ramp. */
-static void golden_input(float *x)
-{
+static void golden_input(float *x) {
     uint32_t r = 12345u;
     for (int i = 0; i < GOLDEN_N; i++) {
         int s = 0;
@@ -463,8 +441,7 @@ static void golden_input(float *x)
     }
 }
 
-static uint64_t fnv1a(const void *data, size_t n)
-{
+static uint64_t fnv1a(const void *data, size_t n) {
     const unsigned char *p = data;
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < n; i++) {
@@ -477,8 +454,7 @@ static uint64_t fnv1a(const void *data, size_t n)
 /* The hashes are of the blocks that ggml-quants.c's quantize_row_{q8_0,q4_K,q6_K}_ref write for
  * golden_input (computed once from those functions, at -O0 and -O2 alike). A quantizer that
  * is merely "about as accurate" fails here; one that is byte-identical to llama.cpp passes. */
-static void test_golden_blocks(void)
-{
+static void test_golden_blocks(void) {
     static float x[GOLDEN_N];
     static unsigned char q[GOLDEN_N * 2];
     golden_input(x);
@@ -486,9 +462,9 @@ static void test_golden_blocks(void)
         enum mk_dtype type;
         uint64_t hash;
     } want[] = {
-        {MK_DTYPE_Q8_0, 0x3ae103254ff55eb8ull},
-        {MK_DTYPE_Q4_K, 0x90730e0e7e2ed79aull},
-        {MK_DTYPE_Q6_K, 0xbf101c9a554ff78eull},
+        { MK_DTYPE_Q8_0, 0x3ae103254ff55eb8ull },
+        { MK_DTYPE_Q4_K, 0x90730e0e7e2ed79aull },
+        { MK_DTYPE_Q6_K, 0xbf101c9a554ff78eull },
     };
     for (size_t t = 0; t < sizeof(want) / sizeof(want[0]); t++) {
         size_t n = mk_quantize_row(want[t].type, x, q, GOLDEN_N);
@@ -504,7 +480,7 @@ static void test_golden_blocks(void)
 
 /* ---- (3) quantize-then-dequantize error ---- */
 
-#define ROW_N 4096
+#define ROW_N  4096
 #define N_ROWS 48
 
 struct err_stats {
@@ -513,15 +489,14 @@ struct err_stats {
     double worst_block_rel; /* max over blocks of max|err| / max|x| in the block */
 };
 
-static struct err_stats measure(enum mk_dtype type, const float *rows, int nrows)
-{
+static struct err_stats measure(enum mk_dtype type, const float *rows, int nrows) {
     const struct mk_dtype_info *info = mk_dtype_get((uint32_t)type);
     const int bs = (int)info->block_size;
     const int blk = bs == 1 ? 32 : bs; /* plain floats: report per 32 for information */
     size_t nbytes = mk_dtype_row_bytes(type, ROW_N);
     unsigned char *q = malloc(nbytes);
     float *y = malloc(ROW_N * sizeof(float));
-    struct err_stats st = {0, 0, 0};
+    struct err_stats st = { 0, 0, 0 };
     for (int r = 0; r < nrows; r++) {
         const float *x = rows + (size_t)r * ROW_N;
         memset(q, 0xa5, nbytes);
@@ -534,8 +509,7 @@ static struct err_stats measure(enum mk_dtype type, const float *rows, int nrows
             sx += (double)x[i] * x[i];
         }
         double rel = sqrt(se / sx);
-        if (rel > st.worst_rms_rel)
-            st.worst_rms_rel = rel;
+        if (rel > st.worst_rms_rel) st.worst_rms_rel = rel;
         st.mean_rms_rel += rel / nrows;
         for (int b0 = 0; b0 < ROW_N; b0 += blk) {
             double emax = 0, xmax = 0;
@@ -543,8 +517,7 @@ static struct err_stats measure(enum mk_dtype type, const float *rows, int nrows
                 emax = fmax(emax, fabs((double)y[i] - x[i]));
                 xmax = fmax(xmax, fabs((double)x[i]));
             }
-            if (xmax > 0 && emax / xmax > st.worst_block_rel)
-                st.worst_block_rel = emax / xmax;
+            if (xmax > 0 && emax / xmax > st.worst_block_rel) st.worst_block_rel = emax / xmax;
         }
         /* the plain float formats: each element within half an ulp of its format */
         if (type == MK_DTYPE_F16 || type == MK_DTYPE_BF16 || type == MK_DTYPE_F32) {
@@ -561,24 +534,21 @@ static struct err_stats measure(enum mk_dtype type, const float *rows, int nrows
     return st;
 }
 
-static void test_roundtrip_error(void)
-{
+static void test_roundtrip_error(void) {
     float *rows = malloc((size_t)N_ROWS * ROW_N * sizeof(float));
-    for (size_t i = 0; i < (size_t)N_ROWS * ROW_N; i++)
-        rows[i] = rng_gauss();
+    for (size_t i = 0; i < (size_t)N_ROWS * ROW_N; i++) rows[i] = rng_gauss();
     static const struct {
         enum mk_dtype type;
         double rms_bound, block_bound;
     } bounds[] = {
-        {MK_DTYPE_F32, 0.0, 0.0},       {MK_DTYPE_F16, 3.0e-4, 0x1p-11},
-        {MK_DTYPE_BF16, 2.5e-3, 0x1p-8}, {MK_DTYPE_Q8_0, 0.0065, 0.0045},
-        {MK_DTYPE_Q6_K, 0.021, 0.020},  {MK_DTYPE_Q4_K, 0.085, 0.095},
+        { MK_DTYPE_F32, 0.0, 0.0 },        { MK_DTYPE_F16, 3.0e-4, 0x1p-11 }, { MK_DTYPE_BF16, 2.5e-3, 0x1p-8 },
+        { MK_DTYPE_Q8_0, 0.0065, 0.0045 }, { MK_DTYPE_Q6_K, 0.021, 0.020 },   { MK_DTYPE_Q4_K, 0.085, 0.095 },
     };
     for (size_t t = 0; t < sizeof(bounds) / sizeof(bounds[0]); t++) {
         struct err_stats st = measure(bounds[t].type, rows, N_ROWS);
         printf("%-5s rms_rel worst %.6f mean %.6f (bound %.6f)  block_max_rel %.6f (bound %.6f)\n",
-               mk_dtype_get((uint32_t)bounds[t].type)->name, st.worst_rms_rel, st.mean_rms_rel,
-               bounds[t].rms_bound, st.worst_block_rel, bounds[t].block_bound);
+               mk_dtype_get((uint32_t)bounds[t].type)->name, st.worst_rms_rel, st.mean_rms_rel, bounds[t].rms_bound,
+               st.worst_block_rel, bounds[t].block_bound);
         MK_CHECK(st.worst_rms_rel <= bounds[t].rms_bound);
         MK_CHECK(st.worst_block_rel <= bounds[t].block_bound);
     }
@@ -591,20 +561,18 @@ static void test_roundtrip_error(void)
     MK_CHECK(s4.worst_rms_rel > 0.02); /* a 4-bit format cannot be this good on Gaussians */
 
     /* zero rows quantize to blocks that decode to exact zeros */
-    static const enum mk_dtype qtypes[] = {MK_DTYPE_Q8_0, MK_DTYPE_Q4_K, MK_DTYPE_Q6_K};
-    float zero[512] = {0}, y[512];
+    static const enum mk_dtype qtypes[] = { MK_DTYPE_Q8_0, MK_DTYPE_Q4_K, MK_DTYPE_Q6_K };
+    float zero[512] = { 0 }, y[512];
     unsigned char buf[512 * 4];
     for (int t = 0; t < 3; t++) {
         memset(buf, 0x5a, sizeof(buf));
         mk_quantize_row(qtypes[t], zero, buf, 512);
         mk_dequantize_row(qtypes[t], buf, y, 512);
-        for (int i = 0; i < 512; i++)
-            MK_CHECK(y[i] == 0.0f);
+        for (int i = 0; i < 512; i++) MK_CHECK(y[i] == 0.0f);
     }
 
     /* a row with a different magnitude per block: each block's error scales with the block */
-    for (int i = 0; i < ROW_N; i++)
-        rows[i] = rng_gauss() * ldexpf(1.0f, (i / 256) - 8);
+    for (int i = 0; i < ROW_N; i++) rows[i] = rng_gauss() * ldexpf(1.0f, (i / 256) - 8);
     for (int t = 3; t < 6; t++) {
         struct err_stats st = measure(bounds[t].type, rows, 1);
         MK_CHECK(st.worst_block_rel <= bounds[t].block_bound);
@@ -614,16 +582,15 @@ static void test_roundtrip_error(void)
 
 /* ---- (4) dot == dequantize-then-dot ---- */
 
-static void test_dot(void)
-{
-    static const enum mk_dtype types[] = {MK_DTYPE_F32, MK_DTYPE_F16,  MK_DTYPE_BF16,
-                                          MK_DTYPE_Q8_0, MK_DTYPE_Q4_K, MK_DTYPE_Q6_K};
+static void test_dot(void) {
+    static const enum mk_dtype types[] = { MK_DTYPE_F32,  MK_DTYPE_F16,  MK_DTYPE_BF16,
+                                           MK_DTYPE_Q8_0, MK_DTYPE_Q4_K, MK_DTYPE_Q6_K };
     enum { N = 4096 + 512 };
     float *w = malloc(N * sizeof(float));
     float *x = malloc(N * sizeof(float));
     float *y = malloc(N * sizeof(float));
     unsigned char *q = malloc(N * 4);
-    double worst[6] = {0};
+    double worst[6] = { 0 };
     for (int trial = 0; trial < 24; trial++) {
         for (int i = 0; i < N; i++) {
             w[i] = rng_gauss() * (trial % 3 == 0 ? 0.02f : 1.0f);
@@ -644,16 +611,14 @@ static void test_dot(void)
             }
             float got = mk_dot_row(types[t], q, x, n);
             double rel = fabs(got - ref) / mag;
-            if (rel > worst[t])
-                worst[t] = rel;
+            if (rel > worst[t]) worst[t] = rel;
             if (!(rel <= 1e-5)) {
                 mk_test_fail("dot %s trial %d: %.9g vs %.9g (rel %.3g)", info->name, trial, got, ref, rel);
             }
         }
     }
     for (int t = 0; t < 6; t++)
-        printf("dot %-5s worst |err|/sum|w*x| %.3g (bound 1e-5)\n",
-               mk_dtype_get((uint32_t)types[t])->name, worst[t]);
+        printf("dot %-5s worst |err|/sum|w*x| %.3g (bound 1e-5)\n", mk_dtype_get((uint32_t)types[t])->name, worst[t]);
 
     /* a hand-computable dot: Q8_0 block with d = 0.5 */
     struct mk_block_q8_0 b;
@@ -670,8 +635,7 @@ static void test_dot(void)
     free(q);
 }
 
-int main(void)
-{
+int main(void) {
     test_tables();
     test_fp16();
     test_bf16();

@@ -41,7 +41,7 @@ static const char *tmp_path(const char *name) {
     return p;
 }
 
-static const char *const dtypes[] = {"f32", "f16", "bf16", "q8_0", "q4_k", "q6_k", "q4_k_m"};
+static const char *const dtypes[] = { "f32", "f16", "bf16", "q8_0", "q4_k", "q6_k", "q4_k_m" };
 
 /* Worst errors seen per format, printed at the end. */
 struct err_stats {
@@ -116,7 +116,7 @@ static enum mk_dtype expected_type(const char *dtype, const char *name, bool is_
 /* Loads a tiny-preset file and checks config, vocab, tensor formats and every weight. */
 static void check_tiny_file(const char *path, const char *dtype, uint64_t seed) {
     struct mk_model *m = NULL;
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     enum mk_status st = mk_model_load(path, &m, &err);
     if (st != MK_OK) fprintf(stderr, "%s: %s\n", path, err.msg);
     MK_CHECK(st == MK_OK);
@@ -138,7 +138,9 @@ static void check_tiny_file(const char *path, const char *dtype, uint64_t seed) 
     MK_CHECK(mk_gguf_str_eq(v->tokens[3], "<0x00>") && mk_gguf_str_eq(v->tokens[3 + 255], "<0xFF>") &&
              v->types[258] == 6);
     MK_CHECK(mk_gguf_str_eq(v->tokens[259], "\xe2\x96\x81") && v->types[259] == 1);
-    MK_CHECK(mk_gguf_str_eq(v->tokens[260], "\xe2\x96\x81" "a") && mk_gguf_str_eq(v->tokens[261], "a"));
+    MK_CHECK(mk_gguf_str_eq(v->tokens[260], "\xe2\x96\x81"
+                                            "a") &&
+             mk_gguf_str_eq(v->tokens[261], "a"));
     MK_CHECK(v->scores[260] > v->scores[261] && v->scores[261] > v->scores[v->n_tokens - 1]);
     for (uint32_t i = 0; i + 1 < v->n_tokens; i++)
         for (uint32_t j = i + 1; j < v->n_tokens; j++)
@@ -159,8 +161,8 @@ static void check_tiny_file(const char *path, const char *dtype, uint64_t seed) 
     ws[n++] = &m->output_norm;
     for (uint32_t l = 0; l < c->n_layer; l++) {
         const struct mk_layer_weights *L = &m->layers[l];
-        const struct mk_weight *lw[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
-                                        &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+        const struct mk_weight *lw[] = { &L->attn_norm, &L->wq,     &L->wk,   &L->wv,    &L->wo,
+                                         &L->ffn_norm,  &L->w_gate, &L->w_up, &L->w_down };
         for (size_t i = 0; i < 9; i++) ws[n++] = lw[i];
     }
     for (int i = 0; i < n; i++) {
@@ -238,7 +240,7 @@ static void test_formats_api(void) {
     MK_CHECK(mk_gen_tensor_type(f, "blk.0.ffn_down.weight", 2, 172, 5, true) == MK_DTYPE_F16);
     MK_CHECK(mk_gen_file_type(f) == 15);
 
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     struct mk_gen_params p = mk_gen_default_params();
     MK_CHECK(!strcmp(p.preset, "tiny") && !strcmp(p.dtype, "f32") && p.seed == 42 && !p.progress);
     p.preset = "llama-70b";
@@ -264,7 +266,7 @@ static void test_generated(void) {
         p.dtype = dtypes[i];
         p.seed = SEED;
         snprintf(name, sizeof name, "tiny-%s.gguf", dtypes[i]);
-        struct mk_error err = {0};
+        struct mk_error err = { 0 };
         enum mk_status st = mk_gen_write(tmp_path(name), &p, &err);
         if (st != MK_OK) fprintf(stderr, "gen %s: %s\n", dtypes[i], err.msg);
         MK_CHECK(st == MK_OK);
@@ -274,7 +276,7 @@ static void test_generated(void) {
     struct mk_gen_params p = mk_gen_default_params();
     p.dtype = "q4_k_m";
     p.seed = SEED;
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     MK_CHECK(mk_gen_write(tmp_path("again.gguf"), &p, &err) == MK_OK);
     MK_CHECK(same_file(tmp_path("again.gguf"), tmp_path("tiny-q4_k_m.gguf")));
     p.dtype = "f32";
@@ -286,7 +288,7 @@ static void test_generated(void) {
 
 static void test_quantize(void) {
     char name[64];
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     char src[700];
     snprintf(src, sizeof src, "%s", tmp_path("tiny-f32.gguf"));
     for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
@@ -306,9 +308,8 @@ static void test_quantize(void) {
                      !memcmp(a->layers[3].w_down.data, b->layers[3].w_down.data, a->layers[3].w_down.n_bytes));
             MK_CHECK(!memcmp(a->token_embd.data, b->token_embd.data, a->token_embd.n_bytes));
             /* Metadata is carried over: vocab and name are the source's. */
-            MK_CHECK(a->vocab.n_tokens == b->vocab.n_tokens &&
-                     mk_gguf_kv_count(a->gguf) == mk_gguf_kv_count(b->gguf));
-            struct mk_gguf_str n1 = {0, NULL}, n2 = {0, NULL};
+            MK_CHECK(a->vocab.n_tokens == b->vocab.n_tokens && mk_gguf_kv_count(a->gguf) == mk_gguf_kv_count(b->gguf));
+            struct mk_gguf_str n1 = { 0, NULL }, n2 = { 0, NULL };
             mk_gguf_get_str_opt(b->gguf, "general.name", &n1, NULL);
             MK_CHECK(n1.data && mk_gguf_str_eq(n1, "mk synthetic tiny f32"));
             mk_gguf_get_str_opt(b->gguf, "tokenizer.ggml.model", &n2, NULL);
@@ -355,7 +356,7 @@ static void test_quantize_stories(void) {
     }
     char in[1100];
     snprintf(in, sizeof in, "%s/stories260K-f32.gguf", dir);
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     enum mk_status st = mk_gen_quantize_file(in, tmp_path("stories-q4_k_m.gguf"), "q4_k_m", false, &err);
     if (st != MK_OK) fprintf(stderr, "quantize stories: %s\n", err.msg);
     MK_CHECK(st == MK_OK);
@@ -388,7 +389,7 @@ int main(void) {
     test_generated();
     test_quantize();
     test_quantize_stories();
-    static const enum mk_dtype shown[] = {MK_DTYPE_Q8_0, MK_DTYPE_Q6_K, MK_DTYPE_Q4_K};
+    static const enum mk_dtype shown[] = { MK_DTYPE_Q8_0, MK_DTYPE_Q6_K, MK_DTYPE_Q4_K };
     for (size_t i = 0; i < 3; i++)
         printf("%-5s worst tensor rms_rel %.5f, worst block max_rel %.5f\n", mk_dtype_get(shown[i])->name,
                worst[shown[i]].rms_rel, worst[shown[i]].block_rel);

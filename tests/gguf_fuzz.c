@@ -11,20 +11,23 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static uint64_t mk_fuzz_elem_size(enum mk_gguf_type t)
-{
+static uint64_t mk_fuzz_elem_size(enum mk_gguf_type t) {
     switch (t) {
-    case MK_GGUF_UINT8: case MK_GGUF_INT8: case MK_GGUF_BOOL: return 1;
-    case MK_GGUF_UINT16: case MK_GGUF_INT16: return 2;
-    case MK_GGUF_UINT64: case MK_GGUF_INT64: case MK_GGUF_FLOAT64: return 8;
+    case MK_GGUF_UINT8:
+    case MK_GGUF_INT8:
+    case MK_GGUF_BOOL: return 1;
+    case MK_GGUF_UINT16:
+    case MK_GGUF_INT16: return 2;
+    case MK_GGUF_UINT64:
+    case MK_GGUF_INT64:
+    case MK_GGUF_FLOAT64: return 8;
     default: return 4;
     }
 }
 
 /* Reads every byte the parse hands out and checks the reader's promises, so the sanitizers see
  * any pointer that strays outside the input. */
-static uint64_t mk_fuzz_touch(const struct mk_gguf *g, const uint8_t *data, size_t size)
-{
+static uint64_t mk_fuzz_touch(const struct mk_gguf *g, const uint8_t *data, size_t size) {
     uint64_t sum = 0;
     struct mk_error err;
     for (uint64_t i = 0; i < mk_gguf_kv_count(g); i++) {
@@ -42,19 +45,16 @@ static uint64_t mk_fuzz_touch(const struct mk_gguf *g, const uint8_t *data, size
         sum += mk_gguf_get_u32_opt(g, key, &u, &err) == MK_OK;
         sum += mk_gguf_get_f32_opt(g, key, &f, &err) == MK_OK;
         if (mk_gguf_get_str(g, key, &s, &err) == MK_OK)
-            for (uint64_t j = 0; j < s.len; j++)
-                sum += (unsigned char)s.data[j];
+            for (uint64_t j = 0; j < s.len; j++) sum += (unsigned char)s.data[j];
         free(key);
         if (kv->type == MK_GGUF_ARRAY && kv->v.arr.elem_type == MK_GGUF_STRING) {
             for (uint64_t k = 0; k < kv->v.arr.n; k++)
-                for (uint64_t j = 0; j < kv->v.arr.strs[k].len; j++)
-                    sum += (unsigned char)kv->v.arr.strs[k].data[j];
+                for (uint64_t j = 0; j < kv->v.arr.strs[k].len; j++) sum += (unsigned char)kv->v.arr.strs[k].data[j];
         } else if (kv->type == MK_GGUF_ARRAY) {
             MK_ASSERT(kv->v.arr.elem_type <= MK_GGUF_FLOAT64 && kv->v.arr.elem_type != MK_GGUF_ARRAY);
             const uint8_t *p = kv->v.arr.data;
             uint64_t n = kv->v.arr.n * mk_fuzz_elem_size(kv->v.arr.elem_type);
-            for (uint64_t j = 0; j < n; j++)
-                sum += p[j];
+            for (uint64_t j = 0; j < n; j++) sum += p[j];
         } else {
             MK_ASSERT(kv->type <= MK_GGUF_FLOAT64);
         }
@@ -80,14 +80,12 @@ static uint64_t mk_fuzz_touch(const struct mk_gguf *g, const uint8_t *data, size
         name[t->name.len] = '\0';
         MK_ASSERT(mk_gguf_find_tensor(g, name) == t);
         const uint8_t *p = t->data;
-        for (uint64_t j = 0; j < t->n_bytes; j++)
-            sum += p[j];
+        for (uint64_t j = 0; j < t->n_bytes; j++) sum += p[j];
     }
     return sum;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct mk_gguf *g = NULL;
     struct mk_error err;
     mk_error_clear(&err);
@@ -108,8 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 /* Writes small valid files that reach every part of the reader: all value types, string
  * arrays, every supported tensor type, and a custom alignment. */
-static int mk_fuzz_make_seeds(const char *dir)
-{
+static int mk_fuzz_make_seeds(const char *dir) {
     char path[1024];
     struct mk_error err;
     struct mk_gguf_writer *w = NULL;
@@ -119,10 +116,16 @@ static int mk_fuzz_make_seeds(const char *dir)
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    const char *toks[6] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81" "a", "b", ""};
-    const char *merges[2] = {"a b", "\xe2\x96\x81 a"};
-    float scores[6] = {0, 0, 0, -1, -2, -3};
-    int32_t types[6] = {2, 3, 3, 1, 1, 6};
+    const char *toks[6] = { "<unk>",
+                            "<s>",
+                            "</s>",
+                            "\xe2\x96\x81"
+                            "a",
+                            "b",
+                            "" };
+    const char *merges[2] = { "a b", "\xe2\x96\x81 a" };
+    float scores[6] = { 0, 0, 0, -1, -2, -3 };
+    int32_t types[6] = { 2, 3, 3, 1, 1, 6 };
     mk_gguf_writer_kv_str(w, "general.architecture", "llama");
     mk_gguf_writer_kv_str(w, "general.name", "seed");
     mk_gguf_writer_kv_u32(w, "llama.context_length", 64);
@@ -147,23 +150,21 @@ static int mk_fuzz_make_seeds(const char *dir)
         uint32_t type, n_dims;
         uint64_t ne[4];
     } ts[] = {
-        {"token_embd.weight", MK_DTYPE_F32, 2, {8, 6}},
-        {"output_norm.weight", MK_DTYPE_F16, 1, {8}},
-        {"blk.0.attn_q.weight", MK_DTYPE_Q8_0, 2, {32, 2}},
-        {"blk.0.attn_k.weight", MK_DTYPE_Q4_K, 1, {256}},
-        {"blk.0.attn_v.weight", MK_DTYPE_Q6_K, 1, {256}},
-        {"blk.0.ffn_norm.weight", MK_DTYPE_BF16, 3, {2, 2, 2}},
+        { "token_embd.weight", MK_DTYPE_F32, 2, { 8, 6 } },
+        { "output_norm.weight", MK_DTYPE_F16, 1, { 8 } },
+        { "blk.0.attn_q.weight", MK_DTYPE_Q8_0, 2, { 32, 2 } },
+        { "blk.0.attn_k.weight", MK_DTYPE_Q4_K, 1, { 256 } },
+        { "blk.0.attn_v.weight", MK_DTYPE_Q6_K, 1, { 256 } },
+        { "blk.0.ffn_norm.weight", MK_DTYPE_BF16, 3, { 2, 2, 2 } },
     };
     uint8_t bytes[512];
-    for (size_t i = 0; i < sizeof bytes; i++)
-        bytes[i] = (uint8_t)(i * 37);
+    for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (uint8_t)(i * 37);
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         mk_gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne);
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
         const struct mk_dtype_info *info = mk_dtype_get(ts[i].type);
         uint64_t n = 1;
-        for (uint32_t d = 0; d < ts[i].n_dims; d++)
-            n *= ts[i].ne[d];
+        for (uint32_t d = 0; d < ts[i].n_dims; d++) n *= ts[i].ne[d];
         mk_gguf_writer_write_data(w, bytes, (size_t)(n / info->block_size * info->type_size));
     }
     if (mk_gguf_writer_finish(w, &err) != MK_OK) {
@@ -172,10 +173,9 @@ static int mk_fuzz_make_seeds(const char *dir)
     }
 
     snprintf(path, sizeof path, "%s/seed_align64.gguf", dir);
-    if (mk_gguf_writer_create(path, &w, &err) != MK_OK)
-        return 1;
+    if (mk_gguf_writer_create(path, &w, &err) != MK_OK) return 1;
     mk_gguf_writer_kv_u32(w, "general.alignment", 64);
-    uint64_t ne[2] = {3, 2};
+    uint64_t ne[2] = { 3, 2 };
     mk_gguf_writer_add_tensor(w, "a", MK_DTYPE_F32, 2, ne);
     mk_gguf_writer_add_tensor(w, "b", MK_DTYPE_F32, 1, ne);
     mk_gguf_writer_write_data(w, bytes, 24);
@@ -188,8 +188,7 @@ static int mk_fuzz_make_seeds(const char *dir)
     /* Every scalar type and every numeric array type, which the writer does not emit. */
     snprintf(path, sizeof path, "%s/seed_types.gguf", dir);
     FILE *f = fopen(path, "wb");
-    if (!f)
-        return 1;
+    if (!f) return 1;
     uint32_t v3 = 3, t;
     /* 12 scalars (types 0..12 but array) and 10 numeric arrays (no string, uint8 or array). */
     uint64_t n_tensors = 0, n_kv = 22, one = 1, two = 2;
@@ -198,8 +197,7 @@ static int mk_fuzz_make_seeds(const char *dir)
     fwrite(&n_tensors, 8, 1, f);
     fwrite(&n_kv, 8, 1, f);
     for (t = 0; t <= MK_GGUF_FLOAT64; t++) {
-        if (t == MK_GGUF_ARRAY)
-            continue;
+        if (t == MK_GGUF_ARRAY) continue;
         char key[16];
         uint64_t klen = (uint64_t)snprintf(key, sizeof key, "s.%u", t);
         fwrite(&klen, 8, 1, f);
@@ -211,8 +209,7 @@ static int mk_fuzz_make_seeds(const char *dir)
         } else {
             fwrite(&one, mk_fuzz_elem_size((enum mk_gguf_type)t), 1, f);
         }
-        if (t == MK_GGUF_STRING || t == MK_GGUF_UINT8)
-            continue; /* string arrays come from the writer seeds */
+        if (t == MK_GGUF_STRING || t == MK_GGUF_UINT8) continue; /* string arrays come from the writer seeds */
         uint32_t arr = MK_GGUF_ARRAY;
         klen = (uint64_t)snprintf(key, sizeof key, "a.%u", t);
         fwrite(&klen, 8, 1, f);
@@ -227,13 +224,13 @@ static int mk_fuzz_make_seeds(const char *dir)
     return 0;
 }
 
-int main(int argc, char **argv)
-{
-    if (argc == 3 && strcmp(argv[1], "--make-seeds") == 0)
-        return mk_fuzz_make_seeds(argv[2]);
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--make-seeds") == 0) return mk_fuzz_make_seeds(argv[2]);
     if (argc < 2) {
-        fprintf(stderr, "usage: %s FILE...            replay inputs through the fuzz target\n"
-                        "       %s --make-seeds DIR   write a seed corpus\n", argv[0], argv[0]);
+        fprintf(stderr,
+                "usage: %s FILE...            replay inputs through the fuzz target\n"
+                "       %s --make-seeds DIR   write a seed corpus\n",
+                argv[0], argv[0]);
         return 2;
     }
     for (int i = 1; i < argc; i++) {

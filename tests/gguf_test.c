@@ -23,18 +23,15 @@ struct buf {
     size_t n, cap;
 };
 
-static void put(struct buf *b, const void *p, size_t n)
-{
+static void put(struct buf *b, const void *p, size_t n) {
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n)
-            cap *= 2;
+        while (cap < b->n + n) cap *= 2;
         b->d = realloc(b->d, cap);
         MK_ASSERT(b->d);
         b->cap = cap;
     }
-    if (n)
-        memcpy(b->d + b->n, p, n);
+    if (n) memcpy(b->d + b->n, p, n);
     b->n += n;
 }
 
@@ -42,50 +39,61 @@ static void put_u8(struct buf *b, uint8_t v) { put(b, &v, 1); }
 static void put_u32(struct buf *b, uint32_t v) { put(b, &v, 4); }
 static void put_u64(struct buf *b, uint64_t v) { put(b, &v, 8); }
 static void put_f32(struct buf *b, float v) { put(b, &v, 4); }
-static void put_zeros(struct buf *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        put_u8(b, 0);
+static void put_zeros(struct buf *b, size_t n) {
+    for (size_t i = 0; i < n; i++) put_u8(b, 0);
 }
 
-static void put_strn(struct buf *b, const char *s, size_t n)
-{
+static void put_strn(struct buf *b, const char *s, size_t n) {
     put_u64(b, n);
     put(b, s, n);
 }
 
 static void put_str(struct buf *b, const char *s) { put_strn(b, s, strlen(s)); }
 
-static void put_hdr(struct buf *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv)
-{
+static void put_hdr(struct buf *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
     put(b, "GGUF", 4);
     put_u32(b, version);
     put_u64(b, n_tensors);
     put_u64(b, n_kv);
 }
 
-static void put_key(struct buf *b, const char *key, uint32_t type)
-{
+static void put_key(struct buf *b, const char *key, uint32_t type) {
     put_str(b, key);
     put_u32(b, type);
 }
 
-static void kv_u32(struct buf *b, const char *key, uint32_t v) { put_key(b, key, MK_GGUF_UINT32); put_u32(b, v); }
-static void kv_i32(struct buf *b, const char *key, int32_t v) { put_key(b, key, MK_GGUF_INT32); put(b, &v, 4); }
-static void kv_u64(struct buf *b, const char *key, uint64_t v) { put_key(b, key, MK_GGUF_UINT64); put_u64(b, v); }
-static void kv_f32(struct buf *b, const char *key, float v) { put_key(b, key, MK_GGUF_FLOAT32); put_f32(b, v); }
-static void kv_f64(struct buf *b, const char *key, double v) { put_key(b, key, MK_GGUF_FLOAT64); put(b, &v, 8); }
-static void kv_str(struct buf *b, const char *key, const char *v) { put_key(b, key, MK_GGUF_STRING); put_str(b, v); }
+static void kv_u32(struct buf *b, const char *key, uint32_t v) {
+    put_key(b, key, MK_GGUF_UINT32);
+    put_u32(b, v);
+}
+static void kv_i32(struct buf *b, const char *key, int32_t v) {
+    put_key(b, key, MK_GGUF_INT32);
+    put(b, &v, 4);
+}
+static void kv_u64(struct buf *b, const char *key, uint64_t v) {
+    put_key(b, key, MK_GGUF_UINT64);
+    put_u64(b, v);
+}
+static void kv_f32(struct buf *b, const char *key, float v) {
+    put_key(b, key, MK_GGUF_FLOAT32);
+    put_f32(b, v);
+}
+static void kv_f64(struct buf *b, const char *key, double v) {
+    put_key(b, key, MK_GGUF_FLOAT64);
+    put(b, &v, 8);
+}
+static void kv_str(struct buf *b, const char *key, const char *v) {
+    put_key(b, key, MK_GGUF_STRING);
+    put_str(b, v);
+}
 
-static void kv_arr(struct buf *b, const char *key, uint32_t elem_type, uint64_t n)
-{
+static void kv_arr(struct buf *b, const char *key, uint32_t elem_type, uint64_t n) {
     put_key(b, key, MK_GGUF_ARRAY);
     put_u32(b, elem_type);
     put_u64(b, n);
 }
 
-static void kv_arr_str(struct buf *b, const char *key, uint64_t n)
-{
+static void kv_arr_str(struct buf *b, const char *key, uint64_t n) {
     kv_arr(b, key, MK_GGUF_STRING, n);
     for (uint64_t i = 0; i < n; i++) {
         char s[32];
@@ -94,47 +102,36 @@ static void kv_arr_str(struct buf *b, const char *key, uint64_t n)
     }
 }
 
-static void kv_arr_f32(struct buf *b, const char *key, uint64_t n)
-{
+static void kv_arr_f32(struct buf *b, const char *key, uint64_t n) {
     kv_arr(b, key, MK_GGUF_FLOAT32, n);
-    for (uint64_t i = 0; i < n; i++)
-        put_f32(b, -(float)i);
+    for (uint64_t i = 0; i < n; i++) put_f32(b, -(float)i);
 }
 
-static void kv_arr_i32(struct buf *b, const char *key, uint64_t n)
-{
+static void kv_arr_i32(struct buf *b, const char *key, uint64_t n) {
     kv_arr(b, key, MK_GGUF_INT32, n);
-    for (uint64_t i = 0; i < n; i++)
-        put_u32(b, 1);
+    for (uint64_t i = 0; i < n; i++) put_u32(b, 1);
 }
 
 static void put_tinfo(struct buf *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type,
-                      uint64_t offset)
-{
+                      uint64_t offset) {
     put_str(b, name);
     put_u32(b, n_dims);
-    for (uint32_t i = 0; i < n_dims; i++)
-        put_u64(b, ne[i]);
+    for (uint32_t i = 0; i < n_dims; i++) put_u64(b, ne[i]);
     put_u32(b, type);
     put_u64(b, offset);
 }
 
-static void put_pad(struct buf *b, size_t align)
-{
-    while (b->n % align)
-        put_u8(b, 0);
+static void put_pad(struct buf *b, size_t align) {
+    while (b->n % align) put_u8(b, 0);
 }
 
-static void put_data(struct buf *b, size_t n, uint8_t seed)
-{
-    for (size_t i = 0; i < n; i++)
-        put_u8(b, (uint8_t)(seed + i * 7));
+static void put_data(struct buf *b, size_t n, uint8_t seed) {
+    for (size_t i = 0; i < n; i++) put_u8(b, (uint8_t)(seed + i * 7));
 }
 
 /* One tensor, no KVs, data_bytes of data after the aligned header. */
 static void one_tensor(struct buf *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type,
-                       uint64_t offset, size_t data_bytes)
-{
+                       uint64_t offset, size_t data_bytes) {
     put_hdr(b, 3, 1, 0);
     put_tinfo(b, name, n_dims, ne, type, offset);
     put_pad(b, 32);
@@ -143,10 +140,9 @@ static void one_tensor(struct buf *b, const char *name, uint32_t n_dims, const u
 
 /* A valid file touching every value type, string arrays, three tensor types and alignment
  * padding. The last tensor ends the file, so every strict prefix is invalid. */
-#define VALID_KVS 19
+#define VALID_KVS     19
 #define VALID_TENSORS 3
-static void build_valid(struct buf *b, uint32_t version)
-{
+static void build_valid(struct buf *b, uint32_t version) {
     put_hdr(b, version, VALID_TENSORS, VALID_KVS);
     kv_str(b, "general.architecture", "llama");
     kv_str(b, "general.name", "tiny");
@@ -160,20 +156,30 @@ static void build_valid(struct buf *b, uint32_t version)
     put_str(b, "hello");
     kv_arr_f32(b, "tokenizer.ggml.scores", 3);
     kv_arr_i32(b, "tokenizer.ggml.token_type", 3);
-    put_key(b, "x.u8", MK_GGUF_UINT8); put_u8(b, 200);
-    put_key(b, "x.i8", MK_GGUF_INT8); put_u8(b, 0x80);
-    put_key(b, "x.u16", MK_GGUF_UINT16); put_u8(b, 0x34); put_u8(b, 0x12);
-    put_key(b, "x.i16", MK_GGUF_INT16); put_u8(b, 0xfe); put_u8(b, 0xff);
+    put_key(b, "x.u8", MK_GGUF_UINT8);
+    put_u8(b, 200);
+    put_key(b, "x.i8", MK_GGUF_INT8);
+    put_u8(b, 0x80);
+    put_key(b, "x.u16", MK_GGUF_UINT16);
+    put_u8(b, 0x34);
+    put_u8(b, 0x12);
+    put_key(b, "x.i16", MK_GGUF_INT16);
+    put_u8(b, 0xfe);
+    put_u8(b, 0xff);
     kv_u64(b, "x.u64", 1ull << 40);
-    put_key(b, "x.i64", MK_GGUF_INT64); put_u64(b, (uint64_t)-5);
+    put_key(b, "x.i64", MK_GGUF_INT64);
+    put_u64(b, (uint64_t)-5);
     kv_f64(b, "x.f64", 2.5);
-    put_key(b, "x.bool", MK_GGUF_BOOL); put_u8(b, 1);
-    kv_arr(b, "x.bools", MK_GGUF_BOOL, 2); put_u8(b, 0); put_u8(b, 1);
+    put_key(b, "x.bool", MK_GGUF_BOOL);
+    put_u8(b, 1);
+    kv_arr(b, "x.bools", MK_GGUF_BOOL, 2);
+    put_u8(b, 0);
+    put_u8(b, 1);
     kv_arr(b, "x.empty", MK_GGUF_STRING, 0);
-    uint64_t ne_a[2] = {4, 2}, ne_b[1] = {8}, ne_c[2] = {32, 2};
-    put_tinfo(b, "a", 2, ne_a, MK_DTYPE_F32, 0);    /* 32 bytes */
-    put_tinfo(b, "b", 1, ne_b, MK_DTYPE_F16, 32);   /* 16 bytes, padded to 32 */
-    put_tinfo(b, "c", 2, ne_c, MK_DTYPE_Q8_0, 64);  /* 68 bytes */
+    uint64_t ne_a[2] = { 4, 2 }, ne_b[1] = { 8 }, ne_c[2] = { 32, 2 };
+    put_tinfo(b, "a", 2, ne_a, MK_DTYPE_F32, 0);   /* 32 bytes */
+    put_tinfo(b, "b", 1, ne_b, MK_DTYPE_F16, 32);  /* 16 bytes, padded to 32 */
+    put_tinfo(b, "c", 2, ne_c, MK_DTYPE_Q8_0, 64); /* 68 bytes */
     put_pad(b, 32);
     put_data(b, 32, 10);
     put_data(b, 16, 20);
@@ -188,8 +194,7 @@ static void build_valid(struct buf *b, uint32_t version)
 /* Parses an exact-size copy (so the sanitizers see any overread) and checks the status and
  * that the message names the file and contains each of the given pieces. */
 static void expect_fail_at(const char *label, int line, const struct buf *b, enum mk_status want, const char *s1,
-                           const char *s2)
-{
+                           const char *s2) {
     g_hostile_cases++;
     uint8_t *copy = malloc(b->n ? b->n : 1);
     MK_ASSERT(copy);
@@ -204,15 +209,13 @@ static void expect_fail_at(const char *label, int line, const struct buf *b, enu
         mk_test_fail("line %d: hostile case '%s': got status %d (%s), want %d; message: %s\n  want pieces: '%s' '%s'",
                      line, label, st, mk_status_str(st), want, err.msg, s1 ? s1 : "", s2 ? s2 : "");
     }
-    if (st == MK_OK && g)
-        mk_gguf_close(g);
+    if (st == MK_OK && g) mk_gguf_close(g);
     free(copy);
 }
 
 #define EXPECT_FAIL(label, b, want, s1, s2) expect_fail_at(label, __LINE__, b, want, s1, s2)
 
-static struct mk_gguf *open_ok(const struct buf *b)
-{
+static struct mk_gguf *open_ok(const struct buf *b) {
     struct mk_gguf *g = NULL;
     struct mk_error err;
     mk_error_clear(&err);
@@ -224,13 +227,11 @@ static struct mk_gguf *open_ok(const struct buf *b)
     return g;
 }
 
-static void tmp_path(char *out, size_t cap, const char *what)
-{
+static void tmp_path(char *out, size_t cap, const char *what) {
     snprintf(out, cap, "%s/mk_gguf_test_%d_%s", mk_test_tmp_base(), (int)getpid(), what);
 }
 
-static void write_file(const char *path, const struct buf *b)
-{
+static void write_file(const char *path, const struct buf *b) {
     FILE *f = fopen(path, "wb");
     MK_ASSERT(f);
     MK_ASSERT(b->n == 0 || fwrite(b->d, 1, b->n, f) == b->n);
@@ -241,14 +242,19 @@ static void reset(struct buf *b) { b->n = 0; }
 
 /* ---- Hostile cases: one per malformation ---- */
 
-static void test_header_cases(void)
-{
-    struct buf b = {0};
+static void test_header_cases(void) {
+    struct buf b = { 0 };
 
-    put(&b, "GGML", 4); put_u32(&b, 3); put_u64(&b, 0); put_u64(&b, 0);
+    put(&b, "GGML", 4);
+    put_u32(&b, 3);
+    put_u64(&b, 0);
+    put_u64(&b, 0);
     EXPECT_FAIL("bad magic", &b, MK_ERR_FORMAT, "magic", "GGML");
     reset(&b);
-    put(&b, "\x1b[2J", 4); put_u32(&b, 3); put_u64(&b, 0); put_u64(&b, 0);
+    put(&b, "\x1b[2J", 4);
+    put_u32(&b, 3);
+    put_u64(&b, 0);
+    put_u64(&b, 0);
     EXPECT_FAIL("magic with escape bytes is shown escaped", &b, MK_ERR_FORMAT, "magic", "\\x1b[2J");
     reset(&b);
     put_hdr(&b, 1, 0, 0);
@@ -263,7 +269,10 @@ static void test_header_cases(void)
     put_hdr(&b, 0x03000000u, 0, 0);
     EXPECT_FAIL("big-endian version", &b, MK_ERR_UNSUPPORTED, "version = 0x03000000", "big-endian");
     reset(&b);
-    put(&b, "GGUF", 4); put_u32(&b, 3); put_u8(&b, 0); put_u8(&b, 0);
+    put(&b, "GGUF", 4);
+    put_u32(&b, 3);
+    put_u8(&b, 0);
+    put_u8(&b, 0);
     EXPECT_FAIL("file shorter than the header", &b, MK_ERR_FORMAT, "file size = 10", "header");
     reset(&b);
     EXPECT_FAIL("empty buffer", &b, MK_ERR_FORMAT, "file size = 0", NULL);
@@ -294,9 +303,8 @@ static void test_header_cases(void)
     free(b.d);
 }
 
-static void test_string_cases(void)
-{
-    struct buf b = {0};
+static void test_string_cases(void) {
+    struct buf b = { 0 };
 
     put_hdr(&b, 3, 0, 1);
     put_u64(&b, 1ull << 63);
@@ -339,9 +347,8 @@ static void test_string_cases(void)
     free(b.d);
 }
 
-static void test_value_cases(void)
-{
-    struct buf b = {0};
+static void test_value_cases(void) {
+    struct buf b = { 0 };
 
     put_hdr(&b, 3, 0, 1);
     put_key(&b, "x", 13);
@@ -355,7 +362,8 @@ static void test_value_cases(void)
     reset(&b);
     put_hdr(&b, 3, 0, 1);
     put_key(&b, "x", MK_GGUF_UINT32);
-    put_u8(&b, 1); put_u8(&b, 2);
+    put_u8(&b, 1);
+    put_u8(&b, 2);
     EXPECT_FAIL("truncated scalar", &b, MK_ERR_FORMAT, "uint32 value needs 4 bytes", "only 2 remain");
     reset(&b);
     put_hdr(&b, 3, 0, 1);
@@ -365,7 +373,9 @@ static void test_value_cases(void)
     reset(&b);
     put_hdr(&b, 3, 0, 1);
     kv_arr(&b, "x.flags", MK_GGUF_BOOL, 3);
-    put_u8(&b, 1); put_u8(&b, 0); put_u8(&b, 5);
+    put_u8(&b, 1);
+    put_u8(&b, 0);
+    put_u8(&b, 5);
     EXPECT_FAIL("bool array element 5", &b, MK_ERR_FORMAT, "element 2: bool value = 5", NULL);
     reset(&b);
     put_hdr(&b, 3, 0, 1);
@@ -375,7 +385,9 @@ static void test_value_cases(void)
     reset(&b);
     put_hdr(&b, 3, 0, 1);
     kv_arr(&b, "x.nested", MK_GGUF_ARRAY, 1);
-    put_u32(&b, MK_GGUF_UINT8); put_u64(&b, 1); put_u8(&b, 0);
+    put_u32(&b, MK_GGUF_UINT8);
+    put_u64(&b, 1);
+    put_u8(&b, 0);
     EXPECT_FAIL("nested array", &b, MK_ERR_FORMAT, "array element type = 9", "array of arrays");
     reset(&b);
     put_hdr(&b, 3, 0, 1);
@@ -422,9 +434,8 @@ static void test_value_cases(void)
 }
 
 /* A single KV that breaks the type rule of a known key. */
-static void known_key_case(const char *label, int line, void (*emit)(struct buf *), const char *s1, const char *s2)
-{
-    struct buf b = {0};
+static void known_key_case(const char *label, int line, void (*emit)(struct buf *), const char *s1, const char *s2) {
+    struct buf b = { 0 };
     put_hdr(&b, 3, 0, 2);
     kv_str(&b, "general.architecture", "llama");
     emit(&b);
@@ -443,9 +454,15 @@ static void e_align_f32(struct buf *b) { kv_f32(b, "general.alignment", 32.0f); 
 static void e_model_arr(struct buf *b) { kv_arr_str(b, "tokenizer.ggml.model", 1); }
 static void e_tokens_i32(struct buf *b) { kv_arr_i32(b, "tokenizer.ggml.tokens", 2); }
 static void e_tokens_str(struct buf *b) { kv_str(b, "tokenizer.ggml.tokens", "abc"); }
-static void e_scores_f64(struct buf *b) { kv_arr(b, "tokenizer.ggml.scores", MK_GGUF_FLOAT64, 1); put_u64(b, 0); }
+static void e_scores_f64(struct buf *b) {
+    kv_arr(b, "tokenizer.ggml.scores", MK_GGUF_FLOAT64, 1);
+    put_u64(b, 0);
+}
 static void e_scores_f32(struct buf *b) { kv_f32(b, "tokenizer.ggml.scores", 1.0f); }
-static void e_ttype_u32(struct buf *b) { kv_arr(b, "tokenizer.ggml.token_type", MK_GGUF_UINT32, 1); put_u32(b, 1); }
+static void e_ttype_u32(struct buf *b) {
+    kv_arr(b, "tokenizer.ggml.token_type", MK_GGUF_UINT32, 1);
+    put_u32(b, 1);
+}
 static void e_merges_i32(struct buf *b) { kv_arr_i32(b, "tokenizer.ggml.merges", 1); }
 static void e_bos_str(struct buf *b) { kv_str(b, "tokenizer.ggml.bos_token_id", "1"); }
 static void e_eos_f32(struct buf *b) { kv_f32(b, "tokenizer.ggml.eos_token_id", 2.0f); }
@@ -453,7 +470,10 @@ static void e_unk_neg(struct buf *b) { kv_i32(b, "tokenizer.ggml.unknown_token_i
 static void e_pad_big(struct buf *b) { kv_u64(b, "tokenizer.ggml.padding_token_id", 1ull << 40); }
 static void e_ctx_f32(struct buf *b) { kv_f32(b, "llama.context_length", 2048.0f); }
 static void e_blocks_str(struct buf *b) { kv_str(b, "llama.block_count", "5"); }
-static void e_embd_bool(struct buf *b) { put_key(b, "llama.embedding_length", MK_GGUF_BOOL); put_u8(b, 1); }
+static void e_embd_bool(struct buf *b) {
+    put_key(b, "llama.embedding_length", MK_GGUF_BOOL);
+    put_u8(b, 1);
+}
 static void e_ff_f64(struct buf *b) { kv_f64(b, "llama.feed_forward_length", 172.0); }
 static void e_heads_arr(struct buf *b) { kv_arr_i32(b, "llama.attention.head_count", 2); }
 static void e_kvheads_neg(struct buf *b) { kv_i32(b, "llama.attention.head_count_kv", -4); }
@@ -462,12 +482,14 @@ static void e_theta_u32(struct buf *b) { kv_u32(b, "llama.rope.freq_base", 10000
 static void e_eps_f64(struct buf *b) { kv_f64(b, "llama.attention.layer_norm_rms_epsilon", 1e-5); }
 static void e_eps_nan(struct buf *b) { kv_f32(b, "llama.attention.layer_norm_rms_epsilon", NAN); }
 static void e_theta_inf(struct buf *b) { kv_f32(b, "llama.rope.freq_base", INFINITY); }
-static void e_add_bos_u8(struct buf *b) { put_key(b, "tokenizer.ggml.add_bos_token", MK_GGUF_UINT8); put_u8(b, 1); }
+static void e_add_bos_u8(struct buf *b) {
+    put_key(b, "tokenizer.ggml.add_bos_token", MK_GGUF_UINT8);
+    put_u8(b, 1);
+}
 
 #define KNOWN(label, fn, s1, s2) known_key_case(label, __LINE__, fn, s1, s2)
 
-static void test_known_key_cases(void)
-{
+static void test_known_key_cases(void) {
     KNOWN("general.name as uint32", e_arch_u32, "key 'general.name'", "type is uint32, must be string");
     KNOWN("general.alignment as string", e_align_str, "key 'general.alignment'", "type is string");
     KNOWN("general.alignment 0", e_align_0, "key 'general.alignment'", "value 0 is not a power of two");
@@ -500,7 +522,7 @@ static void test_known_key_cases(void)
     KNOWN("rope.freq_base infinite", e_theta_inf, "key 'llama.rope.freq_base'", "inf is not finite");
     KNOWN("add_bos_token as uint8", e_add_bos_u8, "key 'tokenizer.ggml.add_bos_token'", "type is uint8, must be bool");
 
-    struct buf b = {0};
+    struct buf b = { 0 };
     put_hdr(&b, 3, 0, 1);
     kv_u32(&b, "general.architecture", 7);
     EXPECT_FAIL("general.architecture as uint32", &b, MK_ERR_FORMAT, "key 'general.architecture'", "type is uint32");
@@ -526,7 +548,8 @@ static void test_known_key_cases(void)
     reset(&b);
     put_hdr(&b, 3, 0, 1);
     kv_arr_f32(&b, "tokenizer.ggml.scores", 2);
-    EXPECT_FAIL("scores without tokens", &b, MK_ERR_FORMAT, "key 'tokenizer.ggml.scores'", "without tokenizer.ggml.tokens");
+    EXPECT_FAIL("scores without tokens", &b, MK_ERR_FORMAT, "key 'tokenizer.ggml.scores'",
+                "without tokenizer.ggml.tokens");
 
     /* Keys of another architecture are not held to llama's rules. */
     reset(&b);
@@ -540,7 +563,7 @@ static void test_known_key_cases(void)
     put_hdr(&b, 3, 1, 1);
     put_key(&b, "general.alignment", MK_GGUF_UINT8);
     put_u8(&b, 64);
-    uint64_t ne[1] = {8};
+    uint64_t ne[1] = { 8 };
     put_tinfo(&b, "t", 1, ne, MK_DTYPE_F32, 0);
     put_pad(&b, 64);
     put_data(&b, 32, 0);
@@ -554,17 +577,17 @@ static void test_known_key_cases(void)
     free(b.d);
 }
 
-static void test_tensor_cases(void)
-{
-    struct buf b = {0};
-    uint64_t ne1[1] = {8}, ne2[2] = {4, 2};
+static void test_tensor_cases(void) {
+    struct buf b = { 0 };
+    uint64_t ne1[1] = { 8 }, ne2[2] = { 4, 2 };
 
     put_hdr(&b, 3, 2, 0);
     put_tinfo(&b, "w", 1, ne1, MK_DTYPE_F32, 0);
     put_tinfo(&b, "w", 1, ne1, MK_DTYPE_F32, 32);
     put_pad(&b, 32);
     put_data(&b, 64, 0);
-    EXPECT_FAIL("duplicate tensor name", &b, MK_ERR_FORMAT, "tensor 'w'", "duplicate tensor name (tensor 0 and tensor 1)");
+    EXPECT_FAIL("duplicate tensor name", &b, MK_ERR_FORMAT, "tensor 'w'",
+                "duplicate tensor name (tensor 0 and tensor 1)");
     reset(&b);
     one_tensor(&b, "", 1, ne1, MK_DTYPE_F32, 0, 32);
     EXPECT_FAIL("empty tensor name", &b, MK_ERR_FORMAT, "tensor 0", "name is empty");
@@ -577,7 +600,10 @@ static void test_tensor_cases(void)
     reset(&b);
     put_hdr(&b, 3, 1, 0);
     put_strn(&b, "a\0b", 3);
-    put_u32(&b, 1); put_u64(&b, 8); put_u32(&b, MK_DTYPE_F32); put_u64(&b, 0);
+    put_u32(&b, 1);
+    put_u64(&b, 8);
+    put_u32(&b, MK_DTYPE_F32);
+    put_u64(&b, 0);
     put_pad(&b, 32);
     put_data(&b, 32, 0);
     EXPECT_FAIL("tensor name with a NUL byte", &b, MK_ERR_FORMAT, "tensor 0", "NUL");
@@ -588,9 +614,9 @@ static void test_tensor_cases(void)
     put_hdr(&b, 3, 1, 0);
     put_str(&b, "blk.0.attn_q.weight");
     put_u32(&b, 7);
-    for (int i = 0; i < 7; i++)
-        put_u64(&b, 2);
-    put_u32(&b, MK_DTYPE_F32); put_u64(&b, 0);
+    for (int i = 0; i < 7; i++) put_u64(&b, 2);
+    put_u32(&b, MK_DTYPE_F32);
+    put_u64(&b, 0);
     put_pad(&b, 32);
     put_data(&b, 512, 0);
     EXPECT_FAIL("n_dims 7", &b, MK_ERR_FORMAT, "tensor 'blk.0.attn_q.weight'", "n_dims = 7 (must be 1..4)");
@@ -601,34 +627,36 @@ static void test_tensor_cases(void)
     put_zeros(&b, 64);
     EXPECT_FAIL("n_dims 2^31", &b, MK_ERR_FORMAT, "tensor 't'", "n_dims = 2147483648");
     reset(&b);
-    uint64_t ne_zero[2] = {4, 0};
+    uint64_t ne_zero[2] = { 4, 0 };
     one_tensor(&b, "t", 2, ne_zero, MK_DTYPE_F32, 0, 32);
     EXPECT_FAIL("dimension 0", &b, MK_ERR_FORMAT, "tensor 't'", "ne[1] = 0");
     reset(&b);
-    uint64_t ne_huge[1] = {1ull << 63};
+    uint64_t ne_huge[1] = { 1ull << 63 };
     one_tensor(&b, "t", 1, ne_huge, MK_DTYPE_F32, 0, 32);
     EXPECT_FAIL("dimension over INT64_MAX", &b, MK_ERR_FORMAT, "tensor 't'", "ne[0] = 9223372036854775808");
     reset(&b);
-    uint64_t ne_ovf[2] = {1ull << 32, 1ull << 32};
+    uint64_t ne_ovf[2] = { 1ull << 32, 1ull << 32 };
     one_tensor(&b, "t", 2, ne_ovf, MK_DTYPE_F32, 0, 32);
     EXPECT_FAIL("element count overflow", &b, MK_ERR_FORMAT, "element count overflows", "4294967296, 4294967296");
     reset(&b);
-    uint64_t ne_bovf[2] = {1ull << 31, 1ull << 31};
+    uint64_t ne_bovf[2] = { 1ull << 31, 1ull << 31 };
     one_tensor(&b, "t", 2, ne_bovf, MK_DTYPE_F32, 0, 32);
-    EXPECT_FAIL("byte count overflow", &b, MK_ERR_FORMAT, "byte count overflows", "4611686018427387904 elements of f32");
+    EXPECT_FAIL("byte count overflow", &b, MK_ERR_FORMAT, "byte count overflows",
+                "4611686018427387904 elements of f32");
     reset(&b);
     one_tensor(&b, "t", 1, ne1, 99, 0, 32);
     EXPECT_FAIL("unknown tensor type", &b, MK_ERR_FORMAT, "tensor 't'", "type = 99 (not a ggml type)");
     reset(&b);
-    uint64_t ne_q[1] = {32};
+    uint64_t ne_q[1] = { 32 };
     one_tensor(&b, "blk.0.ffn_up.weight", 1, ne_q, 2, 0, 32);
-    EXPECT_FAIL("q4_0 tensor", &b, MK_ERR_UNSUPPORTED, "tensor 'blk.0.ffn_up.weight'", "type q4_0 (2) is not supported by mk");
+    EXPECT_FAIL("q4_0 tensor", &b, MK_ERR_UNSUPPORTED, "tensor 'blk.0.ffn_up.weight'",
+                "type q4_0 (2) is not supported by mk");
     reset(&b);
-    uint64_t ne_33[1] = {33};
+    uint64_t ne_33[1] = { 33 };
     one_tensor(&b, "t", 1, ne_33, MK_DTYPE_Q8_0, 0, 64);
     EXPECT_FAIL("q8_0 row not a multiple of 32", &b, MK_ERR_FORMAT, "ne[0] = 33", "q8_0 block size 32");
     reset(&b);
-    uint64_t ne_100[2] = {100, 4};
+    uint64_t ne_100[2] = { 100, 4 };
     one_tensor(&b, "t", 2, ne_100, MK_DTYPE_Q4_K, 0, 1024);
     EXPECT_FAIL("q4_k row not a multiple of 256", &b, MK_ERR_FORMAT, "ne[0] = 100", "block size 256");
     reset(&b);
@@ -651,13 +679,14 @@ static void test_tensor_cases(void)
     one_tensor(&b, "t", 1, ne1, MK_DTYPE_F32, 0, 0);
     EXPECT_FAIL("tensor in a file that ends at the header", &b, MK_ERR_FORMAT, "n_bytes = 32", "holds 0 bytes");
     reset(&b);
-    uint64_t ne16[1] = {16};
+    uint64_t ne16[1] = { 16 };
     put_hdr(&b, 3, 2, 0);
     put_tinfo(&b, "a", 1, ne16, MK_DTYPE_F32, 0);
     put_tinfo(&b, "b", 1, ne1, MK_DTYPE_F32, 32);
     put_pad(&b, 32);
     put_data(&b, 64, 0);
-    EXPECT_FAIL("overlapping tensor data", &b, MK_ERR_FORMAT, "tensor 'b': data [32, 64)", "overlaps tensor 'a' data [0, 64)");
+    EXPECT_FAIL("overlapping tensor data", &b, MK_ERR_FORMAT, "tensor 'b': data [32, 64)",
+                "overlaps tensor 'a' data [0, 64)");
     reset(&b);
     put_hdr(&b, 3, 3, 0);
     put_tinfo(&b, "x", 1, ne1, MK_DTYPE_F32, 64);
@@ -665,7 +694,8 @@ static void test_tensor_cases(void)
     put_tinfo(&b, "z", 1, ne1, MK_DTYPE_F32, 64);
     put_pad(&b, 32);
     put_data(&b, 96, 0);
-    EXPECT_FAIL("two tensors at one offset (declared out of order)", &b, MK_ERR_FORMAT, "tensor 'z'", "overlaps tensor 'x'");
+    EXPECT_FAIL("two tensors at one offset (declared out of order)", &b, MK_ERR_FORMAT, "tensor 'z'",
+                "overlaps tensor 'x'");
     reset(&b);
     put_hdr(&b, 3, 2, 0);
     put_tinfo(&b, "a_long_name_that_uses_up_the_minimum_sizes", 1, ne1, MK_DTYPE_F32, 0);
@@ -690,12 +720,11 @@ static void test_tensor_cases(void)
     free(b.d);
 }
 
-static void test_open_file_cases(void)
-{
+static void test_open_file_cases(void) {
     char path[512];
     struct mk_gguf *g = NULL;
     struct mk_error err;
-    struct buf b = {0};
+    struct buf b = { 0 };
 
     tmp_path(path, sizeof path, "empty.gguf");
     write_file(path, &b);
@@ -704,7 +733,7 @@ static void test_open_file_cases(void)
     g_hostile_cases++;
     unlink(path);
 
-    uint64_t ne[1] = {8};
+    uint64_t ne[1] = { 8 };
     put_hdr(&b, 3, 1, 0);
     put_str(&b, "model.norm");
     put_u32(&b, 7);
@@ -750,9 +779,8 @@ static void test_open_file_cases(void)
 
 /* ---- Valid files and getters ---- */
 
-static void test_valid(uint32_t version)
-{
-    struct buf b = {0};
+static void test_valid(uint32_t version) {
+    struct buf b = { 0 };
     build_valid(&b, version);
     struct mk_gguf *g = open_ok(&b);
     if (!g) {
@@ -818,7 +846,7 @@ static void test_valid(uint32_t version)
     struct mk_error err;
     uint32_t u = 77;
     float f = 3.0f;
-    struct mk_gguf_str s = {0, NULL};
+    struct mk_gguf_str s = { 0, NULL };
     MK_CHECK(mk_gguf_get_u32(g, "x.u8", &u, &err) == MK_OK && u == 200);
     MK_CHECK(mk_gguf_get_u32(g, "llama.context_length", &u, &err) == MK_OK && u == 128);
     MK_CHECK(mk_gguf_get_u32(g, "x.i8", &u, &err) == MK_ERR_FORMAT);
@@ -847,17 +875,16 @@ static void test_valid(uint32_t version)
 }
 
 /* Many KVs and tensors: the name indexes keep parsing and lookups linear. */
-static void test_many_entries(void)
-{
+static void test_many_entries(void) {
     enum { N = 50000 };
-    struct buf b = {0};
+    struct buf b = { 0 };
     put_hdr(&b, 3, N, N);
     char name[32];
     for (int i = 0; i < N; i++) {
         snprintf(name, sizeof name, "k.%d", i);
         kv_u32(&b, name, (uint32_t)i);
     }
-    uint64_t ne[1] = {1};
+    uint64_t ne[1] = { 1 };
     for (int i = 0; i < N; i++) {
         snprintf(name, sizeof name, "t.%d", i);
         put_tinfo(&b, name, 1, ne, MK_DTYPE_F32, (uint64_t)i * 32);
@@ -876,8 +903,7 @@ static void test_many_entries(void)
             snprintf(name, sizeof name, "t.%d", i);
             const struct mk_gguf_tensor *t = mk_gguf_find_tensor(g, name);
             uint32_t v = 0;
-            if (t)
-                memcpy(&v, t->data, 4);
+            if (t) memcpy(&v, t->data, 4);
             MK_CHECK(t && v == (uint32_t)i);
         }
         mk_gguf_close(g);
@@ -890,15 +916,15 @@ static void test_many_entries(void)
         kv_u32(&b, name, (uint32_t)i);
     }
     kv_u32(&b, "k.12345", 0);
-    EXPECT_FAIL("duplicate key among 50000", &b, MK_ERR_FORMAT, "key 'k.12345'", "duplicate key (kv 12345 and kv 49999)");
+    EXPECT_FAIL("duplicate key among 50000", &b, MK_ERR_FORMAT, "key 'k.12345'",
+                "duplicate key (kv 12345 and kv 49999)");
     free(b.d);
 }
 
 /* ---- Sweeps ---- */
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static uint64_t rng(void)
-{
+static uint64_t rng(void) {
     rng_state ^= rng_state << 13;
     rng_state ^= rng_state >> 7;
     rng_state ^= rng_state << 17;
@@ -906,34 +932,29 @@ static uint64_t rng(void)
 }
 
 /* Reads everything a consumer could, so the sanitizers check every pointer a parse hands out. */
-static uint64_t touch_all(const struct mk_gguf *g)
-{
+static uint64_t touch_all(const struct mk_gguf *g) {
     uint64_t sum = 0;
     for (uint64_t i = 0; i < mk_gguf_kv_count(g); i++) {
         const struct mk_gguf_kv *kv = mk_gguf_kv_at(g, i);
-        for (uint64_t j = 0; j < kv->key.len; j++)
-            sum += (unsigned char)kv->key.data[j];
+        for (uint64_t j = 0; j < kv->key.len; j++) sum += (unsigned char)kv->key.data[j];
         MK_CHECK(mk_gguf_find_kv(g, "") == NULL);
         if (kv->type == MK_GGUF_STRING) {
-            for (uint64_t j = 0; j < kv->v.str.len; j++)
-                sum += (unsigned char)kv->v.str.data[j];
+            for (uint64_t j = 0; j < kv->v.str.len; j++) sum += (unsigned char)kv->v.str.data[j];
         } else if (kv->type == MK_GGUF_ARRAY && kv->v.arr.elem_type == MK_GGUF_STRING) {
             for (uint64_t k = 0; k < kv->v.arr.n; k++)
-                for (uint64_t j = 0; j < kv->v.arr.strs[k].len; j++)
-                    sum += (unsigned char)kv->v.arr.strs[k].data[j];
+                for (uint64_t j = 0; j < kv->v.arr.strs[k].len; j++) sum += (unsigned char)kv->v.arr.strs[k].data[j];
         } else if (kv->type == MK_GGUF_ARRAY) {
             const uint8_t *p = kv->v.arr.data;
-            uint64_t n = kv->v.arr.n * (kv->v.arr.elem_type == MK_GGUF_UINT8 || kv->v.arr.elem_type == MK_GGUF_INT8 ||
-                                                kv->v.arr.elem_type == MK_GGUF_BOOL
-                                            ? 1
-                                        : kv->v.arr.elem_type == MK_GGUF_UINT16 || kv->v.arr.elem_type == MK_GGUF_INT16
-                                            ? 2
-                                        : kv->v.arr.elem_type == MK_GGUF_UINT64 || kv->v.arr.elem_type == MK_GGUF_INT64 ||
-                                                kv->v.arr.elem_type == MK_GGUF_FLOAT64
-                                            ? 8
-                                            : 4);
-            for (uint64_t j = 0; j < n; j++)
-                sum += p[j];
+            uint64_t n =
+                kv->v.arr.n * (kv->v.arr.elem_type == MK_GGUF_UINT8 || kv->v.arr.elem_type == MK_GGUF_INT8 ||
+                                       kv->v.arr.elem_type == MK_GGUF_BOOL
+                                   ? 1
+                               : kv->v.arr.elem_type == MK_GGUF_UINT16 || kv->v.arr.elem_type == MK_GGUF_INT16 ? 2
+                               : kv->v.arr.elem_type == MK_GGUF_UINT64 || kv->v.arr.elem_type == MK_GGUF_INT64 ||
+                                       kv->v.arr.elem_type == MK_GGUF_FLOAT64
+                                   ? 8
+                                   : 4);
+            for (uint64_t j = 0; j < n; j++) sum += p[j];
         }
     }
     for (uint64_t i = 0; i < mk_gguf_tensor_count(g); i++) {
@@ -942,14 +963,12 @@ static uint64_t touch_all(const struct mk_gguf *g)
         MK_CHECK(t->offset % mk_gguf_alignment(g) == 0);
         MK_CHECK(mk_gguf_data_offset(g) + t->offset + t->n_bytes <= mk_gguf_file_size(g));
         const uint8_t *p = t->data;
-        for (uint64_t j = 0; j < t->n_bytes; j++)
-            sum += p[j];
+        for (uint64_t j = 0; j < t->n_bytes; j++) sum += p[j];
     }
     return sum;
 }
 
-static void parse_mutant(const uint8_t *data, size_t n, int *n_ok, int *n_err)
-{
+static void parse_mutant(const uint8_t *data, size_t n, int *n_ok, int *n_err) {
     uint8_t *copy = malloc(n ? n : 1);
     MK_ASSERT(copy);
     memcpy(copy, data, n);
@@ -971,9 +990,8 @@ static void parse_mutant(const uint8_t *data, size_t n, int *n_ok, int *n_err)
     free(copy);
 }
 
-static void test_truncation_sweep(void)
-{
-    struct buf b = {0};
+static void test_truncation_sweep(void) {
+    struct buf b = { 0 };
     build_valid(&b, 3);
     int n_ok = 0, n_err = 0;
     for (size_t len = 0; len < b.n; len++) {
@@ -995,19 +1013,20 @@ static void test_truncation_sweep(void)
     free(b.d);
 }
 
-static void test_corruption_sweeps(void)
-{
-    struct buf b = {0};
+static void test_corruption_sweeps(void) {
+    struct buf b = { 0 };
     build_valid(&b, 3);
     int n_ok = 0, n_err = 0;
     uint8_t *m = malloc(b.n);
     MK_ASSERT(m);
     /* Every byte set to boundary values. */
-    static const int vals[] = {0x00, 0xff, 0x7f, 0x80, 0x01, 0x20, -1, -2};
+    static const int vals[] = { 0x00, 0xff, 0x7f, 0x80, 0x01, 0x20, -1, -2 };
     for (size_t pos = 0; pos < b.n; pos++) {
         for (size_t v = 0; v < sizeof vals / sizeof vals[0]; v++) {
             memcpy(m, b.d, b.n);
-            m[pos] = vals[v] == -1 ? (uint8_t)(b.d[pos] + 1) : vals[v] == -2 ? (uint8_t)(b.d[pos] - 1) : (uint8_t)vals[v];
+            m[pos] = vals[v] == -1   ? (uint8_t)(b.d[pos] + 1)
+                     : vals[v] == -2 ? (uint8_t)(b.d[pos] - 1)
+                                     : (uint8_t)vals[v];
             parse_mutant(m, b.n, &n_ok, &n_err);
         }
     }
@@ -1034,24 +1053,21 @@ static void test_corruption_sweeps(void)
 
 /* ---- Writer ---- */
 
-static bool file_exists(const char *path)
-{
+static bool file_exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;
 }
 
-static void test_writer_round_trip(void)
-{
+static void test_writer_round_trip(void) {
     char path[512];
     tmp_path(path, sizeof path, "written.gguf");
     struct mk_gguf_writer *w = NULL;
     struct mk_error err;
     MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    if (!w)
-        return;
-    const char *toks[4] = {"<unk>", "", "\xe2\x96\x81the", "a b"};
-    float scores[4] = {0.0f, -1.5f, 2.25f, -1e30f};
-    int32_t types[4] = {2, 3, 1, 1};
+    if (!w) return;
+    const char *toks[4] = { "<unk>", "", "\xe2\x96\x81the", "a b" };
+    float scores[4] = { 0.0f, -1.5f, 2.25f, -1e30f };
+    int32_t types[4] = { 2, 3, 1, 1 };
     MK_CHECK(mk_gguf_writer_kv_str(w, "general.architecture", "llama") == MK_OK);
     MK_CHECK(mk_gguf_writer_kv_u32(w, "llama.block_count", 2) == MK_OK);
     MK_CHECK(mk_gguf_writer_kv_i32(w, "x.neg", -7) == MK_OK);
@@ -1067,12 +1083,9 @@ static void test_writer_round_trip(void)
         uint32_t type, n_dims;
         uint64_t ne[4];
     } ts[] = {
-        {"f32", MK_DTYPE_F32, 2, {5, 3}},
-        {"f16", MK_DTYPE_F16, 1, {7}},
-        {"bf16", MK_DTYPE_BF16, 3, {2, 3, 4}},
-        {"q8_0", MK_DTYPE_Q8_0, 2, {64, 3}},
-        {"q4_k", MK_DTYPE_Q4_K, 2, {256, 2}},
-        {"q6_k", MK_DTYPE_Q6_K, 4, {512, 1, 1, 2}},
+        { "f32", MK_DTYPE_F32, 2, { 5, 3 } },      { "f16", MK_DTYPE_F16, 1, { 7 } },
+        { "bf16", MK_DTYPE_BF16, 3, { 2, 3, 4 } }, { "q8_0", MK_DTYPE_Q8_0, 2, { 64, 3 } },
+        { "q4_k", MK_DTYPE_Q4_K, 2, { 256, 2 } },  { "q6_k", MK_DTYPE_Q6_K, 4, { 512, 1, 1, 2 } },
     };
     const size_t nt = sizeof ts / sizeof ts[0];
     uint64_t bytes[6];
@@ -1080,8 +1093,7 @@ static void test_writer_round_trip(void)
         MK_CHECK(mk_gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne) == MK_OK);
         const struct mk_dtype_info *info = mk_dtype_get(ts[i].type);
         uint64_t n = 1;
-        for (uint32_t d = 0; d < ts[i].n_dims; d++)
-            n *= ts[i].ne[d];
+        for (uint32_t d = 0; d < ts[i].n_dims; d++) n *= ts[i].ne[d];
         bytes[i] = n / info->block_size * info->type_size;
     }
     /* Stream each tensor in uneven pieces. */
@@ -1090,8 +1102,7 @@ static void test_writer_round_trip(void)
         uint64_t done = 0;
         while (done < bytes[i]) {
             size_t n = (size_t)((bytes[i] - done) < 77 ? (bytes[i] - done) : 77);
-            for (size_t j = 0; j < n; j++)
-                chunk[j] = (uint8_t)(i * 31 + done + j);
+            for (size_t j = 0; j < n; j++) chunk[j] = (uint8_t)(i * 31 + done + j);
             MK_CHECK(mk_gguf_writer_write_data(w, chunk, n) == MK_OK);
             done += n;
         }
@@ -1115,8 +1126,7 @@ static void test_writer_round_trip(void)
         MK_CHECK(kv && kv->type == MK_GGUF_BOOL && kv->v.u64 == 1);
         kv = mk_gguf_find_kv(g, "tokenizer.ggml.tokens");
         MK_CHECK(kv && kv->v.arr.n == 4);
-        for (int i = 0; kv && i < 4; i++)
-            MK_CHECK(mk_gguf_str_eq(kv->v.arr.strs[i], toks[i]));
+        for (int i = 0; kv && i < 4; i++) MK_CHECK(mk_gguf_str_eq(kv->v.arr.strs[i], toks[i]));
         kv = mk_gguf_find_kv(g, "tokenizer.ggml.scores");
         MK_CHECK(kv && kv->v.arr.n == 4 && memcmp(kv->v.arr.data, scores, sizeof scores) == 0);
         kv = mk_gguf_find_kv(g, "tokenizer.ggml.token_type");
@@ -1127,14 +1137,12 @@ static void test_writer_round_trip(void)
         for (size_t i = 0; i < nt; i++) {
             const struct mk_gguf_tensor *t = mk_gguf_tensor_at(g, i);
             MK_CHECK(mk_gguf_str_eq(t->name, ts[i].name) && t->type == ts[i].type && t->n_dims == ts[i].n_dims);
-            for (uint32_t d = 0; d < 4; d++)
-                MK_CHECK(t->ne[d] == (d < ts[i].n_dims ? ts[i].ne[d] : 1));
+            for (uint32_t d = 0; d < 4; d++) MK_CHECK(t->ne[d] == (d < ts[i].n_dims ? ts[i].ne[d] : 1));
             MK_CHECK(t->n_bytes == bytes[i] && t->offset == expect_off);
             expect_off += (bytes[i] + 31) / 32 * 32;
             const uint8_t *p = t->data;
             bool same = true;
-            for (uint64_t j = 0; j < bytes[i]; j++)
-                same &= p[j] == (uint8_t)(i * 31 + j);
+            for (uint64_t j = 0; j < bytes[i]; j++) same &= p[j] == (uint8_t)(i * 31 + j);
             MK_CHECK(same);
         }
         /* llama.cpp's layout: the file ends with the last tensor's padding. */
@@ -1144,13 +1152,12 @@ static void test_writer_round_trip(void)
     unlink(path);
 }
 
-static void test_writer_errors(void)
-{
+static void test_writer_errors(void) {
     char path[512];
     tmp_path(path, sizeof path, "bad.gguf");
     struct mk_gguf_writer *w = NULL;
     struct mk_error err;
-    uint64_t ne[2] = {32, 2};
+    uint64_t ne[2] = { 32, 2 };
 
     MK_CHECK(mk_gguf_writer_create("/nonexistent/dir/out.gguf", &w, &err) == MK_ERR_IO && w == NULL);
     MK_CHECK(strstr(err.msg, "/nonexistent/dir/out.gguf") != NULL);
@@ -1196,7 +1203,7 @@ static void test_writer_errors(void)
     MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "type q4_0 (2) is not supported by mk") != NULL);
     mk_gguf_writer_abort(w);
     MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    uint64_t ne_bad[1] = {33};
+    uint64_t ne_bad[1] = { 33 };
     MK_CHECK(mk_gguf_writer_add_tensor(w, "t", MK_DTYPE_Q8_0, 1, ne_bad) == MK_ERR_INVALID_ARG);
     MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "ne[0] = 33") != NULL);
     mk_gguf_writer_abort(w);
@@ -1211,7 +1218,7 @@ static void test_writer_errors(void)
     mk_gguf_writer_abort(w);
 
     /* A write that would cross into the next tensor. */
-    uint8_t data[512] = {0};
+    uint8_t data[512] = { 0 };
     MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
     MK_CHECK(mk_gguf_writer_add_tensor(w, "a", MK_DTYPE_F32, 2, ne) == MK_OK);
     MK_CHECK(mk_gguf_writer_add_tensor(w, "b", MK_DTYPE_F32, 2, ne) == MK_OK);
@@ -1245,7 +1252,7 @@ static void test_writer_errors(void)
     /* Custom alignment is honoured; an empty file is valid. */
     MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
     MK_CHECK(mk_gguf_writer_kv_u32(w, "general.alignment", 256) == MK_OK);
-    uint64_t ne1[1] = {3};
+    uint64_t ne1[1] = { 3 };
     MK_CHECK(mk_gguf_writer_add_tensor(w, "a", MK_DTYPE_F32, 1, ne1) == MK_OK);
     MK_CHECK(mk_gguf_writer_add_tensor(w, "b", MK_DTYPE_F32, 1, ne1) == MK_OK);
     MK_CHECK(mk_gguf_writer_write_data(w, data, 12) == MK_OK);
@@ -1272,15 +1279,13 @@ static void test_writer_errors(void)
 
 /* Re-emits g through the writer, in the same order; llama.cpp produced these files, so a byte
  * match shows the writer's layout is llama.cpp's. */
-static void rewrite_and_compare(const struct mk_gguf *g, const char *orig_path)
-{
+static void rewrite_and_compare(const struct mk_gguf *g, const char *orig_path) {
     char path[512];
     tmp_path(path, sizeof path, "rewrite.gguf");
     struct mk_gguf_writer *w = NULL;
     struct mk_error err;
     MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    if (!w)
-        return;
+    if (!w) return;
     bool ok = true;
     for (uint64_t i = 0; ok && i < mk_gguf_kv_count(g); i++) {
         const struct mk_gguf_kv *kv = mk_gguf_kv_at(g, i);
@@ -1300,18 +1305,16 @@ static void rewrite_and_compare(const struct mk_gguf *g, const char *orig_path)
             free(v);
         } else if (kv->type == MK_GGUF_ARRAY && kv->v.arr.elem_type == MK_GGUF_STRING) {
             char **v = calloc(kv->v.arr.n + 1, sizeof *v);
-            for (uint64_t j = 0; j < kv->v.arr.n; j++)
-                v[j] = strndup(kv->v.arr.strs[j].data, kv->v.arr.strs[j].len);
+            for (uint64_t j = 0; j < kv->v.arr.n; j++) v[j] = strndup(kv->v.arr.strs[j].data, kv->v.arr.strs[j].len);
             st = mk_gguf_writer_kv_arr_str(w, key, (const char *const *)v, kv->v.arr.n);
-            for (uint64_t j = 0; j < kv->v.arr.n; j++)
-                free(v[j]);
+            for (uint64_t j = 0; j < kv->v.arr.n; j++) free(v[j]);
             free(v);
-        } else if (kv->type == MK_GGUF_ARRAY && (kv->v.arr.elem_type == MK_GGUF_FLOAT32 ||
-                                                 kv->v.arr.elem_type == MK_GGUF_INT32)) {
+        } else if (kv->type == MK_GGUF_ARRAY &&
+                   (kv->v.arr.elem_type == MK_GGUF_FLOAT32 || kv->v.arr.elem_type == MK_GGUF_INT32)) {
             void *v = malloc(kv->v.arr.n * 4 + 4);
             memcpy(v, kv->v.arr.data, kv->v.arr.n * 4);
             st = kv->v.arr.elem_type == MK_GGUF_FLOAT32 ? mk_gguf_writer_kv_arr_f32(w, key, v, kv->v.arr.n)
-                                                       : mk_gguf_writer_kv_arr_i32(w, key, v, kv->v.arr.n);
+                                                        : mk_gguf_writer_kv_arr_i32(w, key, v, kv->v.arr.n);
             free(v);
         } else {
             fprintf(stderr, "%s: key %s has a type the writer lacks\n", orig_path, key);
@@ -1347,8 +1350,7 @@ static void rewrite_and_compare(const struct mk_gguf *g, const char *orig_path)
     /* Files without tensors written by gguf-py stop at the header; mk pads like llama.cpp's C
      * writer only when a data section follows, so those match exactly too. */
     bool same = a && b && a_n == b_n && memcmp(a, b, a_n) == 0;
-    if (!same)
-        fprintf(stderr, "%s: rewrite differs (%zu vs %zu bytes)\n", orig_path, a_n, b_n);
+    if (!same) fprintf(stderr, "%s: rewrite differs (%zu vs %zu bytes)\n", orig_path, a_n, b_n);
     MK_CHECK(same);
     free(a);
     free(b);
@@ -1361,18 +1363,17 @@ struct model_expect {
     uint64_t n_tokens;
 };
 
-static void test_models(void)
-{
+static void test_models(void) {
     const char *dir = mk_test_models_dir("stories260K-f32.gguf");
     if (!dir) {
         printf("SKIP: models dir not found (set MK_MODELS_DIR); real-file checks not run\n");
         return;
     }
     static const struct model_expect ex[] = {
-        {"stories260K-f32.gguf", 48, 19, 14176, 512},
-        {"llama-2-tiny-random.gguf", 12, 18, 724416, 32000},
-        {"ggml-vocab-llama-spm.gguf", 0, 22, 723872, 32000},
-        {"ggml-vocab-gpt-2.gguf", 0, 16, 1766816, 50257},
+        { "stories260K-f32.gguf", 48, 19, 14176, 512 },
+        { "llama-2-tiny-random.gguf", 12, 18, 724416, 32000 },
+        { "ggml-vocab-llama-spm.gguf", 0, 22, 723872, 32000 },
+        { "ggml-vocab-gpt-2.gguf", 0, 16, 1766816, 50257 },
     };
     for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++) {
         char path[1024];
@@ -1398,8 +1399,7 @@ static void test_models(void)
         MK_CHECK(whole && whole_n == mk_gguf_file_size(g));
         size_t hdr = whole_n < 20000 ? whole_n : 20000;
         int n_ok = 0, n_err = 0;
-        for (size_t len = 0; whole && len < hdr; len += (len < 4096 ? 1 : 7))
-            parse_mutant(whole, len, &n_ok, &n_err);
+        for (size_t len = 0; whole && len < hdr; len += (len < 4096 ? 1 : 7)) parse_mutant(whole, len, &n_ok, &n_err);
         MK_CHECK(n_ok == 0 && n_err > 0);
         free(whole);
         mk_gguf_close(g);
@@ -1410,8 +1410,7 @@ static void test_models(void)
     snprintf(path, sizeof path, "%s/stories260K-f32.gguf", dir);
     struct mk_gguf *g = NULL;
     struct mk_error err;
-    if (mk_gguf_open(path, &g, &err) != MK_OK)
-        return;
+    if (mk_gguf_open(path, &g, &err) != MK_OK) return;
     uint32_t u = 0;
     struct mk_gguf_str s;
     MK_CHECK(mk_gguf_get_str(g, "general.architecture", &s, &err) == MK_OK && mk_gguf_str_eq(s, "llama"));
@@ -1428,8 +1427,7 @@ static void test_models(void)
     mk_gguf_close(g);
 }
 
-int main(void)
-{
+int main(void) {
     test_header_cases();
     test_string_cases();
     test_value_cases();

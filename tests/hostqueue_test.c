@@ -11,16 +11,16 @@
 /* The fake device: the megakernel's side of the mailbox protocol. */
 struct fake_device {
     struct mk_mailbox *mb;
-    uint32_t hang_on_token;  /* a STEP with this token never answers */
-    uint32_t die;            /* the probe reports death once set */
+    uint32_t hang_on_token; /* a STEP with this token never answers */
+    uint32_t die;           /* the probe reports death once set */
     uint32_t steps_seen;
     uint32_t stopped;
-    uint32_t delay_us;       /* per step */
+    uint32_t delay_us; /* per step */
     pthread_t thread;
 };
 
 static void sleep_us(unsigned us) {
-    struct timespec ts = {(time_t)(us / 1000000u), (long)(us % 1000000u) * 1000};
+    struct timespec ts = { (time_t)(us / 1000000u), (long)(us % 1000000u) * 1000 };
     nanosleep(&ts, NULL);
 }
 
@@ -54,11 +54,14 @@ static enum mk_status fake_probe(void *ctx, struct mk_error *err) {
     return MK_OK;
 }
 
-static void fake_describe(void *ctx, char *buf, size_t n) { snprintf(buf, n, "block 7 waits on counter 3 for 12 (saw 11)"); }
+static void fake_describe(void *ctx, char *buf, size_t n) {
+    snprintf(buf, n, "block 7 waits on counter 3 for 12 (saw 11)");
+}
 
 static struct mk_hostqueue *start(struct fake_device *d, uint32_t watchdog_ms) {
     struct mk_hostqueue_params p = {
-        .cu = NULL, .watchdog_ms = watchdog_ms, .probe = fake_probe, .describe = fake_describe, .ctx = d, .what = "fake"};
+        .cu = NULL, .watchdog_ms = watchdog_ms, .probe = fake_probe, .describe = fake_describe, .ctx = d, .what = "fake"
+    };
     struct mk_hostqueue *q = NULL;
     struct mk_error err;
     if (mk_hostqueue_create(&p, &q, &err) != MK_OK) {
@@ -80,7 +83,7 @@ static void stop_hung(struct mk_hostqueue *q, struct fake_device *d) {
 }
 
 static void test_in_order(void) {
-    struct fake_device d = {.hang_on_token = 0xffffffffu};
+    struct fake_device d = { .hang_on_token = 0xffffffffu };
     struct mk_hostqueue *q = start(&d, 5000);
     for (int i = 0; i < 200; i++) {
         struct mk_step_cmd c = mk_test_step_cmd(100 + i, i);
@@ -119,9 +122,9 @@ static void *submitter_main(void *arg) {
 }
 
 static void test_concurrent_submitters(void) {
-    struct fake_device d = {.hang_on_token = 0xffffffffu};
+    struct fake_device d = { .hang_on_token = 0xffffffffu };
     struct mk_hostqueue *q = start(&d, 5000);
-    struct submitter s[3] = {{q, 1000, 0}, {q, 2000, 0}, {q, 3000, 0}};
+    struct submitter s[3] = { { q, 1000, 0 }, { q, 2000, 0 }, { q, 3000, 0 } };
     pthread_t t[3];
     for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, submitter_main, &s[i]);
     for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
@@ -139,7 +142,7 @@ static double now_ms(void) {
 }
 
 static void test_watchdog(void) {
-    struct fake_device d = {.hang_on_token = 7};
+    struct fake_device d = { .hang_on_token = 7 };
     struct mk_hostqueue *q = start(&d, 300);
     struct mk_step_cmd c = mk_test_step_cmd(5, 0);
     struct mk_hostqueue_result r;
@@ -176,7 +179,7 @@ static void test_watchdog(void) {
 }
 
 static void test_hang_command(void) {
-    struct fake_device d = {.hang_on_token = 0xffffffffu};
+    struct fake_device d = { .hang_on_token = 0xffffffffu };
     struct mk_hostqueue *q = start(&d, 200);
     struct mk_step_cmd c = mk_test_step_cmd(0, 0);
     c.cmd = MK_CMD_HANG;
@@ -187,7 +190,7 @@ static void test_hang_command(void) {
 }
 
 static void test_device_death(void) {
-    struct fake_device d = {.hang_on_token = 9};
+    struct fake_device d = { .hang_on_token = 9 };
     struct mk_hostqueue *q = start(&d, 10000);
     struct mk_step_cmd c = mk_test_step_cmd(9, 3);
     struct mk_hostqueue_result r;
@@ -205,7 +208,7 @@ static void test_device_death(void) {
 }
 
 static void test_device_error_code(void) {
-    struct fake_device d = {.hang_on_token = 11};
+    struct fake_device d = { .hang_on_token = 11 };
     struct mk_hostqueue *q = start(&d, 10000);
     struct mk_mailbox *mb = mk_hostqueue_mailbox(q);
     mb->error_arg = 42;
@@ -236,9 +239,9 @@ static void *slow_submit_main(void *arg) {
 
 static void test_cancel(void) {
     /* One slow step on the device, then a queued one that cancel must fail. */
-    struct fake_device d = {.hang_on_token = 0xffffffffu, .delay_us = 300000};
+    struct fake_device d = { .hang_on_token = 0xffffffffu, .delay_us = 300000 };
     struct mk_hostqueue *q = start(&d, 5000);
-    struct slow_submit a = {q, 1, MK_OK}, b = {q, 2, MK_OK};
+    struct slow_submit a = { q, 1, MK_OK }, b = { q, 2, MK_OK };
     pthread_t ta, tb;
     pthread_create(&ta, NULL, slow_submit_main, &a);
     while (__atomic_load_n(&d.steps_seen, __ATOMIC_RELAXED) == 0) sleep_us(1000);

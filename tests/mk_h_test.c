@@ -5,12 +5,12 @@
 #include "runtime/mk.h"
 
 static int failures;
-#define CHECK(c)                                                          \
-    do {                                                                  \
-        if (!(c)) {                                                       \
+#define CHECK(c)                                                                  \
+    do {                                                                          \
+        if (!(c)) {                                                               \
             fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-            failures++;                                                   \
-        }                                                                 \
+            failures++;                                                           \
+        }                                                                         \
     } while (0)
 
 int main(void) {

@@ -38,7 +38,7 @@ static struct mk_model *load_model(const char *dir, const char *file) {
     char path[1100];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     struct mk_model *m = NULL;
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     enum mk_status st = mk_model_load(path, &m, &err);
     if (st != MK_OK) fprintf(stderr, "load: %s\n", err.msg);
     MK_CHECK(st == MK_OK);
@@ -160,18 +160,18 @@ static void test_vocab_only(const char *dir) {
 
 /* A small valid llama (32 wide, FFN 64, 2 layers, 4 heads, 2 KV heads, 40 tokens) and one defect. */
 struct spec {
-    const char *arch;         /* general.architecture, default "llama" */
+    const char *arch;           /* general.architecture, default "llama" */
     uint32_t n_head, n_head_kv; /* default 4, 2 */
-    int block_count;          /* default 2 (tensors are always written for 2 layers) */
-    bool no_embd_key;         /* leave out llama.embedding_length */
-    bool tied;                /* leave out output.weight */
-    const char *skip;         /* tensor left out */
-    const char *reshape;      /* tensor whose last dim gets doubled */
-    const char *retype;       /* tensor written with type retype_to */
+    int block_count;            /* default 2 (tensors are always written for 2 layers) */
+    bool no_embd_key;           /* leave out llama.embedding_length */
+    bool tied;                  /* leave out output.weight */
+    const char *skip;           /* tensor left out */
+    const char *reshape;        /* tensor whose last dim gets doubled */
+    const char *retype;         /* tensor written with type retype_to */
     uint32_t retype_to;
-    const char *extra;        /* an extra 1-D tensor of 32 floats */
-    uint32_t n_tokens;        /* default 40 */
-    uint32_t bos;             /* default 1 */
+    const char *extra; /* an extra 1-D tensor of 32 floats */
+    uint32_t n_tokens; /* default 40 */
+    uint32_t bos;      /* default 1 */
 };
 
 static const char *build(const char *name, struct spec s) {
@@ -181,7 +181,7 @@ static const char *build(const char *name, struct spec s) {
     const uint32_t nh = s.n_head ? s.n_head : 4, nkv = s.n_head_kv ? s.n_head_kv : 2;
     const uint32_t kv = nkv * (e / 4), ntok = s.n_tokens ? s.n_tokens : nv;
     struct mk_gguf_writer *w = NULL;
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     if (mk_gguf_writer_create(path, &w, &err) != MK_OK) {
         fprintf(stderr, "writer: %s\n", err.msg);
         exit(1);
@@ -198,7 +198,7 @@ static const char *build(const char *name, struct spec s) {
     mk_gguf_writer_kv_f32(w, KEY("rope.freq_base"), 500000.0f);
 #undef KEY
     const char **toks = calloc(ntok, sizeof *toks);
-    char (*pool)[16] = calloc(ntok, 16);
+    char(*pool)[16] = calloc(ntok, 16);
     for (uint32_t i = 0; i < ntok; i++) {
         snprintf(pool[i], 16, "t%u", i);
         toks[i] = pool[i];
@@ -215,7 +215,7 @@ static const char *build(const char *name, struct spec s) {
         uint64_t ne[2];
     } ts[32];
     int n = 0;
-#define T1(nm, c) (snprintf(ts[n].name, 48, "%s", nm), ts[n].n_dims = 1, ts[n].ne[0] = c, ts[n].ne[1] = 1, n++)
+#define T1(nm, c)    (snprintf(ts[n].name, 48, "%s", nm), ts[n].n_dims = 1, ts[n].ne[0] = c, ts[n].ne[1] = 1, n++)
 #define T2(nm, c, r) (snprintf(ts[n].name, 48, "%s", nm), ts[n].n_dims = 2, ts[n].ne[0] = c, ts[n].ne[1] = r, n++)
     char nm[48];
     T2("token_embd.weight", e, nv);
@@ -262,7 +262,7 @@ static const char *build(const char *name, struct spec s) {
  * the needles. */
 static void expect_fail(const char *path, enum mk_status want, const char *needle1, const char *needle2) {
     struct mk_model *m = (struct mk_model *)&m; /* must be reset to NULL */
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     enum mk_status st = mk_model_load(path, &m, &err);
     printf("  %-40s -> %s: %s\n", strrchr(path, '/') + 1, mk_status_str(st), err.msg);
     MK_CHECK(st == want);
@@ -294,10 +294,10 @@ static void patch_type(const char *path, const char *name, uint32_t n_dims, uint
 
 static void test_synthetic(void) {
     struct mk_model *m = NULL;
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
 
     /* The valid base loads: every failure below is the defect's doing. */
-    const char *ok = build("valid", (struct spec){0});
+    const char *ok = build("valid", (struct spec){ 0 });
     enum mk_status st = mk_model_load(ok, &m, &err);
     if (st != MK_OK) fprintf(stderr, "valid: %s\n", err.msg);
     MK_CHECK(st == MK_OK);
@@ -310,7 +310,7 @@ static void test_synthetic(void) {
     }
 
     /* No output.weight: the head is the embedding. */
-    st = mk_model_load(build("tied", (struct spec){.tied = true}), &m, &err);
+    st = mk_model_load(build("tied", (struct spec){ .tied = true }), &m, &err);
     MK_CHECK(st == MK_OK);
     if (st == MK_OK) {
         MK_CHECK(m->cfg.tied_output && m->output.data == m->token_embd.data);
@@ -323,8 +323,8 @@ static void test_synthetic(void) {
     }
 
     /* A quantized matrix among f32 ones is fine. */
-    st = mk_model_load(build("mixed", (struct spec){.retype = "blk.1.attn_q.weight", .retype_to = MK_DTYPE_Q8_0}),
-                       &m, &err);
+    st = mk_model_load(build("mixed", (struct spec){ .retype = "blk.1.attn_q.weight", .retype_to = MK_DTYPE_Q8_0 }), &m,
+                       &err);
     MK_CHECK(st == MK_OK);
     if (st == MK_OK) {
         MK_CHECK(m->layers[1].wq.type == MK_DTYPE_Q8_0 && m->layers[1].wq.row_bytes == 34);
@@ -333,34 +333,34 @@ static void test_synthetic(void) {
     }
 
     printf("broken models:\n");
-    expect_fail(build("missing_tensor", (struct spec){.skip = "blk.1.ffn_up.weight"}), MK_ERR_FORMAT,
+    expect_fail(build("missing_tensor", (struct spec){ .skip = "blk.1.ffn_up.weight" }), MK_ERR_FORMAT,
                 "'blk.1.ffn_up.weight'", "missing");
-    expect_fail(build("missing_norm", (struct spec){.skip = "output_norm.weight"}), MK_ERR_FORMAT,
+    expect_fail(build("missing_norm", (struct spec){ .skip = "output_norm.weight" }), MK_ERR_FORMAT,
                 "'output_norm.weight'", "missing");
-    expect_fail(build("wrong_shape", (struct spec){.reshape = "blk.0.attn_k.weight"}), MK_ERR_FORMAT,
+    expect_fail(build("wrong_shape", (struct spec){ .reshape = "blk.0.attn_k.weight" }), MK_ERR_FORMAT,
                 "'blk.0.attn_k.weight' has shape [32, 32]", "expected [32, 16]");
-    expect_fail(build("wrong_norm_shape", (struct spec){.reshape = "blk.1.ffn_norm.weight"}), MK_ERR_FORMAT,
+    expect_fail(build("wrong_norm_shape", (struct spec){ .reshape = "blk.1.ffn_norm.weight" }), MK_ERR_FORMAT,
                 "'blk.1.ffn_norm.weight' has shape [64]", "expected [32]");
-    expect_fail(build("unsupported_arch", (struct spec){.arch = "falcon"}), MK_ERR_UNSUPPORTED,
+    expect_fail(build("unsupported_arch", (struct spec){ .arch = "falcon" }), MK_ERR_UNSUPPORTED,
                 "general.architecture", "'falcon'");
-    expect_fail(build("heads_not_dividing", (struct spec){.n_head = 5}), MK_ERR_FORMAT,
+    expect_fail(build("heads_not_dividing", (struct spec){ .n_head = 5 }), MK_ERR_FORMAT,
                 "llama.attention.head_count 5", "embedding_length 32");
-    expect_fail(build("kv_heads_not_dividing", (struct spec){.n_head_kv = 3}), MK_ERR_FORMAT,
+    expect_fail(build("kv_heads_not_dividing", (struct spec){ .n_head_kv = 3 }), MK_ERR_FORMAT,
                 "llama.attention.head_count_kv 3", "head_count 4");
-    expect_fail(build("f16_norm", (struct spec){.retype = "blk.0.attn_norm.weight", .retype_to = MK_DTYPE_F16}),
+    expect_fail(build("f16_norm", (struct spec){ .retype = "blk.0.attn_norm.weight", .retype_to = MK_DTYPE_F16 }),
                 MK_ERR_UNSUPPORTED, "'blk.0.attn_norm.weight'", "type f16");
     const char *q40 =
-        build("q4_0_matrix", (struct spec){.retype = "blk.1.ffn_gate.weight", .retype_to = MK_DTYPE_Q8_0});
+        build("q4_0_matrix", (struct spec){ .retype = "blk.1.ffn_gate.weight", .retype_to = MK_DTYPE_Q8_0 });
     patch_type(q40, "blk.1.ffn_gate.weight", 2, 2 /* ggml q4_0 */);
     expect_fail(q40, MK_ERR_UNSUPPORTED, "'blk.1.ffn_gate.weight'", "q4_0");
-    expect_fail(build("missing_key", (struct spec){.no_embd_key = true}), MK_ERR_FORMAT, "llama.embedding_length",
+    expect_fail(build("missing_key", (struct spec){ .no_embd_key = true }), MK_ERR_FORMAT, "llama.embedding_length",
                 "missing");
-    expect_fail(build("block_count_too_big", (struct spec){.block_count = 3}), MK_ERR_FORMAT, "block_count is 3",
+    expect_fail(build("block_count_too_big", (struct spec){ .block_count = 3 }), MK_ERR_FORMAT, "block_count is 3",
                 NULL);
-    expect_fail(build("vocab_mismatch", (struct spec){.n_tokens = 41}), MK_ERR_FORMAT, "41 tokens",
+    expect_fail(build("vocab_mismatch", (struct spec){ .n_tokens = 41 }), MK_ERR_FORMAT, "41 tokens",
                 "'token_embd.weight' has 40 rows");
-    expect_fail(build("bos_out_of_range", (struct spec){.bos = 40}), MK_ERR_FORMAT, "bos_token_id = 40", "40 tokens");
-    expect_fail(build("extra_tensor", (struct spec){.extra = "blk.0.attn_q.bias"}), MK_ERR_UNSUPPORTED,
+    expect_fail(build("bos_out_of_range", (struct spec){ .bos = 40 }), MK_ERR_FORMAT, "bos_token_id = 40", "40 tokens");
+    expect_fail(build("extra_tensor", (struct spec){ .extra = "blk.0.attn_q.bias" }), MK_ERR_UNSUPPORTED,
                 "'blk.0.attn_q.bias'", NULL);
 
     /* No file at all: the GGUF reader's error, naming the path. */

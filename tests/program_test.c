@@ -43,7 +43,7 @@ static int read_golden_ids(const char *dir, int32_t *ids, int cap) {
 /* Greedy decode from BOS on the executor, checking ids against golden and logits against ref. */
 static void run_executor(const struct mk_model *m, struct mk_backend *ref, const int32_t *golden, int n_golden,
                          uint32_t threads, enum mk_schedule sched, bool fuse) {
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_workers = threads;
     cp.n_ctx = 128;
@@ -92,7 +92,7 @@ static void run_executor(const struct mk_model *m, struct mk_backend *ref, const
 }
 
 static void expect_invalid(const struct mk_program *p, const char *what, const char *needle) {
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     enum mk_status st = mk_program_validate(p, &err);
     MK_CHECK_MSG(st != MK_OK, "validator accepted a program with %s", what);
     MK_CHECK_MSG(st == MK_OK || strstr(err.msg, needle), "validator message for %s lacks '%s': %s", what, needle,
@@ -107,7 +107,7 @@ static uint32_t find_op(const struct mk_program *p, uint32_t op, uint32_t nth) {
 }
 
 static void test_validator(const struct mk_model *m) {
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_workers = 3;
     cp.n_ctx = 64;
@@ -157,7 +157,7 @@ static void test_validator(const struct mk_model *m) {
     /* A barrier that waits for more tasks than come before it. */
     uint32_t first = find_op(p, MK_OP_NORM_QKV_ROPE, 0);
     saved = p->instrs[first];
-    p->instrs[first].wait[1] = (struct mk_wait){MK_COUNTER_ALL, p->n_tasks, p->task_base[first] + 1};
+    p->instrs[first].wait[1] = (struct mk_wait){ MK_COUNTER_ALL, p->n_tasks, p->task_base[first] + 1 };
     expect_invalid(p, "an oversized join", "come before it");
     p->instrs[first] = saved;
 
@@ -189,7 +189,7 @@ static void test_validator(const struct mk_model *m) {
 
 /* Every worker count from 1 to 130 must validate (the compiler's tiling changes with it). */
 static void test_worker_counts(const struct mk_model *m) {
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     for (uint32_t w = 1; w <= 130; w += 1) {
         struct mk_compile_params cp = mk_compile_default_params();
         cp.n_workers = w;
@@ -212,7 +212,7 @@ int main(void) {
     }
     char path[1100];
     snprintf(path, sizeof path, "%s/stories260K-f32.gguf", dir);
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     struct mk_model *m = NULL;
     if (mk_model_load(path, &m, &err) != MK_OK) {
         fprintf(stderr, "FAIL: load %s: %s\n", path, err.msg);
@@ -221,13 +221,13 @@ int main(void) {
     int32_t golden[64];
     int n_golden = read_golden_ids(dir, golden, 64);
     MK_CHECK_MSG(n_golden == 60, "read %d golden ids from the README, want 60", n_golden);
-    struct mk_backend_params bp = {0};
+    struct mk_backend_params bp = { 0 };
     bp.kind = MK_BACKEND_REF;
     bp.n_ctx = 128;
     struct mk_backend *ref = NULL;
     MK_CHECK_MSG(mk_backend_create_ref(m, &bp, &ref, &err) == MK_OK, "ref backend: %s", err.msg);
     if (ref && n_golden == 60) {
-        uint32_t counts[] = {1, 2, 3, 7, 64};
+        uint32_t counts[] = { 1, 2, 3, 7, 64 };
         for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
             run_executor(m, ref, golden, n_golden, counts[i], MK_SCHED_DYNAMIC, false);
         run_executor(m, ref, golden, n_golden, 3, MK_SCHED_STATIC, false);

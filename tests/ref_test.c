@@ -131,8 +131,8 @@ static void test_requantized(void) {
         return;
     }
     snprintf(src, sizeof src, "%s/stories260K-f32.gguf", g_models);
-    const char *types[] = {"f16", "bf16", "q8_0"};
-    const enum mk_dtype want[] = {MK_DTYPE_F16, MK_DTYPE_BF16, MK_DTYPE_Q8_0};
+    const char *types[] = { "f16", "bf16", "q8_0" };
+    const enum mk_dtype want[] = { MK_DTYPE_F16, MK_DTYPE_BF16, MK_DTYPE_Q8_0 };
     for (size_t ti = 0; ti < 3; ti++) {
         char dst[4300];
         snprintf(dst, sizeof dst, "%s/stories260K-%s.gguf", dirbuf, types[ti]);
@@ -156,8 +156,8 @@ static void test_requantized(void) {
             while (same_prefix < n && ids[same_prefix] == mk_test_golden_ids[same_prefix]) same_prefix++;
             int same_at = 0;
             for (int i = 0; i < n; i++) same_at += ids[i] == mk_test_golden_ids[i];
-            printf("stories260K %s: first %d of 60 greedy ids equal the f32 golden ones (%d positions agree)\n", types[ti],
-                   same_prefix, same_at);
+            printf("stories260K %s: first %d of 60 greedy ids equal the f32 golden ones (%d positions agree)\n",
+                   types[ti], same_prefix, same_at);
             char label[64];
             snprintf(label, sizeof label, "stories260K %s greedy text", types[ti]);
             print_text(label, m, ids, n);

@@ -39,7 +39,7 @@ static int test_cmp_rank(const void *a, const void *b) {
 
 /* The heap selection equals a full sort's prefix, ties (many equal logits) included. */
 static void test_top_k_matches_sort(void) {
-    const int sizes[] = {1, 2, 7, 100, 1500, 5000};
+    const int sizes[] = { 1, 2, 7, 100, 1500, 5000 };
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         int vocab = sizes[si];
         float *l = malloc(sizeof(float) * vocab);
@@ -47,13 +47,14 @@ static void test_top_k_matches_sort(void) {
         for (int trial = 0; trial < 4; trial++) {
             for (int i = 0; i < vocab; i++) {
                 /* trial 0/1: few distinct values (ties everywhere); 2: increasing; 3: wide spread */
-                l[i] = trial < 2 ? (float)(test_rand() % 5) : trial == 2 ? (float)i * 0.01f
-                                                                        : (float)(test_rand() % 100000) * 1e-3f - 50.0f;
+                l[i] = trial < 2    ? (float)(test_rand() % 5)
+                       : trial == 2 ? (float)i * 0.01f
+                                    : (float)(test_rand() % 100000) * 1e-3f - 50.0f;
                 order[i] = i;
             }
             g_sort_logits = l;
             qsort(order, (size_t)vocab, sizeof *order, test_cmp_rank);
-            const int ks[] = {1, 3, 40, 1024, vocab};
+            const int ks[] = { 1, 3, 40, 1024, vocab };
             for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
                 int k = ks[ki] < vocab ? ks[ki] : vocab;
                 if (k > MK_SAMPLE_MAX_CAND) k = MK_SAMPLE_MAX_CAND;
@@ -82,13 +83,13 @@ static void test_cand_count(void) {
 }
 
 static void test_greedy(void) {
-    float l[6] = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f, 3.0f};
+    float l[6] = { 1.0f, 3.0f, -2.0f, 3.0f, 0.5f, 3.0f };
     MK_CHECK(mk_sample_argmax(l, 6) == 1);
     struct mk_step_cmd c = test_cmd(0.0f, 40, 0.95f, 0.05f, 7, 3);
     MK_CHECK(mk_sample_token(l, 6, &c) == 1);
     c.temperature = -1.0f;
     MK_CHECK(mk_sample_token(l, 6, &c) == 1);
-    float neg[3] = {-5.0f, -1.0f, -1.0f};
+    float neg[3] = { -5.0f, -1.0f, -1.0f };
     c.temperature = 0.0f;
     MK_CHECK(mk_sample_token(neg, 3, &c) == 1);
 }
@@ -173,7 +174,7 @@ static void test_softmax(const float *l, int vocab, double temp, const int *keep
 
 static void test_distributions(void) {
     enum { V = 12 };
-    float l[V] = {2.0f, 1.5f, 1.2f, 0.3f, 0.0f, -0.4f, -1.0f, 1.9f, -2.5f, 0.8f, 0.8f, -0.1f};
+    float l[V] = { 2.0f, 1.5f, 1.2f, 0.3f, 0.0f, -0.4f, -1.0f, 1.9f, -2.5f, 0.8f, 0.8f, -0.1f };
     int keep[V];
     double p[V];
 
@@ -194,7 +195,7 @@ static void test_distributions(void) {
         for (int i = 0; i < V; i++) keep[i] = 1;
         test_softmax(l, V, 1.0, keep, q);
         /* ranks: 0 (.2407), 7 (.2178), 1 (.1460), 2 (.1081), 9, 10 (.0725 each), ... */
-        const int rank[] = {0, 7, 1, 2, 9, 10};
+        const int rank[] = { 0, 7, 1, 2, 9, 10 };
         double cum = 0.0;
         int n_keep = 0;
         for (int r = 0; r < 6; r++) {

@@ -13,8 +13,7 @@ int mk_test_failures;
 /* Atomic because some tests check from several threads. */
 static void mk_test_count_failure(void) { __atomic_add_fetch(&mk_test_failures, 1, __ATOMIC_RELAXED); }
 
-void mk_test_fail_at(const char *file, int line, const char *fmt, ...)
-{
+void mk_test_fail_at(const char *file, int line, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -24,8 +23,7 @@ void mk_test_fail_at(const char *file, int line, const char *fmt, ...)
     mk_test_count_failure();
 }
 
-void mk_test_fail(const char *fmt, ...)
-{
+void mk_test_fail(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
@@ -34,8 +32,7 @@ void mk_test_fail(const char *fmt, ...)
     mk_test_count_failure();
 }
 
-int mk_test_finish(const char *name)
-{
+int mk_test_finish(const char *name) {
     int n = __atomic_load_n(&mk_test_failures, __ATOMIC_RELAXED);
     if (n) {
         fprintf(stderr, "%s: %d check(s) failed\n", name, n);
@@ -45,16 +42,13 @@ int mk_test_finish(const char *name)
     return 0;
 }
 
-const char *mk_test_models_dir(const char *probe_file)
-{
-    const char *cands[] = {getenv("MK_MODELS_DIR"), "../shared/models"};
+const char *mk_test_models_dir(const char *probe_file) {
+    const char *cands[] = { getenv("MK_MODELS_DIR"), "../shared/models" };
     for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++) {
-        if (!cands[i] || !cands[i][0])
-            continue;
+        if (!cands[i] || !cands[i][0]) continue;
         char probe[4200];
         snprintf(probe, sizeof probe, "%s/%s", cands[i], probe_file);
-        if (access(probe, R_OK) == 0)
-            return cands[i];
+        if (access(probe, R_OK) == 0) return cands[i];
     }
     /* CI sets MK_REQUIRE_MODELS=1 so that a broken models path fails instead of skipping. */
     const char *req = getenv("MK_REQUIRE_MODELS");
@@ -72,33 +66,27 @@ const int32_t mk_test_golden_ids[60] = {
     266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415,
 };
 
-const double mk_test_golden_logits[5] = {-6.222914, 8.404342, -6.223739, -6.222544, -6.221953};
+const double mk_test_golden_logits[5] = { -6.222914, 8.404342, -6.223739, -6.222544, -6.221953 };
 
-const char *mk_test_tmp_base(void)
-{
+const char *mk_test_tmp_base(void) {
     const char *t = getenv("TEST_TMPDIR");
     return t && t[0] ? t : "/tmp";
 }
 
-char *mk_test_make_tmp_dir(char *buf, size_t cap, const char *prefix)
-{
+char *mk_test_make_tmp_dir(char *buf, size_t cap, const char *prefix) {
     snprintf(buf, cap, "%s/%sXXXXXX", mk_test_tmp_base(), prefix);
     return mkdtemp(buf);
 }
 
-void mk_test_remove_tree(const char *dir)
-{
+void mk_test_remove_tree(const char *dir) {
     char cmd[4300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
-void *mk_test_read_file(const char *path, size_t *n)
-{
+void *mk_test_read_file(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
+    if (!f) return NULL;
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap + 1);
     while (buf) {
@@ -113,8 +101,7 @@ void *mk_test_read_file(const char *path, size_t *n)
             cap *= 2;
         }
         size_t r = fread(buf + len, 1, cap - len, f);
-        if (r == 0)
-            break;
+        if (r == 0) break;
         len += r;
     }
     if (buf && ferror(f)) {
@@ -122,28 +109,23 @@ void *mk_test_read_file(const char *path, size_t *n)
         buf = NULL;
     }
     fclose(f);
-    if (!buf)
-        return NULL;
+    if (!buf) return NULL;
     buf[len] = '\0';
     *n = len;
     return buf;
 }
 
-double mk_test_rel_err(const float *a, const float *b, size_t n)
-{
+double mk_test_rel_err(const float *a, const float *b, size_t n) {
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);
-        if (isnan(d) || d > num)
-            num = d; /* once NaN, stays NaN */
-        if (fabs((double)b[i]) > den)
-            den = fabs((double)b[i]);
+        if (isnan(d) || d > num) num = d; /* once NaN, stays NaN */
+        if (fabs((double)b[i]) > den) den = fabs((double)b[i]);
     }
     return den > 0.0 ? num / den : num;
 }
 
-struct mk_step_cmd mk_test_step_cmd(int32_t token, int32_t pos)
-{
+struct mk_step_cmd mk_test_step_cmd(int32_t token, int32_t pos) {
     struct mk_step_cmd c;
     memset(&c, 0, sizeof c);
     c.cmd = MK_CMD_STEP;

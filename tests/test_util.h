@@ -12,15 +12,15 @@ extern int mk_test_failures;
 
 /* Counts a failure and prints "file:line: check failed: cond" to stderr (tools/gpu_check.sh keeps
  * the lines that say "check failed"). */
-#define MK_CHECK(cond)                                                                                  \
-    do {                                                                                                \
-        if (!(cond)) mk_test_fail_at(__FILE__, __LINE__, "%s", #cond);                                  \
+#define MK_CHECK(cond)                                                 \
+    do {                                                               \
+        if (!(cond)) mk_test_fail_at(__FILE__, __LINE__, "%s", #cond); \
     } while (0)
 
 /* MK_CHECK with a printf-style message in place of the condition's text. */
-#define MK_CHECK_MSG(cond, ...)                                                                         \
-    do {                                                                                                \
-        if (!(cond)) mk_test_fail_at(__FILE__, __LINE__, __VA_ARGS__);                                  \
+#define MK_CHECK_MSG(cond, ...)                                        \
+    do {                                                               \
+        if (!(cond)) mk_test_fail_at(__FILE__, __LINE__, __VA_ARGS__); \
     } while (0)
 
 /* Counts a failure and prints "file:line: check failed: <message>" to stderr. */

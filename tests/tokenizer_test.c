@@ -13,10 +13,9 @@ struct loaded {
     struct mk_tokenizer *tok;
 };
 
-static int load(const char *dir, const char *file, struct loaded *l)
-{
+static int load(const char *dir, const char *file, struct loaded *l) {
     char path[4096];
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     snprintf(path, sizeof path, "%s/%s", dir, file);
     memset(l, 0, sizeof *l);
     if (mk_model_load(path, &l->model, &err) != MK_OK) {
@@ -31,15 +30,13 @@ static int load(const char *dir, const char *file, struct loaded *l)
     return 0;
 }
 
-static void unload(struct loaded *l)
-{
+static void unload(struct loaded *l) {
     mk_tokenizer_free(l->tok);
     mk_model_free(l->model);
 }
 
 /* Encodes into a fresh array; *n gets the count. Checks the needed-count contract on the way. */
-static int32_t *encode(const struct mk_tokenizer *t, const char *s, size_t len, bool bos, bool special, size_t *n)
-{
+static int32_t *encode(const struct mk_tokenizer *t, const char *s, size_t len, bool bos, bool special, size_t *n) {
     int64_t need = mk_tokenizer_encode(t, s, len, bos, special, NULL, 0);
     MK_CHECK(need >= 0);
     if (need < 0) {
@@ -53,8 +50,7 @@ static int32_t *encode(const struct mk_tokenizer *t, const char *s, size_t len, 
     return ids;
 }
 
-static char *decode(const struct mk_tokenizer *t, const int32_t *ids, size_t n, size_t *len)
-{
+static char *decode(const struct mk_tokenizer *t, const int32_t *ids, size_t n, size_t *len) {
     size_t need = mk_tokenizer_decode(t, ids, n, NULL, 0);
     char *out = malloc(need + 1);
     size_t got = mk_tokenizer_decode(t, ids, n, out, need + 1);
@@ -65,8 +61,7 @@ static char *decode(const struct mk_tokenizer *t, const int32_t *ids, size_t n, 
 }
 
 /* Encodes s (without special tokens) and decodes the ids: true when that gives s back. */
-static bool round_trips(const struct mk_tokenizer *t, const char *s, size_t len, bool bos)
-{
+static bool round_trips(const struct mk_tokenizer *t, const char *s, size_t len, bool bos) {
     size_t n, dlen;
     int32_t *ids = encode(t, s, len, bos, false, &n);
     char *text = decode(t, ids, n, &dlen);
@@ -76,21 +71,17 @@ static bool round_trips(const struct mk_tokenizer *t, const char *s, size_t len,
     return ok;
 }
 
-static void print_ids(const char *label, const int32_t *ids, size_t n)
-{
+static void print_ids(const char *label, const int32_t *ids, size_t n) {
     fprintf(stderr, "  %s:", label);
-    for (size_t i = 0; i < n; i++)
-        fprintf(stderr, " %d", ids[i]);
+    for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
     fprintf(stderr, "\n");
 }
 
 /* Runs llama.cpp's test-tokenizer-0 vectors for one vocab: ids must match exactly and decoding
  * must give the input back. */
-static void test_vectors(const char *dir, const char *vocab)
-{
+static void test_vectors(const char *dir, const char *vocab) {
     struct loaded l;
-    if (load(dir, vocab, &l) != 0)
-        return;
+    if (load(dir, vocab, &l) != 0) return;
     char path[4096];
     size_t inp_len, out_len;
     snprintf(path, sizeof path, "%s/%s.inp", dir, vocab);
@@ -112,24 +103,20 @@ static void test_vectors(const char *dir, const char *vocab)
     char *line = outp;
     while (p < end) {
         const char *s = memmem(p, (size_t)(end - p), sep, sep_len);
-        if (!s)
-            break; /* the file ends with a separator */
+        if (!s) break; /* the file ends with a separator */
         size_t slen = (size_t)(s - p);
 
         char *nl = strchr(line, '\n');
         MK_CHECK(nl != NULL);
-        if (!nl)
-            break;
+        if (!nl) break;
         *nl = '\0';
         int32_t want[1024];
         size_t n_want = 0;
         for (char *q = line; *q;) {
             char *e;
             long v = strtol(q, &e, 10);
-            if (e == q)
-                break;
-            if (n_want < 1024)
-                want[n_want++] = (int32_t)v;
+            if (e == q) break;
+            if (n_want < 1024) want[n_want++] = (int32_t)v;
             q = e;
         }
         line = nl + 1;
@@ -145,8 +132,7 @@ static void test_vectors(const char *dir, const char *vocab)
                          ids_ok ? "ok" : "differ", text_ok ? "ok" : "differs");
             print_ids("want", want, n_want);
             print_ids("got ", got, n_got);
-            if (!text_ok)
-                fprintf(stderr, "  text: \"%s\"\n", text);
+            if (!text_ok) fprintf(stderr, "  text: \"%s\"\n", text);
         }
         n_ids_ok += ids_ok;
         n_text_ok += text_ok;
@@ -178,11 +164,9 @@ static void test_vectors(const char *dir, const char *vocab)
     unload(&l);
 }
 
-static void test_stories(const char *dir)
-{
+static void test_stories(const char *dir) {
     struct loaded l;
-    if (load(dir, "stories260K-f32.gguf", &l) != 0)
-        return;
+    if (load(dir, "stories260K-f32.gguf", &l) != 0) return;
     const struct mk_tokenizer *t = l.tok;
     MK_CHECK(mk_tokenizer_n_vocab(t) == 512);
     MK_CHECK(mk_tokenizer_bos(t) == 1);
@@ -190,7 +174,7 @@ static void test_stories(const char *dir)
     MK_CHECK(strcmp(mk_tokenizer_kind(t), "llama") == 0);
 
     const char *prompt = "Once upon a time";
-    const int32_t want[] = {1, 403, 407, 261, 378};
+    const int32_t want[] = { 1, 403, 407, 261, 378 };
     size_t n;
     int32_t *ids = encode(t, prompt, strlen(prompt), true, false, &n);
     MK_CHECK(n == 5 && memcmp(ids, want, sizeof want) == 0);
@@ -213,12 +197,12 @@ static void test_stories(const char *dir)
     MK_CHECK(pn == 5 && memcmp(piece, " u", 2) == 0);
 
     /* A capped encode writes only cap ids but reports the full count. */
-    int32_t few[3] = {-7, -7, -7};
+    int32_t few[3] = { -7, -7, -7 };
     MK_CHECK(mk_tokenizer_encode(t, prompt, strlen(prompt), true, false, few, 2) == 5);
     MK_CHECK(few[0] == 1 && few[1] == 403 && few[2] == -7);
 
     /* The golden greedy continuation decodes to the documented text. */
-    const int32_t gen[] = {403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426};
+    const int32_t gen[] = { 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426 };
     text = decode(t, gen, sizeof gen / sizeof gen[0], &dlen);
     const char *gen_text = "Once upon a time, there was a little girl named Lily.";
     MK_CHECK(dlen == strlen(gen_text) && memcmp(text, gen_text, dlen) == 0);
@@ -243,26 +227,22 @@ static void test_stories(const char *dir)
     unload(&l);
 }
 
-static bool contains(const int32_t *ids, size_t n, int32_t id)
-{
+static bool contains(const int32_t *ids, size_t n, int32_t id) {
     for (size_t i = 0; i < n; i++)
-        if (ids[i] == id)
-            return true;
+        if (ids[i] == id) return true;
     return false;
 }
 
-static void test_llama_special(const char *dir)
-{
+static void test_llama_special(const char *dir) {
     struct loaded l;
-    if (load(dir, "ggml-vocab-llama-spm.gguf", &l) != 0)
-        return;
+    if (load(dir, "ggml-vocab-llama-spm.gguf", &l) != 0) return;
     const struct mk_tokenizer *t = l.tok;
     const char *s = "<s>Hello world</s>";
     size_t n, dlen;
 
     /* Parsed: BOS and EOS ids, and the text after <s> gets the dummy prefix again. */
     int32_t *ids = encode(t, s, strlen(s), false, true, &n);
-    const int32_t want[] = {1, 15043, 3186, 2};
+    const int32_t want[] = { 1, 15043, 3186, 2 };
     MK_CHECK(n == 4 && memcmp(ids, want, sizeof want) == 0);
     print_ids("llama-spm parse_special \"<s>Hello world</s>\"", ids, n);
     char *text = decode(t, ids, n, &dlen);
@@ -281,7 +261,7 @@ static void test_llama_special(const char *dir)
 
     /* BOS first, then the same tokens as without it. */
     ids = encode(t, "Hello world", 11, true, false, &n);
-    const int32_t want_bos[] = {1, 15043, 3186};
+    const int32_t want_bos[] = { 1, 15043, 3186 };
     MK_CHECK(n == 3 && memcmp(ids, want_bos, sizeof want_bos) == 0);
     free(ids);
 
@@ -310,26 +290,23 @@ static void test_llama_special(const char *dir)
             unsigned r = (unsigned)(rng >> 56);
             buf[i] = (char)(iter % 3 == 0 ? r : iter % 3 == 1 ? (r % 96) + 32 : (r & 1 ? 0xe2 : r));
         }
-        if (memmem(buf, len, "\xe2\x96\x81", 3))
-            continue;
+        if (memmem(buf, len, "\xe2\x96\x81", 3)) continue;
         bad_rt += !round_trips(t, buf, len, iter & 1);
     }
     MK_CHECK(bad_rt == 0);
     unload(&l);
 }
 
-static void test_gpt2_special(const char *dir)
-{
+static void test_gpt2_special(const char *dir) {
     struct loaded l;
-    if (load(dir, "ggml-vocab-gpt-2.gguf", &l) != 0)
-        return;
+    if (load(dir, "ggml-vocab-gpt-2.gguf", &l) != 0) return;
     const struct mk_tokenizer *t = l.tok;
     MK_CHECK(strcmp(mk_tokenizer_kind(t), "gpt2") == 0);
     MK_CHECK(mk_tokenizer_bos(t) == 50256 && mk_tokenizer_eos(t) == 50256);
     const char *s = "Hello<|endoftext|> world";
     size_t n, dlen;
     int32_t *ids = encode(t, s, strlen(s), false, true, &n);
-    const int32_t want[] = {15496, 50256, 995};
+    const int32_t want[] = { 15496, 50256, 995 };
     MK_CHECK(n == 3 && memcmp(ids, want, sizeof want) == 0);
     print_ids("gpt-2 parse_special \"Hello<|endoftext|> world\"", ids, n);
     char *text = decode(t, ids, n, &dlen);
@@ -352,23 +329,29 @@ static void test_gpt2_special(const char *dir)
         int32_t ids[40];
         size_t n;
     } uni[] = {
-        {"\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82\xe3\x80\x80\xe3\x80\x80\xd0\xbc\xd0\xb8\xd1\x80  123",
-         {140, 253, 21169, 18849, 38857, 16843, 20375, 5099, 222, 5099, 222, 43108, 18849, 21169, 220, 17031}, 16},
-        {"\xe0\xa4\xa8\xe0\xa4\xae\xe0\xa4\xb8\xe0\xa5\x8d\xe0\xa4\xa4\xe0\xa5\x87 "
-         "\xe0\xa4\xa6\xe0\xa5\x81\xe0\xa4\xa8\xe0\xa4\xbf\xe0\xa4\xaf\xe0\xa4\xbe "
-         "\xd9\xa3\xd9\xa4\xd9\xa5 x\xc2\xa0y",
-         {11976, 101, 11976, 106, 11976, 116, 24231, 235, 11976, 97, 24231, 229, 28225, 99, 24231, 223,
-          11976, 101, 11976, 123, 11976, 107, 48077, 18923, 96, 149, 97, 149, 98, 2124, 1849, 88}, 32},
-        {"\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 \xe2\x80\x83\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e "
-         "\xef\xbc\xa1\xef\xbc\xa2\xef\xbc\xa3\xef\xbc\x91\xef\xbc\x92\xef\xbc\x93",
-         {47991, 250, 166, 113, 255, 168, 244, 112, 220, 447, 225, 33768, 98, 17312, 105, 45739, 252, 27332,
-          120, 94, 171, 120, 95, 171, 120, 96, 171, 120, 239, 171, 120, 240, 171, 120, 241}, 35},
-        {"\xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d 'll \xd7\xa2\xd7\x95\xd7\x9c\xd7\x9d\xe2\x80\xa8\xe2\x80\xa8" "a "
-         "\xce\xa9\xe2\x89\x88 \xf0\x9d\x90\x80\xf0\x9d\x90\x81",
-         {50227, 40010, 27072, 147, 251, 705, 297, 14360, 95, 27072, 40010, 147, 251, 447, 101, 447, 101, 64,
-          7377, 102, 35705, 230, 220, 47728, 238, 222, 47728, 238, 223}, 29},
-        {"x\xd9\xa3'll \xef\xbc\x92's \xf0\x9d\x9f\xa4'd",
-         {87, 149, 96, 1183, 27332, 120, 240, 338, 220, 47728, 253, 97, 1549}, 13},
+        { "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82\xe3\x80\x80\xe3\x80\x80\xd0\xbc\xd0\xb8\xd1\x80  123",
+          { 140, 253, 21169, 18849, 38857, 16843, 20375, 5099, 222, 5099, 222, 43108, 18849, 21169, 220, 17031 },
+          16 },
+        { "\xe0\xa4\xa8\xe0\xa4\xae\xe0\xa4\xb8\xe0\xa5\x8d\xe0\xa4\xa4\xe0\xa5\x87 "
+          "\xe0\xa4\xa6\xe0\xa5\x81\xe0\xa4\xa8\xe0\xa4\xbf\xe0\xa4\xaf\xe0\xa4\xbe "
+          "\xd9\xa3\xd9\xa4\xd9\xa5 x\xc2\xa0y",
+          { 11976, 101, 11976, 106, 11976, 116, 24231, 235,   11976, 97,  24231, 229, 28225, 99,   24231, 223,
+            11976, 101, 11976, 123, 11976, 107, 48077, 18923, 96,    149, 97,    149, 98,    2124, 1849,  88 },
+          32 },
+        { "\xed\x95\x9c\xea\xb5\xad\xec\x96\xb4 \xe2\x80\x83\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e "
+          "\xef\xbc\xa1\xef\xbc\xa2\xef\xbc\xa3\xef\xbc\x91\xef\xbc\x92\xef\xbc\x93",
+          { 47991, 250, 166, 113, 255, 168, 244, 112, 220, 447, 225, 33768, 98,  17312, 105, 45739, 252, 27332,
+            120,   94,  171, 120, 95,  171, 120, 96,  171, 120, 239, 171,   120, 240,   171, 120,   241 },
+          35 },
+        { "\xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d 'll \xd7\xa2\xd7\x95\xd7\x9c\xd7\x9d\xe2\x80\xa8\xe2\x80\xa8"
+          "a "
+          "\xce\xa9\xe2\x89\x88 \xf0\x9d\x90\x80\xf0\x9d\x90\x81",
+          { 50227, 40010, 27072, 147,  251, 705,   297, 14360, 95,    27072, 40010, 147,   251, 447, 101,
+            447,   101,   64,    7377, 102, 35705, 230, 220,   47728, 238,   222,   47728, 238, 223 },
+          29 },
+        { "x\xd9\xa3'll \xef\xbc\x92's \xf0\x9d\x9f\xa4'd",
+          { 87, 149, 96, 1183, 27332, 120, 240, 338, 220, 47728, 253, 97, 1549 },
+          13 },
     };
     for (size_t c = 0; c < sizeof uni / sizeof uni[0]; c++) {
         ids = encode(t, uni[c].text, strlen(uni[c].text), false, false, &n);
@@ -401,14 +384,13 @@ static void test_gpt2_special(const char *dir)
     unload(&l);
 }
 
-static void test_create_errors(void)
-{
+static void test_create_errors(void) {
     struct mk_vocab_data v;
     memset(&v, 0, sizeof v);
     struct mk_tokenizer *t = (struct mk_tokenizer *)1;
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     strcpy(v.model, "bert");
-    struct mk_gguf_str toks[2] = {{1, "a"}, {1, "b"}};
+    struct mk_gguf_str toks[2] = { { 1, "a" }, { 1, "b" } };
     v.tokens = toks;
     v.n_tokens = 2;
     v.bos = v.eos = v.unk = -1;
@@ -423,9 +405,13 @@ static void test_create_errors(void)
     MK_CHECK(mk_tokenizer_create(&v, &t, &err) == MK_ERR_FORMAT);
 
     /* A tiny SPM vocab without byte tokens: unknown characters become unk. */
-    struct mk_gguf_str small[] = {{5, "<unk>"}, {3, "\xe2\x96\x81"}, {1, "a"}, {4, "\xe2\x96\x81" "a"}};
-    float scores[] = {0, -1, -2, -0.5f};
-    int32_t types[] = {2, 1, 1, 1};
+    struct mk_gguf_str small[] = { { 5, "<unk>" },
+                                   { 3, "\xe2\x96\x81" },
+                                   { 1, "a" },
+                                   { 4, "\xe2\x96\x81"
+                                        "a" } };
+    float scores[] = { 0, -1, -2, -0.5f };
+    int32_t types[] = { 2, 1, 1, 1 };
     v.tokens = small;
     v.scores = scores;
     v.types = types;
@@ -438,8 +424,7 @@ static void test_create_errors(void)
     mk_tokenizer_free(t);
 }
 
-int main(void)
-{
+int main(void) {
     test_create_errors();
     const char *dir = mk_test_models_dir("ggml-vocab-llama-spm.gguf");
     if (!dir) {

@@ -36,14 +36,13 @@ struct mk_bench_row {
 };
 
 static void mk_bench_usage(FILE *f) {
-    fprintf(f,
-            "usage: mk bench [-m FILE] [--backend all|ref,cpu,megakernel,perop,graph] [-n 128] [--ctx 512]\n"
-            "                [--threads N] [--preset llama-1b,llama-8b] [--dtype bf16] [--json]\n"
-            "  Times -n greedy decode steps (tg<n>) from an empty context on each backend and prints\n"
-            "  ms/token p50 and p99, tokens/s, the weight bandwidth achieved (weight bytes per token over\n"
-            "  the p50 time) and its ratio to the read bandwidth the same run measures on that device.\n"
-            "  Without -m it generates synthetic presets (cached in $TMPDIR) and benchmarks them.\n"
-            "  'all' means every GPU backend when a GPU is present, else cpu.\n");
+    fprintf(f, "usage: mk bench [-m FILE] [--backend all|ref,cpu,megakernel,perop,graph] [-n 128] [--ctx 512]\n"
+               "                [--threads N] [--preset llama-1b,llama-8b] [--dtype bf16] [--json]\n"
+               "  Times -n greedy decode steps (tg<n>) from an empty context on each backend and prints\n"
+               "  ms/token p50 and p99, tokens/s, the weight bandwidth achieved (weight bytes per token over\n"
+               "  the p50 time) and its ratio to the read bandwidth the same run measures on that device.\n"
+               "  Without -m it generates synthetic presets (cached in $TMPDIR) and benchmarks them.\n"
+               "  'all' means every GPU backend when a GPU is present, else cpu.\n");
 }
 
 static double mk_now_ms(void) {
@@ -66,11 +65,11 @@ static double mk_percentile(double *v, uint32_t n, double q) {
 /* Times one backend on one model; 0 on success, else prints why and returns -1. */
 static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_backend_kind kind,
                         const struct mk_bench_opts *o, struct mk_bench_row *row) {
-    struct mk_backend_params bp = {0};
+    struct mk_backend_params bp = { 0 };
     bp.kind = kind;
     bp.n_ctx = o->ctx;
     bp.n_threads = o->threads;
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     struct mk_backend *b = NULL;
     if (mk_backend_create(m, &bp, &b, &err) != MK_OK) {
         fprintf(stderr, "mk bench: %s on %s: %s\n", mk_backend_kind_name(kind), name, err.msg);
@@ -79,7 +78,7 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
     double *ms = calloc(o->n, sizeof *ms), *dev = calloc(o->n, sizeof *dev);
     int rc = -1;
     if (!ms || !dev) goto done;
-    struct mk_step_cmd cmd = {0};
+    struct mk_step_cmd cmd = { 0 };
     cmd.cmd = MK_CMD_STEP;
     int32_t tok = m->vocab.bos >= 0 ? m->vocab.bos : 1;
     /* Warm up (module load, first touches), then start over from an empty context. */
@@ -130,15 +129,15 @@ static void mk_bench_print(const struct mk_bench_row *r, bool json, bool *first)
                r->dev_p50_ms, 1e3 / r->mean_ms, r->bw_gbs, r->device_bw_gbs, r->bw_ratio, r->floor_ms);
     } else {
         printf("| %-24s | %9.2f GB | %-10s | %-6s | %8.3f | %8.3f | %9.1f | %8.1f | %8.1f | %5.2f |\n", r->model,
-               r->size / 1e9, r->backend, r->test, r->p50_ms, r->p99_ms, 1e3 / r->mean_ms, r->bw_gbs,
-               r->device_bw_gbs, r->bw_ratio);
+               r->size / 1e9, r->backend, r->test, r->p50_ms, r->p99_ms, 1e3 / r->mean_ms, r->bw_gbs, r->device_bw_gbs,
+               r->bw_ratio);
     }
     *first = false;
     fflush(stdout);
 }
 
 static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool *first) {
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     struct mk_model *m = NULL;
     if (mk_model_load(path, &m, &err) != MK_OK) {
         fprintf(stderr, "mk bench: %s\n", err.msg);
@@ -148,7 +147,10 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
     base = base ? base + 1 : path;
     bool gpu = mk_bandwidth_cuda_available();
     char list[256];
-    snprintf(list, sizeof list, "%s", strcmp(o->backends, "all") ? o->backends : gpu ? "megakernel,perop,graph" : "cpu");
+    snprintf(list, sizeof list, "%s",
+             strcmp(o->backends, "all") ? o->backends
+             : gpu                      ? "megakernel,perop,graph"
+                                        : "cpu");
     int failed = 0;
     double host_bw = 0, cuda_bw = 0;
     for (char *save = NULL, *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -158,7 +160,7 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
             failed = 1;
             continue;
         }
-        struct mk_bench_row row = {0};
+        struct mk_bench_row row = { 0 };
         snprintf(row.model, sizeof row.model, "%s", base);
         if (mk_bench_one(m, base, kind, o, &row) != 0) {
             failed = 1;
@@ -169,7 +171,8 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
                       (kind == MK_BACKEND_AUTO && gpu);
         double *bw = on_gpu ? &cuda_bw : &host_bw;
         if (*bw == 0) {
-            enum mk_status st = on_gpu ? mk_bandwidth_cuda_read(0, bw, &err) : mk_bandwidth_host_read(o->threads, bw, &err);
+            enum mk_status st =
+                on_gpu ? mk_bandwidth_cuda_read(0, bw, &err) : mk_bandwidth_host_read(o->threads, bw, &err);
             if (st != MK_OK) {
                 fprintf(stderr, "mk bench: read bandwidth: %s\n", err.msg);
                 *bw = 0;
@@ -185,7 +188,7 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
 }
 
 int mk_cmd_bench(int argc, char **argv) {
-    struct mk_bench_opts o = {NULL, "all", NULL, "bf16", 128, 512, 0, 8, false};
+    struct mk_bench_opts o = { NULL, "all", NULL, "bf16", 128, 512, 0, 8, false };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -201,10 +204,14 @@ int mk_cmd_bench(int argc, char **argv) {
             return 2;
         }
         i++;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o.model = v;
-        else if (!strcmp(a, "--backend")) o.backends = v;
-        else if (!strcmp(a, "--preset")) o.presets = v;
-        else if (!strcmp(a, "--dtype")) o.dtype = v;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            o.model = v;
+        else if (!strcmp(a, "--backend"))
+            o.backends = v;
+        else if (!strcmp(a, "--preset"))
+            o.presets = v;
+        else if (!strcmp(a, "--dtype"))
+            o.dtype = v;
         else if (!strcmp(a, "-n")) {
             if (mk_cli_uint("bench", a, v, 1, 1u << 24, &o.n)) return 2;
         } else if (!strcmp(a, "--ctx")) {
@@ -224,20 +231,23 @@ int mk_cmd_bench(int argc, char **argv) {
         return 2;
     }
     bool first = true;
-    if (o.json) printf("[\n");
+    if (o.json)
+        printf("[\n");
     else {
-        printf("| %-24s | %12s | %-10s | %-6s | %8s | %8s | %9s | %8s | %8s | %5s |\n", "model", "weights/tok", "backend",
-               "test", "ms p50", "ms p99", "tok/s", "GB/s", "read GB/s", "ratio");
-        printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------------", "--------------",
-               "------------", "--------", "----------", "----------", "-----------", "----------", "----------",
-               "-------");
+        printf("| %-24s | %12s | %-10s | %-6s | %8s | %8s | %9s | %8s | %8s | %5s |\n", "model", "weights/tok",
+               "backend", "test", "ms p50", "ms p99", "tok/s", "GB/s", "read GB/s", "ratio");
+        printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------------", "--------------", "------------",
+               "--------", "----------", "----------", "-----------", "----------", "----------", "-------");
     }
     int failed = 0;
     if (o.model) {
         failed = mk_bench_model(o.model, &o, &first);
     } else {
         char presets[256];
-        snprintf(presets, sizeof presets, "%s", o.presets ? o.presets : mk_bandwidth_cuda_available() ? "llama-1b,llama-8b" : "tiny");
+        snprintf(presets, sizeof presets, "%s",
+                 o.presets                       ? o.presets
+                 : mk_bandwidth_cuda_available() ? "llama-1b,llama-8b"
+                                                 : "tiny");
         const char *tmp = getenv("TMPDIR");
         for (char *save = NULL, *p = strtok_r(presets, ",", &save); p; p = strtok_r(NULL, ",", &save)) {
             char path[512];
@@ -249,7 +259,7 @@ int mk_cmd_bench(int argc, char **argv) {
                 gp.preset = p;
                 gp.dtype = o.dtype;
                 gp.progress = isatty(2);
-                struct mk_error err = {0};
+                struct mk_error err = { 0 };
                 if (mk_gen_write(path, &gp, &err) != MK_OK) {
                     fprintf(stderr, "mk bench: %s\n", err.msg);
                     failed = 1;

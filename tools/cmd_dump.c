@@ -9,15 +9,14 @@
 #include "tools/cmds.h"
 
 static void mk_dump_usage(FILE *f) {
-    fprintf(f,
-            "usage: mk dump -m FILE [--workers N] [--ctx N] [--schedule dynamic|static] [--barriers]\n"
-            "               [--fuse-attn-output] [--json]\n"
-            "  Compiles one decode step of FILE for N workers (default 132, an H100's SM count) and a\n"
-            "  KV cache of --ctx positions (default 512), validates it, and prints every instruction:\n"
-            "  tasks, weight bytes per task, the counter it signals and the counters it waits on, then\n"
-            "  totals (instructions, barriers and weight bytes per token).\n"
-            "  --barriers joins every dependency with a grid barrier (a baseline for comparisons).\n"
-            "  --fuse-attn-output folds the attention combine into the attention-output matvec.\n");
+    fprintf(f, "usage: mk dump -m FILE [--workers N] [--ctx N] [--schedule dynamic|static] [--barriers]\n"
+               "               [--fuse-attn-output] [--json]\n"
+               "  Compiles one decode step of FILE for N workers (default 132, an H100's SM count) and a\n"
+               "  KV cache of --ctx positions (default 512), validates it, and prints every instruction:\n"
+               "  tasks, weight bytes per task, the counter it signals and the counters it waits on, then\n"
+               "  totals (instructions, barriers and weight bytes per token).\n"
+               "  --barriers joins every dependency with a grid barrier (a baseline for comparisons).\n"
+               "  --fuse-attn-output folds the attention combine into the attention-output matvec.\n");
 }
 
 int mk_cmd_dump(int argc, char **argv) {
@@ -40,8 +39,10 @@ int mk_cmd_dump(int argc, char **argv) {
             if (mk_cli_uint("dump", a, v, 1, 1u << 20, &cp.n_ctx)) return 2;
             i++;
         } else if (!strcmp(a, "--schedule")) {
-            if (v && !strcmp(v, "static")) cp.schedule = MK_SCHED_STATIC;
-            else if (v && !strcmp(v, "dynamic")) cp.schedule = MK_SCHED_DYNAMIC;
+            if (v && !strcmp(v, "static"))
+                cp.schedule = MK_SCHED_STATIC;
+            else if (v && !strcmp(v, "dynamic"))
+                cp.schedule = MK_SCHED_DYNAMIC;
             else {
                 fprintf(stderr, "mk dump: --schedule is 'dynamic' or 'static', got '%s'\n", v ? v : "");
                 return 2;
@@ -64,7 +65,7 @@ int mk_cmd_dump(int argc, char **argv) {
         mk_dump_usage(stderr);
         return 2;
     }
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     struct mk_model *m = NULL;
     if (mk_model_load(path, &m, &err) != MK_OK) {
         fprintf(stderr, "mk dump: %s\n", err.msg);

@@ -10,21 +10,20 @@
 #include "tools/cmds.h"
 
 static void mk_gen_usage(FILE *f) {
-    fprintf(f,
-            "usage: mk gen [--preset NAME] [--dtype TYPE] [--seed S] -o FILE\n"
-            "\n"
-            "Writes a Llama-architecture GGUF with deterministic random weights (the same seed gives\n"
-            "the same file) and a synthetic SentencePiece vocab, with llama.cpp's keys and tensor names.\n"
-            "\n"
-            "  --preset NAME  tiny (default: 256 wide, 4 layers, 512 tokens, 13 MB as f32),\n"
-            "                 llama-1b (Llama-3.2-1B shape: 2048 wide, 16 layers, 32/8 heads,\n"
-            "                 FFN 8192, 128256 tokens, tied head), llama-8b (Llama-3-8B shape: 4096\n"
-            "                 wide, 32 layers, 32/8 heads, FFN 14336, 128256 tokens, separate head)\n"
-            "  --dtype TYPE   f32 (default), f16, bf16, q8_0, q4_k, q6_k, or q4_k_m (llama.cpp's\n"
-            "                 Q4_K_M mix: Q6_K head and Q6_K attn_v/ffn_down in about half the\n"
-            "                 layers, Q4_K elsewhere); norm weights are always f32\n"
-            "  --seed S       weight seed (default 42)\n"
-            "  -o FILE        output path (required)\n");
+    fprintf(f, "usage: mk gen [--preset NAME] [--dtype TYPE] [--seed S] -o FILE\n"
+               "\n"
+               "Writes a Llama-architecture GGUF with deterministic random weights (the same seed gives\n"
+               "the same file) and a synthetic SentencePiece vocab, with llama.cpp's keys and tensor names.\n"
+               "\n"
+               "  --preset NAME  tiny (default: 256 wide, 4 layers, 512 tokens, 13 MB as f32),\n"
+               "                 llama-1b (Llama-3.2-1B shape: 2048 wide, 16 layers, 32/8 heads,\n"
+               "                 FFN 8192, 128256 tokens, tied head), llama-8b (Llama-3-8B shape: 4096\n"
+               "                 wide, 32 layers, 32/8 heads, FFN 14336, 128256 tokens, separate head)\n"
+               "  --dtype TYPE   f32 (default), f16, bf16, q8_0, q4_k, q6_k, or q4_k_m (llama.cpp's\n"
+               "                 Q4_K_M mix: Q6_K head and Q6_K attn_v/ffn_down in about half the\n"
+               "                 layers, Q4_K elsewhere); norm weights are always f32\n"
+               "  --seed S       weight seed (default 42)\n"
+               "  -o FILE        output path (required)\n");
 }
 
 /* Accepts "--opt VALUE" and "--opt=VALUE"; returns the value or NULL when argv[*i] is not opt. */
@@ -94,7 +93,7 @@ int mk_cmd_gen(int argc, char **argv) {
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     if (mk_gen_write(out, &p, &err) != MK_OK) {
         fprintf(stderr, "mk gen: %s\n", err.msg);
         return 1;

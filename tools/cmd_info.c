@@ -9,14 +9,13 @@
 #include "tools/cmds.h"
 
 static void mk_info_usage(FILE *f) {
-    fprintf(f,
-            "usage: mk info [--keys] FILE\n"
-            "\n"
-            "Describes a GGUF model: format version, architecture and config, tokenizer, a table of\n"
-            "tensors (name, type, shape, bytes), the parameter count and the weight bytes one decoded\n"
-            "token reads. Vocab-only files (no tensors) are reported as such.\n"
-            "\n"
-            "  --keys   also list every metadata key (arrays are summarized)\n");
+    fprintf(f, "usage: mk info [--keys] FILE\n"
+               "\n"
+               "Describes a GGUF model: format version, architecture and config, tokenizer, a table of\n"
+               "tensors (name, type, shape, bytes), the parameter count and the weight bytes one decoded\n"
+               "token reads. Vocab-only files (no tensors) are reported as such.\n"
+               "\n"
+               "  --keys   also list every metadata key (arrays are summarized)\n");
 }
 
 static const char *mk_info_ftype_name(uint32_t ft) {
@@ -74,9 +73,7 @@ static void mk_info_print_kv(const struct mk_gguf_kv *kv) {
         printf("string \"%.*s\"%s\n", (int)(kv->v.str.len > 60 ? 60 : kv->v.str.len), kv->v.str.data,
                kv->v.str.len > 60 ? "..." : "");
         break;
-    case MK_GGUF_ARRAY:
-        printf("array of %" PRIu64 " %s\n", kv->v.arr.n, mk_gguf_type_name(kv->v.arr.elem_type));
-        break;
+    case MK_GGUF_ARRAY: printf("array of %" PRIu64 " %s\n", kv->v.arr.n, mk_gguf_type_name(kv->v.arr.elem_type)); break;
     default: printf("%s\n", mk_gguf_type_name(kv->type)); break;
     }
 }
@@ -104,12 +101,12 @@ static void mk_info_print_vocab(const struct mk_vocab_data *v) {
         printf("tokenizer:    none in the file\n");
         return;
     }
-    const char *kind = !strcmp(v->model, "llama") ? "SentencePiece" : !strcmp(v->model, "gpt2") ? "byte-level BPE"
-                                                                                                 : "unknown kind";
+    const char *kind = !strcmp(v->model, "llama")  ? "SentencePiece"
+                       : !strcmp(v->model, "gpt2") ? "byte-level BPE"
+                                                   : "unknown kind";
     printf("tokenizer:    %s (%s), %u tokens", v->model[0] ? v->model : "(no model key)", kind, v->n_tokens);
     if (v->n_merges) printf(", %" PRIu64 " merges", v->n_merges);
-    printf("\n              bos %d, eos %d, unk %d, add_bos %s", v->bos, v->eos, v->unk,
-           v->add_bos ? "true" : "false");
+    printf("\n              bos %d, eos %d, unk %d, add_bos %s", v->bos, v->eos, v->unk, v->add_bos ? "true" : "false");
     printf(", scores %s, token types %s\n", v->scores ? "yes" : "no", v->types ? "yes" : "no");
 }
 
@@ -144,7 +141,7 @@ int mk_cmd_info(int argc, char **argv) {
         return 2;
     }
 
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     struct mk_gguf *g = NULL;
     if (mk_gguf_open(path, &g, &err) != MK_OK) {
         fprintf(stderr, "mk info: %s\n", err.msg);
@@ -159,10 +156,10 @@ int mk_cmd_info(int argc, char **argv) {
            ", data at byte %" PRIu64 "\n",
            mk_gguf_version(g), mk_gguf_kv_count(g), mk_gguf_tensor_count(g), mk_gguf_alignment(g),
            mk_gguf_data_offset(g));
-    struct mk_gguf_str s = {0, NULL};
+    struct mk_gguf_str s = { 0, NULL };
     if (mk_gguf_get_str_opt(g, "general.architecture", &s, NULL) == MK_OK && s.data)
         printf("architecture: %.*s\n", (int)s.len, s.data);
-    s = (struct mk_gguf_str){0, NULL};
+    s = (struct mk_gguf_str){ 0, NULL };
     if (mk_gguf_get_str_opt(g, "general.name", &s, NULL) == MK_OK && s.data)
         printf("name:         %.*s\n", (int)s.len, s.data);
     uint32_t ft = UINT32_MAX;
@@ -171,17 +168,18 @@ int mk_cmd_info(int argc, char **argv) {
 
     if (st == MK_OK && m->vocab_only) {
         printf("vocab-only:   yes: no tensors, only the tokenizer is usable");
-        if (m->cfg.n_embd) printf(" (its %s.* keys describe a model of %u layers x %u that is not here)", m->cfg.arch,
-                                  m->cfg.n_layer, m->cfg.n_embd);
+        if (m->cfg.n_embd)
+            printf(" (its %s.* keys describe a model of %u layers x %u that is not here)", m->cfg.arch, m->cfg.n_layer,
+                   m->cfg.n_embd);
         printf("\n");
     } else if (st == MK_OK) {
         const struct mk_llama_config *c = &m->cfg;
         printf("config:       n_embd %u, n_ff %u, n_layer %u, n_vocab %u\n", c->n_embd, c->n_ff, c->n_layer,
                c->n_vocab);
-        printf("attention:    n_head %u, n_head_kv %u (GQA %u:1), head_dim %u, n_rot %u\n",
-               c->n_head, c->n_head_kv, c->n_head / c->n_head_kv, c->head_dim, c->n_rot);
-        printf("rope:         freq_base %g; rms eps %g; trained context %u\n", (double)c->rope_base,
-               (double)c->rms_eps, c->n_ctx_train);
+        printf("attention:    n_head %u, n_head_kv %u (GQA %u:1), head_dim %u, n_rot %u\n", c->n_head, c->n_head_kv,
+               c->n_head / c->n_head_kv, c->head_dim, c->n_rot);
+        printf("rope:         freq_base %g; rms eps %g; trained context %u\n", (double)c->rope_base, (double)c->rms_eps,
+               c->n_ctx_train);
         if (c->tied_output)
             printf("output head:  tied output (no output.weight: the LM head is token_embd.weight)\n");
         else if (mk_info_head_is_embedding_copy(m))

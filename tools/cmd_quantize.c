@@ -8,18 +8,17 @@
 #include "tools/cmds.h"
 
 static void mk_quantize_usage(FILE *f) {
-    fprintf(f,
-            "usage: mk quantize IN OUT --dtype TYPE\n"
-            "\n"
-            "Rewrites the GGUF IN as OUT with every 2-D weight dequantized and requantized to TYPE,\n"
-            "row by row (the model is never held in memory). 1-D tensors (norms) become f32, all\n"
-            "metadata is copied and general.file_type is updated. Tensors already in their target\n"
-            "format are copied unchanged.\n"
-            "\n"
-            "  --dtype TYPE   f32, f16, bf16, q8_0, q4_k, q6_k, or q4_k_m (llama.cpp's Q4_K_M mix:\n"
-            "                 Q6_K head and Q6_K attn_v/ffn_down in about half the layers, Q4_K\n"
-            "                 elsewhere). Rows whose length the K-quant block (256) does not divide\n"
-            "                 fall back to q8_0, and to f16 when 32 does not divide them either.\n");
+    fprintf(f, "usage: mk quantize IN OUT --dtype TYPE\n"
+               "\n"
+               "Rewrites the GGUF IN as OUT with every 2-D weight dequantized and requantized to TYPE,\n"
+               "row by row (the model is never held in memory). 1-D tensors (norms) become f32, all\n"
+               "metadata is copied and general.file_type is updated. Tensors already in their target\n"
+               "format are copied unchanged.\n"
+               "\n"
+               "  --dtype TYPE   f32, f16, bf16, q8_0, q4_k, q6_k, or q4_k_m (llama.cpp's Q4_K_M mix:\n"
+               "                 Q6_K head and Q6_K attn_v/ffn_down in about half the layers, Q4_K\n"
+               "                 elsewhere). Rows whose length the K-quant block (256) does not divide\n"
+               "                 fall back to q8_0, and to f16 when 32 does not divide them either.\n");
 }
 
 int mk_cmd_quantize(int argc, char **argv) {
@@ -62,7 +61,7 @@ int mk_cmd_quantize(int argc, char **argv) {
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    struct mk_error err = {0};
+    struct mk_error err = { 0 };
     if (mk_gen_quantize_file(in, out, dtype, true, &err) != MK_OK) {
         fprintf(stderr, "mk quantize: %s\n", err.msg);
         return 1;

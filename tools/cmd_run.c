@@ -13,7 +13,7 @@
 #include "tools/cli.h"
 #include "tools/cmds.h"
 
-#define MK_RUN_DEFAULT_N 128
+#define MK_RUN_DEFAULT_N    128
 #define MK_RUN_DEFAULT_SEED 42u /* seed of the built-in model's weights */
 
 static void mk_run_usage(FILE *f) {
@@ -82,7 +82,8 @@ static void mk_run_summary(const struct mk_timings *t, double total_ms) {
                 t->prompt_ms > 0 ? 1e3 * t->n_prompt / t->prompt_ms : 0.0);
     if (t->n_eval)
         fprintf(stderr, "mk:        eval time = %10.2f ms / %5u runs   (%8.2f ms per token, %8.2f tokens per second)\n",
-                t->eval_ms, (unsigned)t->n_eval, t->eval_ms / t->n_eval, t->eval_ms > 0 ? 1e3 * t->n_eval / t->eval_ms : 0.0);
+                t->eval_ms, (unsigned)t->n_eval, t->eval_ms / t->n_eval,
+                t->eval_ms > 0 ? 1e3 * t->n_eval / t->eval_ms : 0.0);
     else
         fprintf(stderr, "mk:        eval time = %10.2f ms / %5u runs\n", t->eval_ms, 0u);
     fprintf(stderr, "mk:       total time = %10.2f ms / %5u tokens\n", total_ms, (unsigned)(t->n_prompt + t->n_eval));
@@ -114,8 +115,9 @@ static int mk_run_make_default_model(char *path, size_t cap) {
         unlink(path);
         return -1;
     }
-    fprintf(stderr, "mk run: no -m given: using a built-in synthetic model (preset tiny, f32, weight seed %u; random "
-                    "weights, so the text is gibberish), written to %s and deleted afterwards\n",
+    fprintf(stderr,
+            "mk run: no -m given: using a built-in synthetic model (preset tiny, f32, weight seed %u; random "
+            "weights, so the text is gibberish), written to %s and deleted afterwards\n",
             MK_RUN_DEFAULT_SEED, path);
     return 0;
 }
@@ -141,7 +143,8 @@ int mk_cmd_run(int argc, char **argv) {
             continue;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "mk run: %s: %s\n", a, a[0] == '-' ? "missing value (or unknown option)" : "unexpected argument");
+            fprintf(stderr, "mk run: %s: %s\n", a,
+                    a[0] == '-' ? "missing value (or unknown option)" : "unexpected argument");
             mk_run_usage(stderr);
             return 2;
         }
@@ -174,7 +177,8 @@ int mk_cmd_run(int argc, char **argv) {
             if (mk_cli_parse_long(v, 0, INT32_MAX, &ll)) return mk_run_bad(a, v, "an integer >= 0");
             sp.n_ctx = (uint32_t)ll;
         } else if (!strcmp(a, "--backend")) {
-            if (mk_backend_kind_parse(v, &sp.backend)) return mk_run_bad(a, v, "auto, ref, cpu, megakernel, perop or graph");
+            if (mk_backend_kind_parse(v, &sp.backend))
+                return mk_run_bad(a, v, "auto, ref, cpu, megakernel, perop or graph");
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (mk_cli_parse_long(v, 0, 4096, &ll)) return mk_run_bad(a, v, "an integer in [0, 4096]");
             sp.n_threads = (uint32_t)ll;
@@ -260,7 +264,7 @@ int mk_cmd_run(int argc, char **argv) {
         fflush(stdout);
     }
 
-    struct mk_run_out out = {.ids = print_ids, .first = 1};
+    struct mk_run_out out = { .ids = print_ids, .first = 1 };
     enum mk_stop_reason why;
     uint32_t n_gen = 0;
     if (mk_session_generate(s, (int32_t)n_predict, mk_run_on_token, &out, &why, &n_gen) != MK_OK) {
@@ -271,7 +275,8 @@ int mk_cmd_run(int argc, char **argv) {
     printf("\n");
     fflush(stdout);
     if (why == MK_STOP_CONTEXT_FULL)
-        fprintf(stderr, "mk run: context full: all %u positions are used; stopped after %u of %lld tokens (raise --ctx)\n",
+        fprintf(stderr,
+                "mk run: context full: all %u positions are used; stopped after %u of %lld tokens (raise --ctx)\n",
                 (unsigned)mk_session_n_ctx(s), (unsigned)n_gen, n_predict);
     else if (why == MK_STOP_EOS)
         fprintf(stderr, "mk run: end of sequence after %u tokens\n", (unsigned)n_gen);

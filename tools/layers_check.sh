@@ -71,7 +71,7 @@ done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]+"' runtime/mk.h 
 
 # mk.h carries copies of two internal blocks; they must stay byte-identical.
 block() { # FILE GUARD
-    awk -v g="$2" '$0 == "#ifndef " g { on = 1 } on { print } on && $0 ~ "^#endif /\\* " g { exit }' "$1"
+    awk -v g="$2" '$0 == "#ifndef " g { on = 1 } on { print } on && $0 ~ "^#endif.*" g { exit }' "$1"
 }
 for pair in core/status.h:MK_STATUS_TYPES_DEFINED graph/executor.h:MK_BACKEND_KIND_DEFINED; do
     file=${pair%%:*}

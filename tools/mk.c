@@ -13,12 +13,12 @@ struct mk_subcommand {
 };
 
 static const struct mk_subcommand mk_subcommands[] = {
-    {"run", mk_cmd_run, "decode text from a model (a built-in synthetic model without -m)"},
-    {"bench", mk_cmd_bench, "time decoding per backend against the memory-bandwidth floor"},
-    {"info", mk_cmd_info, "describe a GGUF model: config, tokenizer, tensors, bytes per token"},
-    {"dump", mk_cmd_dump, "print the compiled work-queue program of a model"},
-    {"gen", mk_cmd_gen, "write a Llama GGUF with deterministic random weights"},
-    {"quantize", mk_cmd_quantize, "rewrite a GGUF with another weight format"},
+    { "run", mk_cmd_run, "decode text from a model (a built-in synthetic model without -m)" },
+    { "bench", mk_cmd_bench, "time decoding per backend against the memory-bandwidth floor" },
+    { "info", mk_cmd_info, "describe a GGUF model: config, tokenizer, tensors, bytes per token" },
+    { "dump", mk_cmd_dump, "print the compiled work-queue program of a model" },
+    { "gen", mk_cmd_gen, "write a Llama GGUF with deterministic random weights" },
+    { "quantize", mk_cmd_quantize, "rewrite a GGUF with another weight format" },
 };
 
 static void mk_usage(FILE *f) {

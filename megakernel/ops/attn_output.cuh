@@ -16,9 +16,9 @@ __device__ void mk_op_attn_output(const struct mk_task_ctx *c) {
     /* Blocks past the position hold an earlier step's partials: only the live ones count. */
     const uint32_t live = min(nb, ((uint32_t)c->cmd->pos + bs) / bs);
     const float *part = mk_arena(c) + in->buf[0];
-    float *xs = c->smem;                              /* (n) the attention vector */
-    float *ms = c->smem + mk_layout_align4(n);        /* (nh, live) block maxima, then weights */
-    float *ls = ms + nh * nb;                         /* (nh, live) block sums */
+    float *xs = c->smem;                       /* (n) the attention vector */
+    float *ms = c->smem + mk_layout_align4(n); /* (nh, live) block maxima, then weights */
+    float *ls = ms + nh * nb;                  /* (nh, live) block sums */
     for (uint32_t i = threadIdx.x; i < nh * live; i += MK_BLOCK_THREADS) {
         const float *pb = part + ((uint64_t)(i / live) * nb + i % live) * (hd + 2u);
         ms[i] = __ldcg(pb + hd);
@@ -43,7 +43,8 @@ __device__ void mk_op_attn_output(const struct mk_task_ctx *c) {
 #pragma unroll
             for (int k = 0; k < MK_ATTN_OUT_PER_THREAD; k++) {
                 const uint32_t e = e0 + threadIdx.x + (uint32_t)k * MK_BLOCK_THREADS, h = e / hd;
-                if (e < n) acc[k] += __ldcg(part + ((uint64_t)h * nb + b) * (hd + 2u) + (e - h * hd)) * ms[h * live + b];
+                if (e < n)
+                    acc[k] += __ldcg(part + ((uint64_t)h * nb + b) * (hd + 2u) + (e - h * hd)) * ms[h * live + b];
             }
         }
 #pragma unroll

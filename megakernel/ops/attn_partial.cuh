@@ -25,11 +25,11 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
         return;
     }
     const uint32_t tile = mk_layout_attn_tile(bs), stride = hd + 1u; /* +1: conflict-free columns */
-    float *qs = c->smem;                                  /* (hd) */
-    float *ks = qs + mk_layout_align4(hd);                /* (tile, hd + 1) */
-    float *vs = ks + tile * stride;                       /* (tile, hd + 1) */
-    float *sc = vs + tile * stride;                       /* (tile) scores, then weights */
-    float *red = sc + mk_layout_align4(tile);             /* (MK_BLOCK_THREADS) partial sums of o */
+    float *qs = c->smem;                                             /* (hd) */
+    float *ks = qs + mk_layout_align4(hd);                           /* (tile, hd + 1) */
+    float *vs = ks + tile * stride;                                  /* (tile, hd + 1) */
+    float *sc = vs + tile * stride;                                  /* (tile) scores, then weights */
+    float *red = sc + mk_layout_align4(tile);                        /* (MK_BLOCK_THREADS) partial sums of o */
     const float *q = mk_arena(c) + in->buf[0] + (uint64_t)h * hd;
     const uint32_t kv_dim = c->a->kv_dim;
     const uint32_t kvh = h / (n_head / n_head_kv);

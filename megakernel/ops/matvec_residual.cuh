@@ -32,9 +32,11 @@ __device__ void mk_matvec_residual_tile(const struct mk_task_ctx *c, const struc
     uint32_t warp = threadIdx.x >> 5;
     int R = mk_rows_per_warp(count);
     if (R == 4) {
-        for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u) mk_matvec_residual_rows(w, xs, out, r0, count, g, 4);
+        for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u)
+            mk_matvec_residual_rows(w, xs, out, r0, count, g, 4);
     } else if (R == 2) {
-        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u) mk_matvec_residual_rows(w, xs, out, r0, count, g, 2);
+        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u)
+            mk_matvec_residual_rows(w, xs, out, r0, count, g, 2);
     } else {
         for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS) mk_matvec_residual_rows(w, xs, out, r0, count, g, 1);
     }

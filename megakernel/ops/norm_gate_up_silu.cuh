@@ -5,8 +5,8 @@
 #include "megakernel/common.cuh"
 
 __device__ __forceinline__ void mk_gate_up_rows(const struct mk_wdesc *gw, const struct mk_wdesc *uw, bool vec,
-                                                const float *xs, float *hb, uint32_t r0, uint32_t count,
-                                                uint32_t g, const int R) {
+                                                const float *xs, float *hb, uint32_t r0, uint32_t count, uint32_t g,
+                                                const int R) {
     /* R rows of gate then the same R rows of up, in one pass over xs. */
     const uint8_t *rows[4];
     float acc[4];
@@ -41,7 +41,8 @@ __device__ void mk_op_norm_gate_up_silu(const struct mk_task_ctx *c) {
     const bool vec = gw.vec && uw.vec;
     const uint32_t warp = threadIdx.x >> 5;
     if (count >= 2u * MK_BLOCK_WARPS) {
-        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u) mk_gate_up_rows(&gw, &uw, vec, xs, hb, r0, count, g, 2);
+        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u)
+            mk_gate_up_rows(&gw, &uw, vec, xs, hb, r0, count, g, 2);
     } else {
         for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS) mk_gate_up_rows(&gw, &uw, vec, xs, hb, r0, count, g, 1);
     }

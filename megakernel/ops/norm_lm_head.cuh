@@ -46,11 +46,14 @@ __device__ void mk_op_norm_lm_head(const struct mk_task_ctx *c) {
     const uint32_t warp = threadIdx.x >> 5;
     int R = mk_rows_per_warp(count);
     if (R == 4) {
-        for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u) mk_lm_rows(&w, xs, logits, r0, count, g, &best, &best_i, 4);
+        for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u)
+            mk_lm_rows(&w, xs, logits, r0, count, g, &best, &best_i, 4);
     } else if (R == 2) {
-        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u) mk_lm_rows(&w, xs, logits, r0, count, g, &best, &best_i, 2);
+        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u)
+            mk_lm_rows(&w, xs, logits, r0, count, g, &best, &best_i, 2);
     } else {
-        for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS) mk_lm_rows(&w, xs, logits, r0, count, g, &best, &best_i, 1);
+        for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS)
+            mk_lm_rows(&w, xs, logits, r0, count, g, &best, &best_i, 1);
     }
     if ((threadIdx.x & 31u) == 0) {
         wbest[warp] = best;

@@ -53,9 +53,11 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
     const uint32_t warp = threadIdx.x >> 5;
     int R = mk_rows_per_warp(count);
     if (R == 4) {
-        for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u) mk_qkv_rows(&q, xs, res, r0, count, g, vec, 4);
+        for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u)
+            mk_qkv_rows(&q, xs, res, r0, count, g, vec, 4);
     } else if (R == 2) {
-        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u) mk_qkv_rows(&q, xs, res, r0, count, g, vec, 2);
+        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u)
+            mk_qkv_rows(&q, xs, res, r0, count, g, vec, 2);
     } else {
         for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS) mk_qkv_rows(&q, xs, res, r0, count, g, vec, 1);
     }
@@ -66,9 +68,8 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
     const uint64_t cache_row = ((uint64_t)layer * c->a->n_ctx + (uint32_t)pos) * q.kv_dim;
     float *kc = (float *)c->a->k_cache + cache_row;
     float *vc = (float *)c->a->v_cache + cache_row;
-    const float2 *table = mk_rope_table && mk_rope_pairs * 2u == n_rot && mk_rope_base == in->f[1]
-                              ? (const float2 *)mk_rope_table
-                              : NULL;
+    const float2 *table =
+        mk_rope_table && mk_rope_pairs * 2u == n_rot && mk_rope_base == in->f[1] ? (const float2 *)mk_rope_table : NULL;
     for (uint32_t i = 2u * threadIdx.x; i < count; i += 2u * MK_BLOCK_THREADS) {
         uint32_t r = r0 + i;
         float a = res[i], b = res[i + 1];

@@ -70,12 +70,13 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
     const struct mk_step_cmd *cmd = c->cmd;
     const float *logits = mk_arena(c) + in->buf[1];
     const uint32_t V = in->p[2];
-    uint32_t k = (cmd->top_k <= 0 || cmd->top_k > (int32_t)MK_SAMPLE_MAX_CAND) ? MK_SAMPLE_MAX_CAND : (uint32_t)cmd->top_k;
+    uint32_t k =
+        (cmd->top_k <= 0 || cmd->top_k > (int32_t)MK_SAMPLE_MAX_CAND) ? MK_SAMPLE_MAX_CAND : (uint32_t)cmd->top_k;
     if (k > V) k = V;
-    uint64_t *keys = (uint64_t *)c->smem;                  /* (MK_SAMPLE_MAX_CAND) */
-    float *cl = c->smem + 2u * MK_SAMPLE_MAX_CAND;         /* (MK_SAMPLE_MAX_CAND) logits */
-    int32_t *cid = (int32_t *)(cl + MK_SAMPLE_MAX_CAND);   /* (MK_SAMPLE_MAX_CAND) ids */
-    float *cp = (float *)(cid + MK_SAMPLE_MAX_CAND);       /* (MK_SAMPLE_MAX_CAND) scratch */
+    uint64_t *keys = (uint64_t *)c->smem;                   /* (MK_SAMPLE_MAX_CAND) */
+    float *cl = c->smem + 2u * MK_SAMPLE_MAX_CAND;          /* (MK_SAMPLE_MAX_CAND) logits */
+    int32_t *cid = (int32_t *)(cl + MK_SAMPLE_MAX_CAND);    /* (MK_SAMPLE_MAX_CAND) ids */
+    float *cp = (float *)(cid + MK_SAMPLE_MAX_CAND);        /* (MK_SAMPLE_MAX_CAND) scratch */
     uint32_t *hist = (uint32_t *)(cp + MK_SAMPLE_MAX_CAND); /* (256) */
 
     /* The k-th greatest key, 8 bits at a time from the top. */
@@ -119,8 +120,10 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
     if (n_eq == need_eq) {
         for (uint32_t i = threadIdx.x; i < V; i += MK_BLOCK_THREADS) {
             uint32_t key = mk_logit_key(__ldcg(logits + i));
-            if (key > T) keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
-            else if (key == T) keys[n_gt + atomicAdd(&cnt[1], 1u)] = mk_cand_key(key, i);
+            if (key > T)
+                keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
+            else if (key == T)
+                keys[n_gt + atomicAdd(&cnt[1], 1u)] = mk_cand_key(key, i);
         }
     } else {
         /* More ties at the threshold than places: the lowest ids win, so take them in order. */
