@@ -33,18 +33,15 @@ static enum mk_status mk_model_read_u32(const struct mk_gguf *g, const char *arc
                                         uint32_t *out, struct mk_error *err) {
     char key[96];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    enum mk_status st = required ? mk_gguf_get_u32(g, key, out, err) : mk_gguf_get_u32_opt(g, key, out, err);
-    if (st != MK_OK && !strstr(err ? err->msg : "", mk_model_file(g))) mk_error_prefix(err, "%s", mk_model_file(g));
-    return st;
+    /* The GGUF getters name the file and the key in their messages. */
+    return required ? mk_gguf_get_u32(g, key, out, err) : mk_gguf_get_u32_opt(g, key, out, err);
 }
 
 static enum mk_status mk_model_read_f32(const struct mk_gguf *g, const char *arch, const char *suffix, float *out,
                                         struct mk_error *err) {
     char key[96];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    enum mk_status st = mk_gguf_get_f32_opt(g, key, out, err);
-    if (st != MK_OK && !strstr(err ? err->msg : "", mk_model_file(g))) mk_error_prefix(err, "%s", mk_model_file(g));
-    return st;
+    return mk_gguf_get_f32_opt(g, key, out, err);
 }
 
 /* Fills cfg from `<arch>.*` keys. Vocab-only files describe some other model, so there nothing is
