@@ -7,6 +7,7 @@
 
 #include "megakernel/abi.h"
 #include "megakernel/cuda_layout.h"
+#include "megakernel/quant.cuh"
 #include "megakernel/sync.cuh"
 
 /* Values of enum mk_dtype (runtime/dtype.h is host C; the ids are ggml's and never change). */
@@ -50,7 +51,8 @@ __device__ __forceinline__ struct mk_wdesc mk_weight(const struct mk_task_ctx *c
     d.cols = __ldg(&w->cols);
     d.row_bytes = __ldg(&w->row_bytes);
     uint32_t per16 = d.dtype == MK_DEV_F32 ? 4u : 8u;
-    d.vec = ((uintptr_t)d.ptr % 16u) == 0 && d.row_bytes % 16u == 0 && d.cols % per16 == 0;
+    bool plain = d.dtype == MK_DEV_F32 || d.dtype == MK_DEV_F16 || d.dtype == MK_DEV_BF16;
+    d.vec = plain && ((uintptr_t)d.ptr % 16u) == 0 && d.row_bytes % 16u == 0 && d.cols % per16 == 0;
     return d;
 }
 
@@ -60,11 +62,12 @@ __device__ __forceinline__ const uint8_t *mk_row(const struct mk_wdesc *w, uint3
 
 __device__ __forceinline__ float mk_bf16_bits(uint32_t b) { return __uint_as_float(b << 16); }
 
+/* Element e of a row in any format; the float formats inline, block formats through quant.cuh. */
 __device__ __forceinline__ float mk_elem(uint32_t dtype, const uint8_t *row, uint32_t e) {
     if (dtype == MK_DEV_F32) return __ldg((const float *)row + e);
-    uint32_t b = __ldg((const unsigned short *)row + e);
-    if (dtype == MK_DEV_F16) return __half2float(__ushort_as_half((unsigned short)b));
-    return mk_bf16_bits(b);
+    if (dtype == MK_DEV_F16) return __half2float(__ushort_as_half(__ldg((const unsigned short *)row + e)));
+    if (dtype == MK_DEV_BF16) return mk_bf16_bits(__ldg((const unsigned short *)row + e));
+    return mk_q_value(dtype, row, e);
 }
 
 /* Broken invariants: record them in the mailbox (where there is one) and stop the kernel. */
@@ -183,6 +186,34 @@ __device__ __forceinline__ float mk_dot_f16x8(uint4 w, float4 a, float4 b) {
     return s;
 }
 
+/* This lane's part of row . xs for a block format: one loop per format, so each decode is
+ * specialised and the switch stays outside it. Not inlined: one copy serves every op and R. */
+__device__ __noinline__ float mk_dot_row_quant(const uint8_t *row, uint32_t dtype, uint32_t n, const float *xs) {
+    const uint32_t lane = threadIdx.x & 31u;
+    float acc = 0.0f;
+    switch (dtype) {
+#define MK_DOT_ELEMS(T)                                                                \
+    case T:                                                                            \
+        for (uint32_t e = lane; e < n; e += 32u) acc += mk_q_value(T, row, e) * xs[e]; \
+        break;
+        MK_DOT_ELEMS(MK_DEV_Q4_0)
+        MK_DOT_ELEMS(MK_DEV_Q4_1)
+        MK_DOT_ELEMS(MK_DEV_Q5_0)
+        MK_DOT_ELEMS(MK_DEV_Q5_1)
+        MK_DOT_ELEMS(MK_DEV_Q8_0)
+        MK_DOT_ELEMS(MK_DEV_Q2_K)
+        MK_DOT_ELEMS(MK_DEV_Q3_K)
+        MK_DOT_ELEMS(MK_DEV_Q4_K)
+        MK_DOT_ELEMS(MK_DEV_Q5_K)
+        MK_DOT_ELEMS(MK_DEV_Q6_K)
+        MK_DOT_ELEMS(MK_DEV_IQ4_NL)
+        MK_DOT_ELEMS(MK_DEV_IQ4_XS)
+#undef MK_DOT_ELEMS
+    default: break;
+    }
+    return acc;
+}
+
 /* 16-byte loads in flight per lane in the row-dot loop. */
 #ifndef MK_DOT_INFLIGHT
 #define MK_DOT_INFLIGHT 8
@@ -243,10 +274,16 @@ __device__ __forceinline__ void mk_dot_rows(const uint8_t *const *row, const int
             }
         }
     } else {
-        for (uint32_t e = lane; e < n; e += 32u) {
-            float x = xs[e];
+        const bool plain = dtype == MK_DEV_F32 || dtype == MK_DEV_F16 || dtype == MK_DEV_BF16;
+        if (plain) {
+            for (uint32_t e = lane; e < n; e += 32u) {
+                float x = xs[e];
 #pragma unroll
-            for (int r = 0; r < R; r++) acc[r] += mk_elem(dtype, row[r], e) * x;
+                for (int r = 0; r < R; r++) acc[r] += mk_elem(dtype, row[r], e) * x;
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r] = mk_dot_row_quant(row[r], dtype, n, xs);
         }
     }
 #pragma unroll

@@ -67,7 +67,7 @@ __device__ __forceinline__ int mk_q_scale_q3k(uint32_t i, const uint8_t *s) {
 }
 
 /* Element e of a row of type t; 0 for a type mk does not know (the host refuses those). */
-__device__ __noinline__ float mk_q_value(uint32_t t, const uint8_t *row, uint32_t e) {
+__device__ __forceinline__ float mk_q_value(uint32_t t, const uint8_t *row, uint32_t e) {
     const uint32_t c = e >> 5, i = e & 31u; /* 32-element block (or sub-block) and position in it */
     switch (t) {
     case MK_DEV_Q8_0: {

@@ -127,7 +127,29 @@ static enum mk_status mk_cuda_upload(struct mk_cuda_backend *b, mk_cu_devptr *p,
 
 static uint64_t mk_cuda_align256(uint64_t n) { return (n + 255u) & ~(uint64_t)255u; }
 
-/* F32, F16 and BF16 only for now; heads no wider than a block. */
+/* The formats the device code decodes (megakernel/common.cuh and quant.cuh). */
+static bool mk_cuda_dtype_ok(uint32_t dt) {
+    switch (dt) {
+    case MK_DTYPE_F32:
+    case MK_DTYPE_F16:
+    case MK_DTYPE_BF16:
+    case 2:  /* q4_0 */
+    case 3:  /* q4_1 */
+    case 6:  /* q5_0 */
+    case 7:  /* q5_1 */
+    case 8:  /* q8_0 */
+    case 10: /* q2_k */
+    case 11: /* q3_k */
+    case 12: /* q4_k */
+    case 13: /* q5_k */
+    case 14: /* q6_k */
+    case 20: /* iq4_nl */
+    case 23: /* iq4_xs */ return true;
+    default: return false;
+    }
+}
+
+/* Every weight in a format the device decodes; heads no wider than a block. */
 static enum mk_status mk_cuda_check_program(const struct mk_program *p, struct mk_error *err) {
     for (uint32_t i = 0; i < p->n_instr; i++) {
         const struct mk_instr *in = &p->instrs[i];
@@ -135,28 +157,15 @@ static enum mk_status mk_cuda_check_program(const struct mk_program *p, struct m
             uint32_t wi = in->weight[k];
             if (wi == MK_NO_WEIGHT || wi >= p->n_weights) continue;
             uint32_t dt = p->weights[wi].dtype;
-            if (dt != MK_DTYPE_F32 && dt != MK_DTYPE_F16 && dt != MK_DTYPE_BF16) {
+            if (!mk_cuda_dtype_ok(dt)) {
                 const char *name = mk_dtype_ggml_name(dt);
                 return mk_error_set(err, MK_ERR_UNSUPPORTED,
-                                    "instruction %u '%s': weight %d (%ux%u) is %s, not supported on GPU yet "
-                                    "(F32, F16, BF16 are; use --backend cpu)",
+                                    "instruction %u '%s': weight %d (%ux%u) is %s, which the GPU kernels do not decode "
+                                    "(use --backend cpu)",
                                     i, p->labels[i], k, p->weights[wi].rows, p->weights[wi].cols,
                                     name ? name : "an unknown type");
             }
         }
-        if (in->op == MK_OP_NORM_QKV_ROPE) {
-            const struct mk_weight_ref *q = &p->weights[in->weight[1]];
-            if (p->weights[in->weight[2]].dtype != q->dtype || p->weights[in->weight[3]].dtype != q->dtype)
-                return mk_error_set(
-                    err, MK_ERR_UNSUPPORTED,
-                    "instruction %u '%s': q, k and v weights of different formats are not supported on GPU yet", i,
-                    p->labels[i]);
-        }
-        if (in->op == MK_OP_NORM_GATE_UP_SILU && p->weights[in->weight[1]].dtype != p->weights[in->weight[2]].dtype)
-            return mk_error_set(
-                err, MK_ERR_UNSUPPORTED,
-                "instruction %u '%s': gate and up weights of different formats are not supported on GPU yet", i,
-                p->labels[i]);
         if ((in->op == MK_OP_ATTN_PARTIAL || in->op == MK_OP_ATTN_COMBINE || in->op == MK_OP_ATTN_OUTPUT) &&
             in->p[5] > MK_MAX_HEAD_DIM)
             return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': head_dim %u is over the GPU limit of %u",

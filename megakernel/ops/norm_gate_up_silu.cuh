@@ -16,7 +16,12 @@ __device__ __forceinline__ void mk_gate_up_rows(const struct mk_wdesc *gw, const
         rows[r] = mk_row(gw, row);
         rows[R + r] = mk_row(uw, row);
     }
-    mk_dot_rows(rows, 2 * R, gw->dtype, vec, gw->cols, xs, acc);
+    if (gw->dtype == uw->dtype) {
+        mk_dot_rows(rows, 2 * R, gw->dtype, vec, gw->cols, xs, acc);
+    } else {
+        mk_dot_rows(rows, R, gw->dtype, vec, gw->cols, xs, acc);
+        mk_dot_rows(rows + R, R, uw->dtype, vec, uw->cols, xs, acc + R);
+    }
     if ((threadIdx.x & 31u) == 0) {
 #pragma unroll
         for (int r = 0; r < R; r++) {

@@ -9,19 +9,31 @@ struct mk_qkv {
     uint32_t q_dim, kv_dim;
 };
 
-__device__ __forceinline__ const uint8_t *mk_qkv_row(const struct mk_qkv *q, uint32_t r) {
-    if (r < q->q_dim) return mk_row(&q->m[0], r);
-    if (r < q->q_dim + q->kv_dim) return mk_row(&q->m[1], r - q->q_dim);
-    return mk_row(&q->m[2], r - q->q_dim - q->kv_dim);
+/* Which of wq, wk, wv holds row r of [wq; wk; wv], and the row's index in it. */
+__device__ __forceinline__ uint32_t mk_qkv_which(const struct mk_qkv *q, uint32_t *r) {
+    if (*r < q->q_dim) return 0;
+    if (*r < q->q_dim + q->kv_dim) {
+        *r -= q->q_dim;
+        return 1;
+    }
+    *r -= q->q_dim + q->kv_dim;
+    return 2;
 }
 
+/* With R > 1 the caller guarantees one format for all three matrices; R = 1 takes the row's own. */
 __device__ __forceinline__ void mk_qkv_rows(const struct mk_qkv *q, const float *xs, float *res, uint32_t r0,
                                             uint32_t count, uint32_t g, bool vec, const int R) {
     const uint8_t *rows[4];
     float acc[4];
+    uint32_t m = 0;
 #pragma unroll
-    for (int r = 0; r < R; r++) rows[r] = mk_qkv_row(q, r0 + min(g + (uint32_t)r, count - 1u));
-    mk_dot_rows(rows, R, q->m[0].dtype, vec, q->m[0].cols, xs, acc);
+    for (int r = 0; r < R; r++) {
+        uint32_t row = r0 + min(g + (uint32_t)r, count - 1u);
+        m = mk_qkv_which(q, &row);
+        rows[r] = mk_row(&q->m[m], row);
+    }
+    if (R == 1) vec = q->m[m].vec;
+    mk_dot_rows(rows, R, q->m[m].dtype, vec, q->m[0].cols, xs, acc);
     if ((threadIdx.x & 31u) == 0) {
 #pragma unroll
         for (int r = 0; r < R; r++)
@@ -51,7 +63,9 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
     const uint32_t count = min(in->p[0], total - r0);
     const bool vec = q.m[0].vec && q.m[1].vec && q.m[2].vec;
     const uint32_t warp = threadIdx.x >> 5;
-    int R = mk_rows_per_warp(count);
+    /* Mixed formats (Q4_K_M gives some layers a Q6_K wv) take one row per warp. */
+    const bool same = q.m[0].dtype == q.m[1].dtype && q.m[0].dtype == q.m[2].dtype;
+    int R = same ? mk_rows_per_warp(count) : 1;
     if (R == 4) {
         for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u)
             mk_qkv_rows(&q, xs, res, r0, count, g, vec, 4);
