@@ -740,15 +740,6 @@ static enum mk_status mk_gguf_parse_kvs(struct mk_gguf_parser *p) {
     return MK_OK;
 }
 
-struct mk_gguf_extent {
-    uint64_t offset, n_bytes, index;
-};
-
-static int mk_gguf_extent_cmp(const void *a, const void *b) {
-    const struct mk_gguf_extent *x = a, *y = b;
-    return x->offset < y->offset ? -1 : x->offset > y->offset ? 1 : (x->index > y->index) - (x->index < y->index);
-}
-
 static enum mk_status mk_gguf_parse_tensors(struct mk_gguf_parser *p) {
     struct mk_gguf *g = p->g;
     char why[256];
@@ -800,29 +791,37 @@ static enum mk_status mk_gguf_parse_tensors(struct mk_gguf_parser *p) {
                                 (unsigned long long)g->data_offset, (unsigned long long)avail);
         t->data = g->base + g->data_offset + t->offset;
     }
-    if (g->n_tensors < 2) return MK_OK;
-    struct mk_gguf_extent *ext = malloc(g->n_tensors * sizeof *ext);
-    if (!ext)
-        return mk_gguf_fail(p, MK_ERR_NOMEM, "cannot allocate %llu tensor extents", (unsigned long long)g->n_tensors);
-    for (uint64_t i = 0; i < g->n_tensors; i++)
-        ext[i] = (struct mk_gguf_extent){ g->tensors[i].offset, g->tensors[i].n_bytes, i };
-    qsort(ext, g->n_tensors, sizeof *ext, mk_gguf_extent_cmp);
-    st = MK_OK;
-    for (uint64_t i = 1; i < g->n_tensors; i++) {
-        const struct mk_gguf_extent *a = &ext[i - 1], *b = &ext[i];
-        if (b->offset < a->offset + a->n_bytes) {
+    /* llama.cpp's rule (ggml/src/gguf.cpp): in file order, each tensor starts exactly where the
+     * one before it ends, padded to the alignment; the first starts at 0. Anything else (gaps,
+     * overlaps, reordering) is refused there, so a file mk accepts is one llama.cpp accepts too. */
+    uint64_t expect = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const struct mk_gguf_tensor *t = &g->tensors[i];
+        if (t->offset != expect) {
             char shown[300];
-            const struct mk_gguf_str *an = &g->tensors[a->index].name;
-            mk_gguf_where_tensor(p, g->tensors[b->index].name);
-            st = mk_gguf_fail(p, MK_ERR_FORMAT, "data [%llu, %llu) overlaps tensor '%s' data [%llu, %llu)",
-                              (unsigned long long)b->offset, (unsigned long long)(b->offset + b->n_bytes),
-                              mk_gguf_show(shown, sizeof shown, an->data, an->len), (unsigned long long)a->offset,
-                              (unsigned long long)(a->offset + a->n_bytes));
-            break;
+            mk_gguf_where_tensor(p, t->name);
+            if (i == 0)
+                return mk_gguf_fail(p, MK_ERR_FORMAT,
+                                    "data [%llu, %llu) does not start at offset 0 of the data section (at %llu), "
+                                    "where the first tensor's data must start",
+                                    (unsigned long long)t->offset, (unsigned long long)(t->offset + t->n_bytes),
+                                    (unsigned long long)g->data_offset);
+            const struct mk_gguf_tensor *a = &g->tensors[i - 1];
+            return mk_gguf_fail(p, MK_ERR_FORMAT,
+                                "data [%llu, %llu) %s tensor '%s' data [%llu, %llu): it must start at offset %llu, "
+                                "right after the tensor before it padded to the alignment %llu",
+                                (unsigned long long)t->offset, (unsigned long long)(t->offset + t->n_bytes),
+                                t->offset >= expect                  ? "leaves a gap after"
+                                : t->offset < a->offset + a->n_bytes ? "overlaps"
+                                                                     : "is placed before the end of",
+                                mk_gguf_show(shown, sizeof shown, a->name.data, a->name.len),
+                                (unsigned long long)a->offset, (unsigned long long)(a->offset + a->n_bytes),
+                                (unsigned long long)expect, (unsigned long long)g->alignment);
         }
+        /* Cannot overflow: offset + n_bytes fits in the file (checked above), alignment <= 1 MiB. */
+        expect = t->offset + t->n_bytes + (g->alignment - t->n_bytes % g->alignment) % g->alignment;
     }
-    free(ext);
-    return st;
+    return MK_OK;
 }
 
 static enum mk_status mk_gguf_parse(struct mk_gguf *g, struct mk_error *err) {

@@ -7,30 +7,8 @@ if [ ! -x "$MK" ]; then
     echo "cli_test: mk binary not found at $MK" >&2
     exit 1
 fi
-T="$(mktemp -d "${TEST_TMPDIR:-/tmp}/cli_test.XXXXXX")"
-trap 'rm -rf "$T"' EXIT
-failures=0
-
-fail() {
-    echo "FAIL: $*" >&2
-    failures=$((failures + 1))
-}
-
-# run WANT_RC CMD...: runs CMD with stdout in $T/out and stderr in $T/err, checks the exit code.
-run() {
-    local want="$1"
-    shift
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    if [ "$rc" != "$want" ]; then
-        fail "'$*' exited $rc, expected $want; stderr: $(head -c 400 "$T/err")"
-    fi
-}
-
-# has FILE TEXT: FILE contains the fixed string TEXT.
-has() {
-    grep -qF -- "$2" "$1" || fail "expected '$2' in $1 output: $(head -c 600 "$1")"
-}
+. "$(dirname "$0")/sh_lib.sh"
+sh_init cli_test
 
 for c in info gen quantize; do
     run 0 "$MK" "$c" --help
@@ -87,18 +65,8 @@ run 1 "$MK" quantize "$T/h.gguf" "$T/h.gguf" --dtype q8_0
 has "$T/err" "same file"
 
 # Real files, when the models directory is there.
-M=""
-for d in "${MK_MODELS_DIR:-}" ../shared/models; do
-    if [ -n "$d" ] && [ -r "$d/stories260K-f32.gguf" ]; then
-        M="$d"
-        break
-    fi
-done
-if [ -z "$M" ] && [ "${MK_REQUIRE_MODELS:-}" = 1 ]; then
-    fail "models dir not found (MK_MODELS_DIR=${MK_MODELS_DIR:-unset}) and MK_REQUIRE_MODELS=1"
-elif [ -z "$M" ]; then
-    echo "SKIP: models dir not found (set MK_MODELS_DIR); real-file checks skipped"
-else
+sh_models stories260K-f32.gguf
+if [ -n "$M" ]; then
     run 0 "$MK" info "$M/stories260K-f32.gguf"
     has "$T/out" "n_embd 64, n_ff 172, n_layer 5, n_vocab 512"
     has "$T/out" "tied output by content"

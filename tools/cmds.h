@@ -9,5 +9,6 @@ int mk_cmd_quantize(int argc, char **argv);
 int mk_cmd_run(int argc, char **argv);
 int mk_cmd_dump(int argc, char **argv);
 int mk_cmd_bench(int argc, char **argv);
+int mk_cmd_tokenize(int argc, char **argv);
 
 #endif

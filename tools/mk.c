@@ -19,6 +19,7 @@ static const struct mk_subcommand mk_subcommands[] = {
     { "dump", mk_cmd_dump, "print the compiled work-queue program of a model" },
     { "gen", mk_cmd_gen, "write a Llama GGUF with deterministic random weights" },
     { "quantize", mk_cmd_quantize, "rewrite a GGUF with another weight format" },
+    { "tokenize", mk_cmd_tokenize, "print the tokens of a text, as llama.cpp's llama-tokenize does" },
 };
 
 static void mk_usage(FILE *f) {
