@@ -1,6 +1,8 @@
 /* Tokenizers from a GGUF vocab: SentencePiece-style `llama` and byte-level BPE `gpt2`, following llama.cpp. */
 #include "core/tokenizer.h"
 
+#include "core/unicode.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,183 +19,186 @@ enum {
 
 enum mk_tok_kind { MK_TOK_SPM, MK_TOK_BPE };
 
-/* Codepoint classes the GPT-2 pre-tokenizer needs. DEFINED marks any codepoint below 0x110000:
- * llama.cpp gives such codepoints non-empty flags, and only those can join a punctuation run. */
-enum {
-    MK_CPT_LETTER = 1,
-    MK_CPT_NUMBER = 2,
-    MK_CPT_SPACE = 4,
-    MK_CPT_DEFINED = 8,
-};
-
-/* Unicode general categories L* and N* as sorted inclusive codepoint ranges, generated from
- * Python's unicodedata (Unicode 14.0); llama.cpp's unicode-data.cpp holds the same categories. */
-static const uint32_t mk_tok_letter_ranges[][2] = {
-    { 0x41, 0x5A },       { 0x61, 0x7A },       { 0xAA, 0xAA },       { 0xB5, 0xB5 },       { 0xBA, 0xBA },
-    { 0xC0, 0xD6 },       { 0xD8, 0xF6 },       { 0xF8, 0x2C1 },      { 0x2C6, 0x2D1 },     { 0x2E0, 0x2E4 },
-    { 0x2EC, 0x2EC },     { 0x2EE, 0x2EE },     { 0x370, 0x374 },     { 0x376, 0x377 },     { 0x37A, 0x37D },
-    { 0x37F, 0x37F },     { 0x386, 0x386 },     { 0x388, 0x38A },     { 0x38C, 0x38C },     { 0x38E, 0x3A1 },
-    { 0x3A3, 0x3F5 },     { 0x3F7, 0x481 },     { 0x48A, 0x52F },     { 0x531, 0x556 },     { 0x559, 0x559 },
-    { 0x560, 0x588 },     { 0x5D0, 0x5EA },     { 0x5EF, 0x5F2 },     { 0x620, 0x64A },     { 0x66E, 0x66F },
-    { 0x671, 0x6D3 },     { 0x6D5, 0x6D5 },     { 0x6E5, 0x6E6 },     { 0x6EE, 0x6EF },     { 0x6FA, 0x6FC },
-    { 0x6FF, 0x6FF },     { 0x710, 0x710 },     { 0x712, 0x72F },     { 0x74D, 0x7A5 },     { 0x7B1, 0x7B1 },
-    { 0x7CA, 0x7EA },     { 0x7F4, 0x7F5 },     { 0x7FA, 0x7FA },     { 0x800, 0x815 },     { 0x81A, 0x81A },
-    { 0x824, 0x824 },     { 0x828, 0x828 },     { 0x840, 0x858 },     { 0x860, 0x86A },     { 0x870, 0x887 },
-    { 0x889, 0x88E },     { 0x8A0, 0x8C9 },     { 0x904, 0x939 },     { 0x93D, 0x93D },     { 0x950, 0x950 },
-    { 0x958, 0x961 },     { 0x971, 0x980 },     { 0x985, 0x98C },     { 0x98F, 0x990 },     { 0x993, 0x9A8 },
-    { 0x9AA, 0x9B0 },     { 0x9B2, 0x9B2 },     { 0x9B6, 0x9B9 },     { 0x9BD, 0x9BD },     { 0x9CE, 0x9CE },
-    { 0x9DC, 0x9DD },     { 0x9DF, 0x9E1 },     { 0x9F0, 0x9F1 },     { 0x9FC, 0x9FC },     { 0xA05, 0xA0A },
-    { 0xA0F, 0xA10 },     { 0xA13, 0xA28 },     { 0xA2A, 0xA30 },     { 0xA32, 0xA33 },     { 0xA35, 0xA36 },
-    { 0xA38, 0xA39 },     { 0xA59, 0xA5C },     { 0xA5E, 0xA5E },     { 0xA72, 0xA74 },     { 0xA85, 0xA8D },
-    { 0xA8F, 0xA91 },     { 0xA93, 0xAA8 },     { 0xAAA, 0xAB0 },     { 0xAB2, 0xAB3 },     { 0xAB5, 0xAB9 },
-    { 0xABD, 0xABD },     { 0xAD0, 0xAD0 },     { 0xAE0, 0xAE1 },     { 0xAF9, 0xAF9 },     { 0xB05, 0xB0C },
-    { 0xB0F, 0xB10 },     { 0xB13, 0xB28 },     { 0xB2A, 0xB30 },     { 0xB32, 0xB33 },     { 0xB35, 0xB39 },
-    { 0xB3D, 0xB3D },     { 0xB5C, 0xB5D },     { 0xB5F, 0xB61 },     { 0xB71, 0xB71 },     { 0xB83, 0xB83 },
-    { 0xB85, 0xB8A },     { 0xB8E, 0xB90 },     { 0xB92, 0xB95 },     { 0xB99, 0xB9A },     { 0xB9C, 0xB9C },
-    { 0xB9E, 0xB9F },     { 0xBA3, 0xBA4 },     { 0xBA8, 0xBAA },     { 0xBAE, 0xBB9 },     { 0xBD0, 0xBD0 },
-    { 0xC05, 0xC0C },     { 0xC0E, 0xC10 },     { 0xC12, 0xC28 },     { 0xC2A, 0xC39 },     { 0xC3D, 0xC3D },
-    { 0xC58, 0xC5A },     { 0xC5D, 0xC5D },     { 0xC60, 0xC61 },     { 0xC80, 0xC80 },     { 0xC85, 0xC8C },
-    { 0xC8E, 0xC90 },     { 0xC92, 0xCA8 },     { 0xCAA, 0xCB3 },     { 0xCB5, 0xCB9 },     { 0xCBD, 0xCBD },
-    { 0xCDD, 0xCDE },     { 0xCE0, 0xCE1 },     { 0xCF1, 0xCF2 },     { 0xD04, 0xD0C },     { 0xD0E, 0xD10 },
-    { 0xD12, 0xD3A },     { 0xD3D, 0xD3D },     { 0xD4E, 0xD4E },     { 0xD54, 0xD56 },     { 0xD5F, 0xD61 },
-    { 0xD7A, 0xD7F },     { 0xD85, 0xD96 },     { 0xD9A, 0xDB1 },     { 0xDB3, 0xDBB },     { 0xDBD, 0xDBD },
-    { 0xDC0, 0xDC6 },     { 0xE01, 0xE30 },     { 0xE32, 0xE33 },     { 0xE40, 0xE46 },     { 0xE81, 0xE82 },
-    { 0xE84, 0xE84 },     { 0xE86, 0xE8A },     { 0xE8C, 0xEA3 },     { 0xEA5, 0xEA5 },     { 0xEA7, 0xEB0 },
-    { 0xEB2, 0xEB3 },     { 0xEBD, 0xEBD },     { 0xEC0, 0xEC4 },     { 0xEC6, 0xEC6 },     { 0xEDC, 0xEDF },
-    { 0xF00, 0xF00 },     { 0xF40, 0xF47 },     { 0xF49, 0xF6C },     { 0xF88, 0xF8C },     { 0x1000, 0x102A },
-    { 0x103F, 0x103F },   { 0x1050, 0x1055 },   { 0x105A, 0x105D },   { 0x1061, 0x1061 },   { 0x1065, 0x1066 },
-    { 0x106E, 0x1070 },   { 0x1075, 0x1081 },   { 0x108E, 0x108E },   { 0x10A0, 0x10C5 },   { 0x10C7, 0x10C7 },
-    { 0x10CD, 0x10CD },   { 0x10D0, 0x10FA },   { 0x10FC, 0x1248 },   { 0x124A, 0x124D },   { 0x1250, 0x1256 },
-    { 0x1258, 0x1258 },   { 0x125A, 0x125D },   { 0x1260, 0x1288 },   { 0x128A, 0x128D },   { 0x1290, 0x12B0 },
-    { 0x12B2, 0x12B5 },   { 0x12B8, 0x12BE },   { 0x12C0, 0x12C0 },   { 0x12C2, 0x12C5 },   { 0x12C8, 0x12D6 },
-    { 0x12D8, 0x1310 },   { 0x1312, 0x1315 },   { 0x1318, 0x135A },   { 0x1380, 0x138F },   { 0x13A0, 0x13F5 },
-    { 0x13F8, 0x13FD },   { 0x1401, 0x166C },   { 0x166F, 0x167F },   { 0x1681, 0x169A },   { 0x16A0, 0x16EA },
-    { 0x16F1, 0x16F8 },   { 0x1700, 0x1711 },   { 0x171F, 0x1731 },   { 0x1740, 0x1751 },   { 0x1760, 0x176C },
-    { 0x176E, 0x1770 },   { 0x1780, 0x17B3 },   { 0x17D7, 0x17D7 },   { 0x17DC, 0x17DC },   { 0x1820, 0x1878 },
-    { 0x1880, 0x1884 },   { 0x1887, 0x18A8 },   { 0x18AA, 0x18AA },   { 0x18B0, 0x18F5 },   { 0x1900, 0x191E },
-    { 0x1950, 0x196D },   { 0x1970, 0x1974 },   { 0x1980, 0x19AB },   { 0x19B0, 0x19C9 },   { 0x1A00, 0x1A16 },
-    { 0x1A20, 0x1A54 },   { 0x1AA7, 0x1AA7 },   { 0x1B05, 0x1B33 },   { 0x1B45, 0x1B4C },   { 0x1B83, 0x1BA0 },
-    { 0x1BAE, 0x1BAF },   { 0x1BBA, 0x1BE5 },   { 0x1C00, 0x1C23 },   { 0x1C4D, 0x1C4F },   { 0x1C5A, 0x1C7D },
-    { 0x1C80, 0x1C88 },   { 0x1C90, 0x1CBA },   { 0x1CBD, 0x1CBF },   { 0x1CE9, 0x1CEC },   { 0x1CEE, 0x1CF3 },
-    { 0x1CF5, 0x1CF6 },   { 0x1CFA, 0x1CFA },   { 0x1D00, 0x1DBF },   { 0x1E00, 0x1F15 },   { 0x1F18, 0x1F1D },
-    { 0x1F20, 0x1F45 },   { 0x1F48, 0x1F4D },   { 0x1F50, 0x1F57 },   { 0x1F59, 0x1F59 },   { 0x1F5B, 0x1F5B },
-    { 0x1F5D, 0x1F5D },   { 0x1F5F, 0x1F7D },   { 0x1F80, 0x1FB4 },   { 0x1FB6, 0x1FBC },   { 0x1FBE, 0x1FBE },
-    { 0x1FC2, 0x1FC4 },   { 0x1FC6, 0x1FCC },   { 0x1FD0, 0x1FD3 },   { 0x1FD6, 0x1FDB },   { 0x1FE0, 0x1FEC },
-    { 0x1FF2, 0x1FF4 },   { 0x1FF6, 0x1FFC },   { 0x2071, 0x2071 },   { 0x207F, 0x207F },   { 0x2090, 0x209C },
-    { 0x2102, 0x2102 },   { 0x2107, 0x2107 },   { 0x210A, 0x2113 },   { 0x2115, 0x2115 },   { 0x2119, 0x211D },
-    { 0x2124, 0x2124 },   { 0x2126, 0x2126 },   { 0x2128, 0x2128 },   { 0x212A, 0x212D },   { 0x212F, 0x2139 },
-    { 0x213C, 0x213F },   { 0x2145, 0x2149 },   { 0x214E, 0x214E },   { 0x2183, 0x2184 },   { 0x2C00, 0x2CE4 },
-    { 0x2CEB, 0x2CEE },   { 0x2CF2, 0x2CF3 },   { 0x2D00, 0x2D25 },   { 0x2D27, 0x2D27 },   { 0x2D2D, 0x2D2D },
-    { 0x2D30, 0x2D67 },   { 0x2D6F, 0x2D6F },   { 0x2D80, 0x2D96 },   { 0x2DA0, 0x2DA6 },   { 0x2DA8, 0x2DAE },
-    { 0x2DB0, 0x2DB6 },   { 0x2DB8, 0x2DBE },   { 0x2DC0, 0x2DC6 },   { 0x2DC8, 0x2DCE },   { 0x2DD0, 0x2DD6 },
-    { 0x2DD8, 0x2DDE },   { 0x2E2F, 0x2E2F },   { 0x3005, 0x3006 },   { 0x3031, 0x3035 },   { 0x303B, 0x303C },
-    { 0x3041, 0x3096 },   { 0x309D, 0x309F },   { 0x30A1, 0x30FA },   { 0x30FC, 0x30FF },   { 0x3105, 0x312F },
-    { 0x3131, 0x318E },   { 0x31A0, 0x31BF },   { 0x31F0, 0x31FF },   { 0x3400, 0x4DBF },   { 0x4E00, 0xA48C },
-    { 0xA4D0, 0xA4FD },   { 0xA500, 0xA60C },   { 0xA610, 0xA61F },   { 0xA62A, 0xA62B },   { 0xA640, 0xA66E },
-    { 0xA67F, 0xA69D },   { 0xA6A0, 0xA6E5 },   { 0xA717, 0xA71F },   { 0xA722, 0xA788 },   { 0xA78B, 0xA7CA },
-    { 0xA7D0, 0xA7D1 },   { 0xA7D3, 0xA7D3 },   { 0xA7D5, 0xA7D9 },   { 0xA7F2, 0xA801 },   { 0xA803, 0xA805 },
-    { 0xA807, 0xA80A },   { 0xA80C, 0xA822 },   { 0xA840, 0xA873 },   { 0xA882, 0xA8B3 },   { 0xA8F2, 0xA8F7 },
-    { 0xA8FB, 0xA8FB },   { 0xA8FD, 0xA8FE },   { 0xA90A, 0xA925 },   { 0xA930, 0xA946 },   { 0xA960, 0xA97C },
-    { 0xA984, 0xA9B2 },   { 0xA9CF, 0xA9CF },   { 0xA9E0, 0xA9E4 },   { 0xA9E6, 0xA9EF },   { 0xA9FA, 0xA9FE },
-    { 0xAA00, 0xAA28 },   { 0xAA40, 0xAA42 },   { 0xAA44, 0xAA4B },   { 0xAA60, 0xAA76 },   { 0xAA7A, 0xAA7A },
-    { 0xAA7E, 0xAAAF },   { 0xAAB1, 0xAAB1 },   { 0xAAB5, 0xAAB6 },   { 0xAAB9, 0xAABD },   { 0xAAC0, 0xAAC0 },
-    { 0xAAC2, 0xAAC2 },   { 0xAADB, 0xAADD },   { 0xAAE0, 0xAAEA },   { 0xAAF2, 0xAAF4 },   { 0xAB01, 0xAB06 },
-    { 0xAB09, 0xAB0E },   { 0xAB11, 0xAB16 },   { 0xAB20, 0xAB26 },   { 0xAB28, 0xAB2E },   { 0xAB30, 0xAB5A },
-    { 0xAB5C, 0xAB69 },   { 0xAB70, 0xABE2 },   { 0xAC00, 0xD7A3 },   { 0xD7B0, 0xD7C6 },   { 0xD7CB, 0xD7FB },
-    { 0xF900, 0xFA6D },   { 0xFA70, 0xFAD9 },   { 0xFB00, 0xFB06 },   { 0xFB13, 0xFB17 },   { 0xFB1D, 0xFB1D },
-    { 0xFB1F, 0xFB28 },   { 0xFB2A, 0xFB36 },   { 0xFB38, 0xFB3C },   { 0xFB3E, 0xFB3E },   { 0xFB40, 0xFB41 },
-    { 0xFB43, 0xFB44 },   { 0xFB46, 0xFBB1 },   { 0xFBD3, 0xFD3D },   { 0xFD50, 0xFD8F },   { 0xFD92, 0xFDC7 },
-    { 0xFDF0, 0xFDFB },   { 0xFE70, 0xFE74 },   { 0xFE76, 0xFEFC },   { 0xFF21, 0xFF3A },   { 0xFF41, 0xFF5A },
-    { 0xFF66, 0xFFBE },   { 0xFFC2, 0xFFC7 },   { 0xFFCA, 0xFFCF },   { 0xFFD2, 0xFFD7 },   { 0xFFDA, 0xFFDC },
-    { 0x10000, 0x1000B }, { 0x1000D, 0x10026 }, { 0x10028, 0x1003A }, { 0x1003C, 0x1003D }, { 0x1003F, 0x1004D },
-    { 0x10050, 0x1005D }, { 0x10080, 0x100FA }, { 0x10280, 0x1029C }, { 0x102A0, 0x102D0 }, { 0x10300, 0x1031F },
-    { 0x1032D, 0x10340 }, { 0x10342, 0x10349 }, { 0x10350, 0x10375 }, { 0x10380, 0x1039D }, { 0x103A0, 0x103C3 },
-    { 0x103C8, 0x103CF }, { 0x10400, 0x1049D }, { 0x104B0, 0x104D3 }, { 0x104D8, 0x104FB }, { 0x10500, 0x10527 },
-    { 0x10530, 0x10563 }, { 0x10570, 0x1057A }, { 0x1057C, 0x1058A }, { 0x1058C, 0x10592 }, { 0x10594, 0x10595 },
-    { 0x10597, 0x105A1 }, { 0x105A3, 0x105B1 }, { 0x105B3, 0x105B9 }, { 0x105BB, 0x105BC }, { 0x10600, 0x10736 },
-    { 0x10740, 0x10755 }, { 0x10760, 0x10767 }, { 0x10780, 0x10785 }, { 0x10787, 0x107B0 }, { 0x107B2, 0x107BA },
-    { 0x10800, 0x10805 }, { 0x10808, 0x10808 }, { 0x1080A, 0x10835 }, { 0x10837, 0x10838 }, { 0x1083C, 0x1083C },
-    { 0x1083F, 0x10855 }, { 0x10860, 0x10876 }, { 0x10880, 0x1089E }, { 0x108E0, 0x108F2 }, { 0x108F4, 0x108F5 },
-    { 0x10900, 0x10915 }, { 0x10920, 0x10939 }, { 0x10980, 0x109B7 }, { 0x109BE, 0x109BF }, { 0x10A00, 0x10A00 },
-    { 0x10A10, 0x10A13 }, { 0x10A15, 0x10A17 }, { 0x10A19, 0x10A35 }, { 0x10A60, 0x10A7C }, { 0x10A80, 0x10A9C },
-    { 0x10AC0, 0x10AC7 }, { 0x10AC9, 0x10AE4 }, { 0x10B00, 0x10B35 }, { 0x10B40, 0x10B55 }, { 0x10B60, 0x10B72 },
-    { 0x10B80, 0x10B91 }, { 0x10C00, 0x10C48 }, { 0x10C80, 0x10CB2 }, { 0x10CC0, 0x10CF2 }, { 0x10D00, 0x10D23 },
-    { 0x10E80, 0x10EA9 }, { 0x10EB0, 0x10EB1 }, { 0x10F00, 0x10F1C }, { 0x10F27, 0x10F27 }, { 0x10F30, 0x10F45 },
-    { 0x10F70, 0x10F81 }, { 0x10FB0, 0x10FC4 }, { 0x10FE0, 0x10FF6 }, { 0x11003, 0x11037 }, { 0x11071, 0x11072 },
-    { 0x11075, 0x11075 }, { 0x11083, 0x110AF }, { 0x110D0, 0x110E8 }, { 0x11103, 0x11126 }, { 0x11144, 0x11144 },
-    { 0x11147, 0x11147 }, { 0x11150, 0x11172 }, { 0x11176, 0x11176 }, { 0x11183, 0x111B2 }, { 0x111C1, 0x111C4 },
-    { 0x111DA, 0x111DA }, { 0x111DC, 0x111DC }, { 0x11200, 0x11211 }, { 0x11213, 0x1122B }, { 0x11280, 0x11286 },
-    { 0x11288, 0x11288 }, { 0x1128A, 0x1128D }, { 0x1128F, 0x1129D }, { 0x1129F, 0x112A8 }, { 0x112B0, 0x112DE },
-    { 0x11305, 0x1130C }, { 0x1130F, 0x11310 }, { 0x11313, 0x11328 }, { 0x1132A, 0x11330 }, { 0x11332, 0x11333 },
-    { 0x11335, 0x11339 }, { 0x1133D, 0x1133D }, { 0x11350, 0x11350 }, { 0x1135D, 0x11361 }, { 0x11400, 0x11434 },
-    { 0x11447, 0x1144A }, { 0x1145F, 0x11461 }, { 0x11480, 0x114AF }, { 0x114C4, 0x114C5 }, { 0x114C7, 0x114C7 },
-    { 0x11580, 0x115AE }, { 0x115D8, 0x115DB }, { 0x11600, 0x1162F }, { 0x11644, 0x11644 }, { 0x11680, 0x116AA },
-    { 0x116B8, 0x116B8 }, { 0x11700, 0x1171A }, { 0x11740, 0x11746 }, { 0x11800, 0x1182B }, { 0x118A0, 0x118DF },
-    { 0x118FF, 0x11906 }, { 0x11909, 0x11909 }, { 0x1190C, 0x11913 }, { 0x11915, 0x11916 }, { 0x11918, 0x1192F },
-    { 0x1193F, 0x1193F }, { 0x11941, 0x11941 }, { 0x119A0, 0x119A7 }, { 0x119AA, 0x119D0 }, { 0x119E1, 0x119E1 },
-    { 0x119E3, 0x119E3 }, { 0x11A00, 0x11A00 }, { 0x11A0B, 0x11A32 }, { 0x11A3A, 0x11A3A }, { 0x11A50, 0x11A50 },
-    { 0x11A5C, 0x11A89 }, { 0x11A9D, 0x11A9D }, { 0x11AB0, 0x11AF8 }, { 0x11C00, 0x11C08 }, { 0x11C0A, 0x11C2E },
-    { 0x11C40, 0x11C40 }, { 0x11C72, 0x11C8F }, { 0x11D00, 0x11D06 }, { 0x11D08, 0x11D09 }, { 0x11D0B, 0x11D30 },
-    { 0x11D46, 0x11D46 }, { 0x11D60, 0x11D65 }, { 0x11D67, 0x11D68 }, { 0x11D6A, 0x11D89 }, { 0x11D98, 0x11D98 },
-    { 0x11EE0, 0x11EF2 }, { 0x11FB0, 0x11FB0 }, { 0x12000, 0x12399 }, { 0x12480, 0x12543 }, { 0x12F90, 0x12FF0 },
-    { 0x13000, 0x1342E }, { 0x14400, 0x14646 }, { 0x16800, 0x16A38 }, { 0x16A40, 0x16A5E }, { 0x16A70, 0x16ABE },
-    { 0x16AD0, 0x16AED }, { 0x16B00, 0x16B2F }, { 0x16B40, 0x16B43 }, { 0x16B63, 0x16B77 }, { 0x16B7D, 0x16B8F },
-    { 0x16E40, 0x16E7F }, { 0x16F00, 0x16F4A }, { 0x16F50, 0x16F50 }, { 0x16F93, 0x16F9F }, { 0x16FE0, 0x16FE1 },
-    { 0x16FE3, 0x16FE3 }, { 0x17000, 0x187F7 }, { 0x18800, 0x18CD5 }, { 0x18D00, 0x18D08 }, { 0x1AFF0, 0x1AFF3 },
-    { 0x1AFF5, 0x1AFFB }, { 0x1AFFD, 0x1AFFE }, { 0x1B000, 0x1B122 }, { 0x1B150, 0x1B152 }, { 0x1B164, 0x1B167 },
-    { 0x1B170, 0x1B2FB }, { 0x1BC00, 0x1BC6A }, { 0x1BC70, 0x1BC7C }, { 0x1BC80, 0x1BC88 }, { 0x1BC90, 0x1BC99 },
-    { 0x1D400, 0x1D454 }, { 0x1D456, 0x1D49C }, { 0x1D49E, 0x1D49F }, { 0x1D4A2, 0x1D4A2 }, { 0x1D4A5, 0x1D4A6 },
-    { 0x1D4A9, 0x1D4AC }, { 0x1D4AE, 0x1D4B9 }, { 0x1D4BB, 0x1D4BB }, { 0x1D4BD, 0x1D4C3 }, { 0x1D4C5, 0x1D505 },
-    { 0x1D507, 0x1D50A }, { 0x1D50D, 0x1D514 }, { 0x1D516, 0x1D51C }, { 0x1D51E, 0x1D539 }, { 0x1D53B, 0x1D53E },
-    { 0x1D540, 0x1D544 }, { 0x1D546, 0x1D546 }, { 0x1D54A, 0x1D550 }, { 0x1D552, 0x1D6A5 }, { 0x1D6A8, 0x1D6C0 },
-    { 0x1D6C2, 0x1D6DA }, { 0x1D6DC, 0x1D6FA }, { 0x1D6FC, 0x1D714 }, { 0x1D716, 0x1D734 }, { 0x1D736, 0x1D74E },
-    { 0x1D750, 0x1D76E }, { 0x1D770, 0x1D788 }, { 0x1D78A, 0x1D7A8 }, { 0x1D7AA, 0x1D7C2 }, { 0x1D7C4, 0x1D7CB },
-    { 0x1DF00, 0x1DF1E }, { 0x1E100, 0x1E12C }, { 0x1E137, 0x1E13D }, { 0x1E14E, 0x1E14E }, { 0x1E290, 0x1E2AD },
-    { 0x1E2C0, 0x1E2EB }, { 0x1E7E0, 0x1E7E6 }, { 0x1E7E8, 0x1E7EB }, { 0x1E7ED, 0x1E7EE }, { 0x1E7F0, 0x1E7FE },
-    { 0x1E800, 0x1E8C4 }, { 0x1E900, 0x1E943 }, { 0x1E94B, 0x1E94B }, { 0x1EE00, 0x1EE03 }, { 0x1EE05, 0x1EE1F },
-    { 0x1EE21, 0x1EE22 }, { 0x1EE24, 0x1EE24 }, { 0x1EE27, 0x1EE27 }, { 0x1EE29, 0x1EE32 }, { 0x1EE34, 0x1EE37 },
-    { 0x1EE39, 0x1EE39 }, { 0x1EE3B, 0x1EE3B }, { 0x1EE42, 0x1EE42 }, { 0x1EE47, 0x1EE47 }, { 0x1EE49, 0x1EE49 },
-    { 0x1EE4B, 0x1EE4B }, { 0x1EE4D, 0x1EE4F }, { 0x1EE51, 0x1EE52 }, { 0x1EE54, 0x1EE54 }, { 0x1EE57, 0x1EE57 },
-    { 0x1EE59, 0x1EE59 }, { 0x1EE5B, 0x1EE5B }, { 0x1EE5D, 0x1EE5D }, { 0x1EE5F, 0x1EE5F }, { 0x1EE61, 0x1EE62 },
-    { 0x1EE64, 0x1EE64 }, { 0x1EE67, 0x1EE6A }, { 0x1EE6C, 0x1EE72 }, { 0x1EE74, 0x1EE77 }, { 0x1EE79, 0x1EE7C },
-    { 0x1EE7E, 0x1EE7E }, { 0x1EE80, 0x1EE89 }, { 0x1EE8B, 0x1EE9B }, { 0x1EEA1, 0x1EEA3 }, { 0x1EEA5, 0x1EEA9 },
-    { 0x1EEAB, 0x1EEBB }, { 0x20000, 0x2A6DF }, { 0x2A700, 0x2B738 }, { 0x2B740, 0x2B81D }, { 0x2B820, 0x2CEA1 },
-    { 0x2CEB0, 0x2EBE0 }, { 0x2F800, 0x2FA1D }, { 0x30000, 0x3134A },
-};
-static const uint32_t mk_tok_number_ranges[][2] = {
-    { 0x30, 0x39 },       { 0xB2, 0xB3 },       { 0xB9, 0xB9 },       { 0xBC, 0xBE },       { 0x660, 0x669 },
-    { 0x6F0, 0x6F9 },     { 0x7C0, 0x7C9 },     { 0x966, 0x96F },     { 0x9E6, 0x9EF },     { 0x9F4, 0x9F9 },
-    { 0xA66, 0xA6F },     { 0xAE6, 0xAEF },     { 0xB66, 0xB6F },     { 0xB72, 0xB77 },     { 0xBE6, 0xBF2 },
-    { 0xC66, 0xC6F },     { 0xC78, 0xC7E },     { 0xCE6, 0xCEF },     { 0xD58, 0xD5E },     { 0xD66, 0xD78 },
-    { 0xDE6, 0xDEF },     { 0xE50, 0xE59 },     { 0xED0, 0xED9 },     { 0xF20, 0xF33 },     { 0x1040, 0x1049 },
-    { 0x1090, 0x1099 },   { 0x1369, 0x137C },   { 0x16EE, 0x16F0 },   { 0x17E0, 0x17E9 },   { 0x17F0, 0x17F9 },
-    { 0x1810, 0x1819 },   { 0x1946, 0x194F },   { 0x19D0, 0x19DA },   { 0x1A80, 0x1A89 },   { 0x1A90, 0x1A99 },
-    { 0x1B50, 0x1B59 },   { 0x1BB0, 0x1BB9 },   { 0x1C40, 0x1C49 },   { 0x1C50, 0x1C59 },   { 0x2070, 0x2070 },
-    { 0x2074, 0x2079 },   { 0x2080, 0x2089 },   { 0x2150, 0x2182 },   { 0x2185, 0x2189 },   { 0x2460, 0x249B },
-    { 0x24EA, 0x24FF },   { 0x2776, 0x2793 },   { 0x2CFD, 0x2CFD },   { 0x3007, 0x3007 },   { 0x3021, 0x3029 },
-    { 0x3038, 0x303A },   { 0x3192, 0x3195 },   { 0x3220, 0x3229 },   { 0x3248, 0x324F },   { 0x3251, 0x325F },
-    { 0x3280, 0x3289 },   { 0x32B1, 0x32BF },   { 0xA620, 0xA629 },   { 0xA6E6, 0xA6EF },   { 0xA830, 0xA835 },
-    { 0xA8D0, 0xA8D9 },   { 0xA900, 0xA909 },   { 0xA9D0, 0xA9D9 },   { 0xA9F0, 0xA9F9 },   { 0xAA50, 0xAA59 },
-    { 0xABF0, 0xABF9 },   { 0xFF10, 0xFF19 },   { 0x10107, 0x10133 }, { 0x10140, 0x10178 }, { 0x1018A, 0x1018B },
-    { 0x102E1, 0x102FB }, { 0x10320, 0x10323 }, { 0x10341, 0x10341 }, { 0x1034A, 0x1034A }, { 0x103D1, 0x103D5 },
-    { 0x104A0, 0x104A9 }, { 0x10858, 0x1085F }, { 0x10879, 0x1087F }, { 0x108A7, 0x108AF }, { 0x108FB, 0x108FF },
-    { 0x10916, 0x1091B }, { 0x109BC, 0x109BD }, { 0x109C0, 0x109CF }, { 0x109D2, 0x109FF }, { 0x10A40, 0x10A48 },
-    { 0x10A7D, 0x10A7E }, { 0x10A9D, 0x10A9F }, { 0x10AEB, 0x10AEF }, { 0x10B58, 0x10B5F }, { 0x10B78, 0x10B7F },
-    { 0x10BA9, 0x10BAF }, { 0x10CFA, 0x10CFF }, { 0x10D30, 0x10D39 }, { 0x10E60, 0x10E7E }, { 0x10F1D, 0x10F26 },
-    { 0x10F51, 0x10F54 }, { 0x10FC5, 0x10FCB }, { 0x11052, 0x1106F }, { 0x110F0, 0x110F9 }, { 0x11136, 0x1113F },
-    { 0x111D0, 0x111D9 }, { 0x111E1, 0x111F4 }, { 0x112F0, 0x112F9 }, { 0x11450, 0x11459 }, { 0x114D0, 0x114D9 },
-    { 0x11650, 0x11659 }, { 0x116C0, 0x116C9 }, { 0x11730, 0x1173B }, { 0x118E0, 0x118F2 }, { 0x11950, 0x11959 },
-    { 0x11C50, 0x11C6C }, { 0x11D50, 0x11D59 }, { 0x11DA0, 0x11DA9 }, { 0x11FC0, 0x11FD4 }, { 0x12400, 0x1246E },
-    { 0x16A60, 0x16A69 }, { 0x16AC0, 0x16AC9 }, { 0x16B50, 0x16B59 }, { 0x16B5B, 0x16B61 }, { 0x16E80, 0x16E96 },
-    { 0x1D2E0, 0x1D2F3 }, { 0x1D360, 0x1D378 }, { 0x1D7CE, 0x1D7FF }, { 0x1E140, 0x1E149 }, { 0x1E2F0, 0x1E2F9 },
-    { 0x1E8C7, 0x1E8CF }, { 0x1E950, 0x1E959 }, { 0x1EC71, 0x1ECAB }, { 0x1ECAD, 0x1ECAF }, { 0x1ECB1, 0x1ECB4 },
-    { 0x1ED01, 0x1ED2D }, { 0x1ED2F, 0x1ED3D }, { 0x1F100, 0x1F10C }, { 0x1FBF0, 0x1FBF9 },
-};
-
-#define MK_TOK_NO_CPT 0xFFFFFFFFu
 /* The replacement character U+FFFD stands in for invalid bytes when classifying (as llama.cpp
  * does), while the bytes themselves are kept so that they still round-trip. */
 #define MK_TOK_REPLACEMENT 0xFFFDu
+
+/* ---- Pre-tokenizers: tokenizer.ggml.pre names and their split patterns, as llama.cpp lists them
+ * (src/llama-vocab.cpp). Each pattern splits the words the one before it made. */
+
+static const char *const mk_tok_rx_default[] = {
+    "[\\p{P}\\$\\+<=>\\^~\\|]+",
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+    "\\p{N}+",
+    "[0-9][0-9][0-9]",
+};
+static const char *const mk_tok_rx_gpt2[] = {
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+};
+static const char *const mk_tok_rx_llama3[] = {
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+static const char *const mk_tok_rx_qwen2[] = {
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+static const char *const mk_tok_rx_qwen35[] = {
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+static const char *const mk_tok_rx_starcoder[] = {
+    "\\p{N}",
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+};
+static const char *const mk_tok_rx_falcon[] = {
+    "[\\p{P}\\$\\+<=>\\^~\\|`]+",
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+    "[0-9][0-9][0-9]",
+};
+/* clang-format off: long patterns kept whole */
+static const char *const mk_tok_rx_deepseek_llm[] = {
+    "[\r\n]",
+    "\\s?[A-Za-z\u00B5\u00C0-\u00D6\u00D8-\u00F6\u00F8-\u01BA\u01BC-\u01BF\u01C4-\u0293\u0295-\u02AF"
+    "\u0370-\u0373\u0376\u0377\u037B-\u037D\u037F\u0386\u0388-\u038A\u038C\u038E-\u03A1\u03A3-\u03F5"
+    "\u03F7-\u0481\u048A-\u052F\u0531-\u0556\u10A0-\u10C5\u13A0-\u13F5\u13F8-\u13FD\u1C90-\u1CBA\u1CBD-"
+    "\u1CBF\u1D00-\u1D2B\u1D6B-\u1D77\u1D79-\u1D9A\u1E00-\u1F15\u1F18-\u1F1D\u1F20-\u1F45\u1F48-\u1F4D"
+    "\u1F50-\u1F57\u1F59\u1F5B\u1F5D\u1F5F-\u1F7D\u1F80-\u1FB4\u1FB6-\u1FBC\u1FBE\u1FC2-\u1FC4\u1FC6-"
+    "\u1FCC\u1FD0-\u1FD3\u1FD6-\u1FDB\u1FE0-\u1FEC\u1FF2-\u1FF4\u1FF6-\u1FFC\u2102\u2107\u210A-\u2113"
+    "\u2115\u2119-\u211D\u2124\u2126\u2128\u212A-\u212D\u212F-\u2134\u2139\u213C-\u213F\u2145-\u2149"
+    "\u214E\u2183\u2184\u2C00-\u2C7B\u2C7E-\u2CE4\u2CEB-\u2CEE\u2CF2\u2CF3\uA640-\uA66D\uA680-\uA69B"
+    "\uA722-\uA76F\uA771-\uA787\uA78B-\uA78E\uAB70-\uABBF\uFB00-\uFB06\uFB13-\uFB17\uFF21-\uFF3A\uFF41-"
+    "\uFF5A\U00010400-\U0001044F\U000104B0-\U000104D3\U000104D8-\U000104FB\U00010C80-\U00010CB2\U00010CC0"
+    "-\U00010CF2\U000118A0-\U000118DF\U0001E900-\U0001E943]+",
+    "\\s?[!-/:-~\uFF01-\uFF0F\uFF1A-\uFF5E\u2018-\u201F\u3000-\u3002]+",
+    "\\s+$",
+    "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+",
+    "\\p{N}+",
+};
+/* clang-format on */
+static const char *const mk_tok_rx_deepseek_coder[] = {
+    "[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[\u4E00-\u9FA5\u0800-\u4E00\uAC00-\uD7FF]+", "\\p{N}",
+};
+static const char *const mk_tok_rx_deepseek3[] = {
+    "\\p{N}{1,3}",
+    "[\u4E00-\u9FA5\u3040-\u309F\u30A0-\u30FF]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+    "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+};
+static const char *const mk_tok_rx_tekken[] = {
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-"
+    "z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+static const char *const mk_tok_rx_gpt4o[] = {
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'["
+    "lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'["
+    "vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+};
+static const char *const mk_tok_rx_bloom[] = {
+    " ?[^(\\s|.,!?\u2026\u3002\uFF0C\u3001\u0964\u06D4\u060C)]+",
+};
+
+#define MK_TOK_RX(a) a, sizeof a / sizeof a[0]
+
+/* A pre-tokenizer: its patterns, and the vocab defaults llama.cpp ties to it. */
+struct mk_tok_pre {
+    const char *name; /* the first tokenizer.ggml.pre value naming it */
+    const char *const *regex;
+    size_t n_regex;
+    bool ignore_merges; /* a word that is itself a token is not merged up from bytes */
+    bool add_bos;       /* add_bos_token's default */
+};
+
+static const struct mk_tok_pre mk_tok_pres[] = {
+    { "default", MK_TOK_RX(mk_tok_rx_default), false, false },
+    { "llama3", MK_TOK_RX(mk_tok_rx_llama3), true, true },
+    { "dbrx", MK_TOK_RX(mk_tok_rx_llama3), false, false },
+    { "gpt-2", MK_TOK_RX(mk_tok_rx_gpt2), false, false },
+    { "qwen2", MK_TOK_RX(mk_tok_rx_qwen2), false, false },
+    { "qwen35", MK_TOK_RX(mk_tok_rx_qwen35), false, false },
+    { "starcoder", MK_TOK_RX(mk_tok_rx_starcoder), false, false },
+    { "falcon", MK_TOK_RX(mk_tok_rx_falcon), false, false },
+    { "deepseek-llm", MK_TOK_RX(mk_tok_rx_deepseek_llm), false, false },
+    { "deepseek-coder", MK_TOK_RX(mk_tok_rx_deepseek_coder), false, false },
+    { "deepseek-v3", MK_TOK_RX(mk_tok_rx_deepseek3), false, false },
+    { "tekken", MK_TOK_RX(mk_tok_rx_tekken), true, true },
+    { "gpt-4o", MK_TOK_RX(mk_tok_rx_gpt4o), false, false },
+    { "bloom", MK_TOK_RX(mk_tok_rx_bloom), false, false },
+};
+
+/* Every tokenizer.ggml.pre value mk knows, and the pre-tokenizer (by first name) it means. */
+static const struct {
+    const char *name, *pre;
+} mk_tok_pre_names[] = {
+    { "default", "default" },
+    { "llama3", "llama3" },
+    { "llama-v3", "llama3" },
+    { "llama-bpe", "llama3" },
+    { "falcon3", "llama3" },
+    { "falcon-h1", "llama3" },
+    { "pixtral", "llama3" },
+    { "midm-2.0", "llama3" },
+    { "lfm2", "llama3" },
+    { "jina-v5-nano", "llama3" },
+    { "dbrx", "dbrx" },
+    { "smaug-bpe", "dbrx" },
+    { "gpt-2", "gpt-2" },
+    { "phi-2", "gpt-2" },
+    { "jina-es", "gpt-2" },
+    { "jina-de", "gpt-2" },
+    { "gigachat", "gpt-2" },
+    { "jina-v2-es", "gpt-2" },
+    { "jina-v2-de", "gpt-2" },
+    { "a.x-4.0", "gpt-2" },
+    { "mellum", "gpt-2" },
+    { "modern-bert", "gpt-2" },
+    { "mpt", "gpt-2" },
+    { "olmo", "gpt-2" },
+    { "jais", "gpt-2" },
+    { "trillion", "gpt-2" },
+    { "granite-docling", "gpt-2" },
+    { "exaone4", "gpt-2" },
+    { "qwen2", "qwen2" },
+    { "deepseek-r1-qwen", "qwen2" },
+    { "kormo", "qwen2" },
+    { "f2llmv2", "qwen2" },
+    { "megrez", "qwen2" },
+    { "stablelm2", "qwen2" },
+    { "hunyuan", "qwen2" },
+    { "solar-open", "qwen2" },
+    { "qwen35", "qwen35" },
+    { "starcoder", "starcoder" },
+    { "refact", "starcoder" },
+    { "command-r", "starcoder" },
+    { "smollm", "starcoder" },
+    { "codeshell", "starcoder" },
+    { "exaone", "starcoder" },
+    { "minerva-7b", "starcoder" },
+    { "mellum2", "starcoder" },
+    { "falcon", "falcon" },
+    { "deepseek-llm", "deepseek-llm" },
+    { "deepseek-coder", "deepseek-coder" },
+    { "deepseek-v3", "deepseek-v3" },
+    { "tekken", "tekken" },
+    { "gpt-4o", "gpt-4o" },
+    { "llama4", "gpt-4o" },
+    { "kanana2", "gpt-4o" },
+    { "talkie", "gpt-4o" },
+    { "bloom", "bloom" },
+    { "poro-chat", "bloom" },
+    { "gpt3-finnish", "bloom" },
+};
+
+static const struct mk_tok_pre *mk_tok_find_pre(const char *name) {
+    for (size_t i = 0; i < sizeof mk_tok_pre_names / sizeof mk_tok_pre_names[0]; i++) {
+        if (strcmp(mk_tok_pre_names[i].name, name) != 0) continue;
+        for (size_t k = 0; k < sizeof mk_tok_pres / sizeof mk_tok_pres[0]; k++)
+            if (strcmp(mk_tok_pres[k].name, mk_tok_pre_names[i].pre) == 0) return &mk_tok_pres[k];
+    }
+    return NULL;
+}
+
+#define MK_TOK_MAX_REGEX 8
 
 struct mk_tokenizer {
     enum mk_tok_kind kind;
@@ -217,93 +222,15 @@ struct mk_tokenizer {
     int32_t byte_token[256]; /* llama: "<0xXX>"; gpt2: the byte's mapped character; -1 when absent */
     int32_t *specials;       /* (n_specials) control, unknown and user-defined ids, longest text first */
     size_t n_specials;
-    int32_t bos, eos, unk;
-    bool add_space_prefix;
-    uint16_t byte_to_cpt[256]; /* GPT-2 byte-to-unicode map */
-    int16_t cpt_to_byte[512];  /* its inverse; -1 for codepoints it never produces */
+    int32_t bos, eos, unk, eot, eom;
+    bool add_bos, add_eos, add_space_prefix;
+    int32_t *eog; /* (n_eog) end-of-generation ids */
+    size_t n_eog;
+    const struct mk_tok_pre *pre;                     /* BPE: the pre-tokenizer */
+    struct mk_unicode_regex *regex[MK_TOK_MAX_REGEX]; /* its compiled patterns */
+    uint16_t byte_to_cpt[256];                        /* GPT-2 byte-to-unicode map */
+    int16_t cpt_to_byte[512];                         /* its inverse; -1 for codepoints it never produces */
 };
-
-static bool mk_tok_in_ranges(const uint32_t (*r)[2], size_t n, uint32_t c) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (c < r[mid][0])
-            hi = mid;
-        else if (c > r[mid][1])
-            lo = mid + 1;
-        else
-            return true;
-    }
-    return false;
-}
-
-static bool mk_tok_is_space(uint32_t c) {
-    /* The Unicode White_Space property (what `\s` means to the regex llama.cpp mirrors). */
-    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-static uint8_t mk_tok_cpt_flags(uint32_t c) {
-    if (c >= 0x110000) return 0;
-    uint8_t f = MK_CPT_DEFINED;
-    if (c < 0x80) {
-        if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')
-            f |= MK_CPT_LETTER;
-        else if (c >= '0' && c <= '9')
-            f |= MK_CPT_NUMBER;
-    } else if (mk_tok_in_ranges(mk_tok_letter_ranges, sizeof mk_tok_letter_ranges / sizeof mk_tok_letter_ranges[0],
-                                c)) {
-        f |= MK_CPT_LETTER;
-    } else if (mk_tok_in_ranges(mk_tok_number_ranges, sizeof mk_tok_number_ranges / sizeof mk_tok_number_ranges[0],
-                                c)) {
-        f |= MK_CPT_NUMBER;
-    }
-    if (mk_tok_is_space(c)) f |= MK_CPT_SPACE;
-    return f;
-}
-
-/* Length of the UTF-8 sequence at s (n >= 1 bytes available) and its codepoint, accepting what
- * llama.cpp accepts: a lead byte and the right number of continuation bytes (overlong forms
- * included). Returns 0 for an invalid sequence. */
-static size_t mk_tok_utf8_decode(const unsigned char *s, size_t n, uint32_t *cpt) {
-    unsigned char c = s[0];
-    if (c < 0x80) {
-        *cpt = c;
-        return 1;
-    }
-    size_t len = c < 0xC0 ? 0 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : c < 0xF8 ? 4 : 0;
-    if (len == 0 || len > n) return 0;
-    uint32_t v = c & (0x7Fu >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        v = (v << 6) | (s[i] & 0x3Fu);
-    }
-    *cpt = v;
-    return len;
-}
-
-static size_t mk_tok_utf8_encode(uint32_t c, char *out) {
-    if (c < 0x80) {
-        out[0] = (char)c;
-        return 1;
-    }
-    if (c < 0x800) {
-        out[0] = (char)(0xC0 | (c >> 6));
-        out[1] = (char)(0x80 | (c & 0x3F));
-        return 2;
-    }
-    if (c < 0x10000) {
-        out[0] = (char)(0xE0 | (c >> 12));
-        out[1] = (char)(0x80 | ((c >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (c & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (c >> 18));
-    out[1] = (char)(0x80 | ((c >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((c >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (c & 0x3F));
-    return 4;
-}
 
 static uint64_t mk_tok_hash(uint64_t h, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -406,6 +333,8 @@ void mk_tokenizer_free(struct mk_tokenizer *t) {
     free(t->merge_rlen);
     free(t->merge_slots);
     free(t->specials);
+    free(t->eog);
+    for (size_t i = 0; i < MK_TOK_MAX_REGEX; i++) mk_unicode_regex_free(t->regex[i]);
     free(t);
 }
 
@@ -438,17 +367,51 @@ static enum mk_status mk_tok_check_id(const char *field, int32_t *id, uint32_t n
     return MK_OK;
 }
 
-enum mk_status mk_tokenizer_create(const struct mk_vocab_data *v, struct mk_tokenizer **out, struct mk_error *err) {
-    struct mk_tokenizer *t = NULL;
-    enum mk_status st;
-    if (!v || !out) return mk_error_set(err, MK_ERR_INVALID_ARG, "tokenizer: vocab or out is NULL");
-    *out = NULL;
+void mk_tokenizer_meta_init(struct mk_tokenizer_meta *m) {
+    memset(m, 0, sizeof *m);
+    m->add_bos = m->add_eos = m->add_space_prefix = -1;
+    m->eot = m->eom = -1;
+}
 
-    enum mk_tok_kind kind;
+static enum mk_status mk_tok_read_bool(const struct mk_gguf *g, const char *key, int8_t *out, struct mk_error *err) {
+    const struct mk_gguf_kv *kv = mk_gguf_find_kv(g, key);
+    if (!kv) return MK_OK;
+    if (kv->type != MK_GGUF_BOOL)
+        return mk_error_set(err, MK_ERR_FORMAT, "%s: key %s has type %s, expected bool", mk_gguf_path(g), key,
+                            mk_gguf_type_name(kv->type));
+    *out = kv->v.u64 != 0;
+    return MK_OK;
+}
+
+static enum mk_status mk_tok_read_id(const struct mk_gguf *g, const char *key, int32_t *out, struct mk_error *err) {
+    uint32_t v = UINT32_MAX;
+    enum mk_status st = mk_gguf_get_u32_opt(g, key, &v, err);
+    if (st == MK_OK && v != UINT32_MAX) *out = v > (uint32_t)INT32_MAX ? INT32_MAX : (int32_t)v;
+    return st;
+}
+
+enum mk_status mk_tokenizer_read_meta(const struct mk_gguf *g, struct mk_tokenizer_meta *m, struct mk_error *err) {
+    enum mk_status st;
+    struct mk_gguf_str pre = { 0, NULL };
+    mk_tokenizer_meta_init(m);
+    if ((st = mk_gguf_get_str_opt(g, "tokenizer.ggml.pre", &pre, err)) != MK_OK) return st;
+    size_t n = pre.len < sizeof m->pre - 1 ? (size_t)pre.len : sizeof m->pre - 1;
+    if (n) memcpy(m->pre, pre.data, n);
+    m->pre[n] = '\0';
+    if ((st = mk_tok_read_bool(g, "tokenizer.ggml.add_bos_token", &m->add_bos, err)) != MK_OK ||
+        (st = mk_tok_read_bool(g, "tokenizer.ggml.add_eos_token", &m->add_eos, err)) != MK_OK ||
+        (st = mk_tok_read_bool(g, "tokenizer.ggml.add_space_prefix", &m->add_space_prefix, err)) != MK_OK ||
+        (st = mk_tok_read_id(g, "tokenizer.ggml.eot_token_id", &m->eot, err)) != MK_OK ||
+        (st = mk_tok_read_id(g, "tokenizer.ggml.eom_token_id", &m->eom, err)) != MK_OK)
+        return st;
+    return MK_OK;
+}
+
+static enum mk_status mk_tok_check_vocab(const struct mk_vocab_data *v, enum mk_tok_kind *kind, struct mk_error *err) {
     if (strncmp(v->model, "llama", sizeof v->model) == 0)
-        kind = MK_TOK_SPM;
+        *kind = MK_TOK_SPM;
     else if (strncmp(v->model, "gpt2", sizeof v->model) == 0)
-        kind = MK_TOK_BPE;
+        *kind = MK_TOK_BPE;
     else
         return mk_error_set(err, MK_ERR_UNSUPPORTED,
                             "tokenizer: tokenizer.ggml.model = \"%.*s\" is not supported (want llama or gpt2)",
@@ -461,32 +424,24 @@ enum mk_status mk_tokenizer_create(const struct mk_vocab_data *v, struct mk_toke
     if (v->n_merges > 0 && !v->merges)
         return mk_error_set(err, MK_ERR_FORMAT, "tokenizer: tokenizer.ggml.merges has %llu entries but no data",
                             (unsigned long long)v->n_merges);
+    return MK_OK;
+}
 
-    t = calloc(1, sizeof *t);
-    if (!t) return mk_error_set(err, MK_ERR_NOMEM, "tokenizer: out of memory");
-    t->kind = kind;
-    t->n_vocab = v->n_tokens;
-    t->bos = v->bos;
-    t->eos = v->eos;
-    t->unk = v->unk;
-    /* mk_vocab_data has no tokenizer.ggml.add_space_prefix; llama.cpp's default for SPM is true. */
-    t->add_space_prefix = kind == MK_TOK_SPM;
-    if ((st = mk_tok_check_id("tokenizer.ggml.bos_token_id", &t->bos, t->n_vocab, err)) != MK_OK ||
-        (st = mk_tok_check_id("tokenizer.ggml.eos_token_id", &t->eos, t->n_vocab, err)) != MK_OK ||
-        (st = mk_tok_check_id("tokenizer.ggml.unknown_token_id", &t->unk, t->n_vocab, err)) != MK_OK)
-        goto fail;
+static enum mk_status mk_tok_nomem(const struct mk_tokenizer *t, struct mk_error *err) {
+    return mk_error_set(err, MK_ERR_NOMEM, "tokenizer: out of memory for %u tokens", t->n_vocab);
+}
 
+/* Token texts, scores and types copied in, and the text-to-id table. */
+static enum mk_status mk_tok_copy_tokens(struct mk_tokenizer *t, const struct mk_vocab_data *v, struct mk_error *err) {
     uint64_t total = 0;
     for (uint32_t i = 0; i < t->n_vocab; i++) {
         const struct mk_gguf_str *s = &v->tokens[i];
-        if (s->len > UINT32_MAX || (s->len > 0 && !s->data)) {
-            st = mk_error_set(err, MK_ERR_FORMAT, "tokenizer: tokenizer.ggml.tokens[%u] has bad length %llu", i,
-                              (unsigned long long)s->len);
-            goto fail;
-        }
+        if (s->len > UINT32_MAX || (s->len > 0 && !s->data))
+            return mk_error_set(err, MK_ERR_FORMAT, "tokenizer: tokenizer.ggml.tokens[%u] has bad length %llu", i,
+                                (unsigned long long)s->len);
         total += s->len;
     }
-    if (total > SIZE_MAX - 1) goto nomem;
+    if (total > SIZE_MAX - 1) return mk_tok_nomem(t, err);
     t->text_blob = malloc((size_t)total + 1);
     t->text_off = malloc(t->n_vocab * sizeof *t->text_off);
     t->text_len = malloc(t->n_vocab * sizeof *t->text_len);
@@ -494,9 +449,8 @@ enum mk_status mk_tokenizer_create(const struct mk_vocab_data *v, struct mk_toke
     t->types = malloc(t->n_vocab * sizeof *t->types);
     t->tok_mask = mk_tok_table_size(t->n_vocab) - 1;
     t->tok_slots = calloc(t->tok_mask + 1, sizeof *t->tok_slots);
-    t->specials = malloc(t->n_vocab * sizeof *t->specials);
-    if (!t->text_blob || !t->text_off || !t->text_len || !t->scores || !t->types || !t->tok_slots || !t->specials)
-        goto nomem;
+    if (!t->text_blob || !t->text_off || !t->text_len || !t->scores || !t->types || !t->tok_slots)
+        return mk_tok_nomem(t, err);
     uint64_t off = 0;
     for (uint32_t i = 0; i < t->n_vocab; i++) {
         const struct mk_gguf_str *s = &v->tokens[i];
@@ -509,68 +463,239 @@ enum mk_status mk_tokenizer_create(const struct mk_vocab_data *v, struct mk_toke
     }
     for (uint32_t i = 0; i < t->n_vocab; i++)
         if (t->text_len[i] > 0) mk_tok_insert(t, (int32_t)i);
+    return MK_OK;
+}
 
+/* Ids whose text is cut out of the input before pre-tokenization, longest first. */
+static enum mk_status mk_tok_collect_specials(struct mk_tokenizer *t, struct mk_error *err) {
+    t->specials = malloc(t->n_vocab * sizeof *t->specials);
+    if (!t->specials) return mk_tok_nomem(t, err);
     for (uint32_t i = 0; i < t->n_vocab; i++) {
         int32_t ty = t->types[i];
         if (t->text_len[i] > 0 && (ty == MK_TOK_CONTROL || ty == MK_TOK_UNKNOWN || ty == MK_TOK_USER_DEFINED))
             t->specials[t->n_specials++] = (int32_t)i;
     }
     qsort_r(t->specials, t->n_specials, sizeof *t->specials, mk_tok_special_cmp, t);
+    return MK_OK;
+}
 
+static void mk_tok_map_bytes(struct mk_tokenizer *t) {
     mk_tok_build_byte_map(t);
     for (int b = 0; b < 256; b++) {
         char buf[8];
         size_t n;
-        if (kind == MK_TOK_SPM)
+        if (t->kind == MK_TOK_SPM)
             n = (size_t)snprintf(buf, sizeof buf, "<0x%02X>", b);
         else
-            n = mk_tok_utf8_encode(t->byte_to_cpt[b], buf);
+            n = mk_unicode_utf8_encode(t->byte_to_cpt[b], buf);
         t->byte_token[b] = mk_tok_find(t, buf, n);
     }
+}
 
-    if (kind == MK_TOK_BPE && v->n_merges > 0) {
-        uint64_t mtotal = 0;
-        for (uint64_t i = 0; i < v->n_merges; i++) {
-            const struct mk_gguf_str *s = &v->merges[i];
-            if (s->len > UINT32_MAX || (s->len > 0 && !s->data)) {
-                st = mk_error_set(err, MK_ERR_FORMAT, "tokenizer: tokenizer.ggml.merges[%llu] has bad length %llu",
-                                  (unsigned long long)i, (unsigned long long)s->len);
-                goto fail;
-            }
-            mtotal += s->len;
-        }
-        if (mtotal > SIZE_MAX - 1 || v->n_merges > SIZE_MAX / 16) goto nomem;
-        t->n_merges = v->n_merges;
-        t->merge_blob = malloc((size_t)mtotal + 1);
-        t->merge_off = malloc(t->n_merges * sizeof *t->merge_off);
-        t->merge_llen = malloc(t->n_merges * sizeof *t->merge_llen);
-        t->merge_rlen = malloc(t->n_merges * sizeof *t->merge_rlen);
-        t->merge_mask = mk_tok_table_size(t->n_merges) - 1;
-        t->merge_slots = calloc(t->merge_mask + 1, sizeof *t->merge_slots);
-        if (!t->merge_blob || !t->merge_off || !t->merge_llen || !t->merge_rlen || !t->merge_slots) goto nomem;
-        uint64_t moff = 0;
-        for (uint64_t i = 0; i < t->n_merges; i++) {
-            const struct mk_gguf_str *s = &v->merges[i];
-            if (s->len) memcpy(t->merge_blob + moff, s->data, s->len);
-            /* llama.cpp splits at the first space after the first byte. */
-            const char *sp = s->len > 1 ? memchr(s->data + 1, ' ', s->len - 1) : NULL;
-            t->merge_off[i] = moff;
-            t->merge_llen[i] = sp ? (uint32_t)(sp - s->data) : 0;
-            t->merge_rlen[i] = sp ? (uint32_t)(s->len - (uint64_t)(sp - s->data) - 1) : 0;
-            moff += s->len;
-        }
-        for (uint64_t i = 0; i < t->n_merges; i++)
-            if (t->merge_rlen[i] > 0) mk_tok_insert_merge(t, i);
+static enum mk_status mk_tok_copy_merges(struct mk_tokenizer *t, const struct mk_vocab_data *v, struct mk_error *err) {
+    if (t->kind != MK_TOK_BPE || v->n_merges == 0) return MK_OK;
+    uint64_t mtotal = 0;
+    for (uint64_t i = 0; i < v->n_merges; i++) {
+        const struct mk_gguf_str *s = &v->merges[i];
+        if (s->len > UINT32_MAX || (s->len > 0 && !s->data))
+            return mk_error_set(err, MK_ERR_FORMAT, "tokenizer: tokenizer.ggml.merges[%llu] has bad length %llu",
+                                (unsigned long long)i, (unsigned long long)s->len);
+        mtotal += s->len;
     }
+    if (mtotal > SIZE_MAX - 1 || v->n_merges > SIZE_MAX / 16) return mk_tok_nomem(t, err);
+    t->n_merges = v->n_merges;
+    t->merge_blob = malloc((size_t)mtotal + 1);
+    t->merge_off = malloc(t->n_merges * sizeof *t->merge_off);
+    t->merge_llen = malloc(t->n_merges * sizeof *t->merge_llen);
+    t->merge_rlen = malloc(t->n_merges * sizeof *t->merge_rlen);
+    t->merge_mask = mk_tok_table_size(t->n_merges) - 1;
+    t->merge_slots = calloc(t->merge_mask + 1, sizeof *t->merge_slots);
+    if (!t->merge_blob || !t->merge_off || !t->merge_llen || !t->merge_rlen || !t->merge_slots)
+        return mk_tok_nomem(t, err);
+    uint64_t moff = 0;
+    for (uint64_t i = 0; i < t->n_merges; i++) {
+        const struct mk_gguf_str *s = &v->merges[i];
+        if (s->len) memcpy(t->merge_blob + moff, s->data, s->len);
+        /* llama.cpp splits at the first space after the first byte. */
+        const char *sp = s->len > 1 ? memchr(s->data + 1, ' ', s->len - 1) : NULL;
+        t->merge_off[i] = moff;
+        t->merge_llen[i] = sp ? (uint32_t)(sp - s->data) : 0;
+        t->merge_rlen[i] = sp ? (uint32_t)(s->len - (uint64_t)(sp - s->data) - 1) : 0;
+        moff += s->len;
+    }
+    for (uint64_t i = 0; i < t->n_merges; i++)
+        if (t->merge_rlen[i] > 0) mk_tok_insert_merge(t, i);
+    return MK_OK;
+}
 
+/* The pre-tokenizer named by tokenizer.ggml.pre (BPE only), its patterns compiled, and the
+ * add_* flags: the vocab's own keys over the defaults of its type and pre-tokenizer. */
+static enum mk_status mk_tok_choose_pre(struct mk_tokenizer *t, const struct mk_tokenizer_meta *m,
+                                        struct mk_error *err) {
+    enum mk_status st;
+    t->pre = mk_tok_find_pre("default");
+    if (t->kind == MK_TOK_BPE && m->pre[0]) {
+        const struct mk_tok_pre *p = mk_tok_find_pre(m->pre);
+        if (p)
+            t->pre = p;
+        else /* older llama.cpp fell back the same way; newer ones refuse the file */
+            fprintf(stderr, "mk: warning: unknown pre-tokenizer tokenizer.ggml.pre = \"%s\"; using \"default\"\n",
+                    m->pre);
+    }
+    MK_ASSERT(t->pre && t->pre->n_regex <= MK_TOK_MAX_REGEX);
+    for (size_t i = 0; t->kind == MK_TOK_BPE && i < t->pre->n_regex; i++)
+        if ((st = mk_unicode_regex_compile(t->pre->regex[i], &t->regex[i], err)) != MK_OK) return st;
+    bool spm = t->kind == MK_TOK_SPM;
+    t->add_bos = m->add_bos >= 0 ? m->add_bos == 1 : spm || t->pre->add_bos;
+    t->add_eos = m->add_eos == 1;
+    t->add_space_prefix = m->add_space_prefix >= 0 ? m->add_space_prefix == 1 : spm;
+    return MK_OK;
+}
+
+static bool mk_tok_text_is(const struct mk_tokenizer *t, int32_t id, const char *s) {
+    size_t n = strlen(s);
+    return t->text_len[id] == n && memcmp(mk_tok_text(t, id), s, n) == 0;
+}
+
+/* The end-of-generation ids, gathered as llama.cpp does: EOS, EOT and EOM by key, and every token
+ * whose text is one of the known end-of-turn markers (such tokens become control tokens). */
+static enum mk_status mk_tok_collect_eog(struct mk_tokenizer *t, struct mk_error *err) {
+    static const char *const texts[] = {
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<|return|>",
+        "<|call|>",
+        "<|flush|>",
+        "<|calls|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "</s>",
+        "<|eom_id|>",
+        "<EOT>",
+        "_<EOT>",
+        "[EOT]",
+        "[EOS]",
+        "<|end_of_text|>",
+        "<end_of_utterance>",
+        "<eos>",
+        "<turn|>",
+        "<|tool_response>",
+        "<\xef\xbd\x9c"
+        "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+        "[e~[",
+        /* the fill-in-the-middle pad, repo and file-separator tokens end generation as well */
+        "<|fim_pad|>",
+        "<fim-pad>",
+        "<fim_pad>",
+        "<PAD>",
+        "[PAD]",
+        "<|fim_repo|>",
+        "<|repo_name|>",
+        "<fim-repo>",
+        "<REPO>",
+        "<reponame>",
+        "<|file_sep|>",
+    };
+    t->eog = malloc((t->n_vocab + 3) * sizeof *t->eog);
+    if (!t->eog) return mk_tok_nomem(t, err);
+    const int32_t by_key[3] = { t->eos, t->eot, t->eom };
+    for (int k = 0; k < 3; k++)
+        if (by_key[k] >= 0) t->eog[t->n_eog++] = by_key[k];
+    for (uint32_t id = 0; id < t->n_vocab; id++) {
+        for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+            if (!mk_tok_text_is(t, (int32_t)id, texts[k])) continue;
+            if (!mk_tokenizer_is_eog(t, (int32_t)id)) t->eog[t->n_eog++] = (int32_t)id;
+            if (t->types[id] != MK_TOK_CONTROL) t->types[id] = MK_TOK_CONTROL;
+            break;
+        }
+    }
+    return MK_OK;
+}
+
+/* llama.cpp finds a missing EOT or EOM id by the token's text. */
+static void mk_tok_find_turn_ids(struct mk_tokenizer *t) {
+    static const char *const eot_texts[] = {
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "<|end_of_text|>",
+        "<EOT>",
+        "_<EOT>",
+        "[EOT]",
+        "<\xef\xbd\x9c"
+        "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+        "<end_of_utterance>",
+    };
+    for (size_t k = 0; t->eot < 0 && k < sizeof eot_texts / sizeof eot_texts[0]; k++)
+        t->eot = mk_tok_find(t, eot_texts[k], strlen(eot_texts[k]));
+    if (t->eom < 0) t->eom = mk_tok_find(t, "<|eom_id|>", 10);
+}
+
+enum mk_status mk_tokenizer_create_meta(const struct mk_vocab_data *v, const struct mk_tokenizer_meta *m,
+                                        struct mk_tokenizer **out, struct mk_error *err) {
+    enum mk_status st;
+    enum mk_tok_kind kind = MK_TOK_SPM;
+    if (!v || !m || !out) return mk_error_set(err, MK_ERR_INVALID_ARG, "tokenizer: vocab, meta or out is NULL");
+    *out = NULL;
+    if ((st = mk_tok_check_vocab(v, &kind, err)) != MK_OK) return st;
+    struct mk_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return mk_error_set(err, MK_ERR_NOMEM, "tokenizer: out of memory");
+    t->kind = kind;
+    t->n_vocab = v->n_tokens;
+    t->bos = v->bos;
+    t->eos = v->eos;
+    t->unk = v->unk;
+    t->eot = m->eot;
+    t->eom = m->eom;
+    if ((st = mk_tok_check_id("tokenizer.ggml.bos_token_id", &t->bos, t->n_vocab, err)) != MK_OK ||
+        (st = mk_tok_check_id("tokenizer.ggml.eos_token_id", &t->eos, t->n_vocab, err)) != MK_OK ||
+        (st = mk_tok_check_id("tokenizer.ggml.unknown_token_id", &t->unk, t->n_vocab, err)) != MK_OK ||
+        (st = mk_tok_check_id("tokenizer.ggml.eot_token_id", &t->eot, t->n_vocab, err)) != MK_OK ||
+        (st = mk_tok_check_id("tokenizer.ggml.eom_token_id", &t->eom, t->n_vocab, err)) != MK_OK ||
+        (st = mk_tok_copy_tokens(t, v, err)) != MK_OK || (st = mk_tok_copy_merges(t, v, err)) != MK_OK ||
+        (st = mk_tok_choose_pre(t, m, err)) != MK_OK)
+        goto fail;
+    mk_tok_find_turn_ids(t);
+    if ((st = mk_tok_collect_eog(t, err)) != MK_OK || (st = mk_tok_collect_specials(t, err)) != MK_OK) goto fail;
+    mk_tok_map_bytes(t);
     *out = t;
     return MK_OK;
-nomem:
-    st = mk_error_set(err, MK_ERR_NOMEM, "tokenizer: out of memory for %u tokens", v->n_tokens);
 fail:
     mk_tokenizer_free(t);
     return st;
 }
+
+enum mk_status mk_tokenizer_create(const struct mk_vocab_data *v, struct mk_tokenizer **out, struct mk_error *err) {
+    struct mk_tokenizer_meta m;
+    mk_tokenizer_meta_init(&m);
+    if (v) m.add_bos = v->add_bos;
+    return mk_tokenizer_create_meta(v, &m, out, err);
+}
+
+enum mk_status mk_tokenizer_create_gguf(const struct mk_vocab_data *v, const struct mk_gguf *g,
+                                        struct mk_tokenizer **out, struct mk_error *err) {
+    struct mk_tokenizer_meta m;
+    enum mk_status st;
+    if (out) *out = NULL;
+    if (!g) return mk_error_set(err, MK_ERR_INVALID_ARG, "tokenizer: gguf is NULL");
+    if ((st = mk_tokenizer_read_meta(g, &m, err)) != MK_OK) return st;
+    return mk_tokenizer_create_meta(v, &m, out, err);
+}
+
+bool mk_tokenizer_is_eog(const struct mk_tokenizer *t, int32_t id) {
+    if (!t || id < 0) return false;
+    for (size_t i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return true;
+    return false;
+}
+
+bool mk_tokenizer_add_bos(const struct mk_tokenizer *t) { return t->add_bos; }
+bool mk_tokenizer_add_eos(const struct mk_tokenizer *t) { return t->add_eos; }
+int32_t mk_tokenizer_eot(const struct mk_tokenizer *t) { return t->eot; }
+const char *mk_tokenizer_pre(const struct mk_tokenizer *t) { return t->kind == MK_TOK_BPE ? t->pre->name : ""; }
 
 uint32_t mk_tokenizer_n_vocab(const struct mk_tokenizer *t) { return t->n_vocab; }
 int32_t mk_tokenizer_bos(const struct mk_tokenizer *t) { return t->bos; }
@@ -719,7 +844,7 @@ static enum mk_status mk_tok_spm(const struct mk_tokenizer *t, struct mk_tok_wor
     size_t nsym = 0;
     for (size_t off = 0; off < n;) {
         uint32_t cpt;
-        size_t len = mk_tok_utf8_decode((const unsigned char *)str + off, n - off, &cpt);
+        size_t len = mk_unicode_utf8_decode((const unsigned char *)str + off, n - off, &cpt);
         if (len == 0) len = 1;
         w->syms[nsym].off = off;
         w->syms[nsym].n = len;
@@ -753,8 +878,15 @@ static enum mk_status mk_tok_bpe_word(const struct mk_tokenizer *t, struct mk_to
     size_t elen = 0;
     for (size_t i = 0; i < n; i++) {
         w->syms[i].off = elen;
-        w->syms[i].n = mk_tok_utf8_encode(t->byte_to_cpt[(unsigned char)word[i]], enc + elen);
+        w->syms[i].n = mk_unicode_utf8_encode(t->byte_to_cpt[(unsigned char)word[i]], enc + elen);
         elen += w->syms[i].n;
+    }
+    if (t->pre->ignore_merges) { /* a word that is a token stays whole, merges or not */
+        int32_t id = mk_tok_find(t, enc, elen);
+        if (id >= 0) {
+            mk_tok_emit(o, id);
+            return MK_OK;
+        }
     }
     mk_tok_link(w, n);
     if ((st = mk_tok_merge_all(t, w, enc, n)) != MK_OK) return st;
@@ -774,108 +906,90 @@ static enum mk_status mk_tok_bpe_word(const struct mk_tokenizer *t, struct mk_to
     return MK_OK;
 }
 
-/* The GPT-2 pre-tokenizer regex
- *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * over ncp codepoints, written out by hand as llama.cpp does. Stores each word's end (a
- * codepoint index) in ends and returns the word count. */
-static size_t mk_tok_gpt2_split(const uint32_t *cpt, const uint8_t *fl, size_t ncp, size_t *ends) {
-#define MK_TOK_FL(i) ((i) < ncp ? fl[i] : 0)
-    size_t nw = 0, pos = 0;
-    const uint8_t LNS = MK_CPT_LETTER | MK_CPT_NUMBER | MK_CPT_SPACE;
-    while (pos < ncp) {
-        uint32_t c = cpt[pos];
-        if (c == '\'' && pos + 1 < ncp) {
-            uint32_t c1 = cpt[pos + 1];
-            if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') {
-                pos += 2;
-                ends[nw++] = pos;
-                continue;
-            }
-            if (pos + 2 < ncp) {
-                uint32_t c2 = cpt[pos + 2];
-                if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) {
-                    pos += 3;
-                    ends[nw++] = pos;
-                    continue;
-                }
-            }
-        }
-        uint8_t f2 = c == ' ' ? MK_TOK_FL(pos + 1) : fl[pos];
-        if (f2 & MK_CPT_LETTER) {
-            pos += c == ' ';
-            while (MK_TOK_FL(pos) & MK_CPT_LETTER) pos++;
-            ends[nw++] = pos;
-            continue;
-        }
-        if (f2 & MK_CPT_NUMBER) {
-            pos += c == ' ';
-            while (MK_TOK_FL(pos) & MK_CPT_NUMBER) pos++;
-            ends[nw++] = pos;
-            continue;
-        }
-        if (!(f2 & LNS) && f2) {
-            pos += c == ' ';
-            while (!(MK_TOK_FL(pos) & LNS) && MK_TOK_FL(pos)) pos++;
-            ends[nw++] = pos;
-            continue;
-        }
-        size_t nws = 0;
-        while (MK_TOK_FL(pos + nws) & MK_CPT_SPACE) nws++;
-        if (nws > 1 && pos + nws < ncp)
-            pos += nws - 1; /* \s+(?!\S): leave the last space to the word after it */
-        else if (nws > 0)
-            pos += nws;
-        else
-            pos++;
-        ends[nw++] = pos;
-    }
-    return nw;
-#undef MK_TOK_FL
-}
-
-static enum mk_status mk_tok_bpe(const struct mk_tokenizer *t, struct mk_tok_work *w, const char *str, size_t n,
-                                 struct mk_tok_out *o) {
+/* Splits n bytes of text into words with the patterns rx, one after the other (each splits the
+ * words of the one before), as llama.cpp's unicode_regex_split. Leaves each word's byte length in
+ * words. */
+static enum mk_status mk_tok_split_words(struct mk_unicode_regex *const *rx, size_t n_rx, const char *str, size_t n,
+                                         struct mk_unicode_spans *words) {
     enum mk_status st = MK_OK;
+    words->n = 0;
     if (n == 0) return MK_OK;
     if (n > SIZE_MAX / 32) return MK_ERR_NOMEM;
     uint32_t *cpt = malloc(n * sizeof *cpt);         /* (ncp) */
-    uint8_t *fl = malloc(n);                         /* (ncp) class flags */
+    uint8_t *fl = malloc(n);                         /* (ncp) class bits */
     size_t *start = malloc((n + 1) * sizeof *start); /* (ncp + 1) byte offset of each codepoint */
-    size_t *ends = malloc(n * sizeof *ends);         /* (words) */
-    char *enc = malloc(2 * n);                       /* mapped characters of one word, 2 bytes at most each */
-    if (!cpt || !fl || !start || !ends || !enc || mk_tok_reserve_syms(w, n) != MK_OK) {
+    struct mk_unicode_spans b = { 0 };
+    if (!cpt || !fl || !start) {
         st = MK_ERR_NOMEM;
         goto done;
     }
     size_t ncp = 0;
     for (size_t off = 0; off < n;) {
         uint32_t c;
-        size_t len = mk_tok_utf8_decode((const unsigned char *)str + off, n - off, &c);
+        size_t len = mk_unicode_utf8_decode((const unsigned char *)str + off, n - off, &c);
         if (len == 0) {
             len = 1;
             c = MK_TOK_REPLACEMENT;
         }
         cpt[ncp] = c;
-        fl[ncp] = mk_tok_cpt_flags(c);
+        fl[ncp] = mk_unicode_flags(c);
         start[ncp] = off;
         ncp++;
         off += len;
     }
     start[ncp] = n;
-    size_t nw = mk_tok_gpt2_split(cpt, fl, ncp, ends);
-    size_t from = 0;
-    for (size_t i = 0; i < nw; i++) {
-        size_t b0 = start[from], b1 = start[ends[i]];
-        if ((st = mk_tok_bpe_word(t, w, str + b0, b1 - b0, enc, o)) != MK_OK) goto done;
-        from = ends[i];
+    if ((st = mk_unicode_spans_add(words, ncp)) != MK_OK) goto done;
+    for (size_t r = 0; r < n_rx; r++) {
+        b.n = 0;
+        if ((st = mk_unicode_regex_split(rx[r], cpt, fl, words, &b)) != MK_OK) goto done;
+        struct mk_unicode_spans tmp = *words;
+        *words = b;
+        b = tmp;
+    }
+    for (size_t i = 0, from = 0; i < words->n; i++) { /* codepoints to bytes */
+        size_t to = from + words->len[i];
+        words->len[i] = start[to] - start[from];
+        from = to;
     }
 done:
     free(cpt);
     free(fl);
     free(start);
-    free(ends);
-    free(enc);
+    free(b.len);
     return st;
+}
+
+/* Byte-level BPE over one raw fragment: pre-tokenized into words, then BPE on each word. */
+static enum mk_status mk_tok_bpe(const struct mk_tokenizer *t, struct mk_tok_work *w, const char *str, size_t n,
+                                 struct mk_tok_out *o) {
+    enum mk_status st;
+    struct mk_unicode_spans words = { 0 };
+    char *enc = malloc(2 * n + 1); /* mapped characters of one word, 2 bytes at most each */
+    if (!enc || mk_tok_reserve_syms(w, n) != MK_OK) {
+        st = MK_ERR_NOMEM;
+        goto done;
+    }
+    if ((st = mk_tok_split_words(t->regex, t->pre->n_regex, str, n, &words)) != MK_OK) goto done;
+    for (size_t i = 0, off = 0; i < words.n; off += words.len[i++])
+        if ((st = mk_tok_bpe_word(t, w, str + off, words.len[i], enc, o)) != MK_OK) goto done;
+done:
+    free(enc);
+    free(words.len);
+    return st;
+}
+
+int64_t mk_tokenizer_split(const char *pre, const char *text, size_t len, size_t *lens, size_t cap) {
+    const struct mk_tok_pre *p = pre ? mk_tok_find_pre(pre) : NULL;
+    if (!p || (!text && len > 0) || (!lens && cap > 0)) return MK_ERR_INVALID_ARG;
+    struct mk_unicode_regex *rx[MK_TOK_MAX_REGEX] = { 0 };
+    struct mk_unicode_spans words = { 0 };
+    enum mk_status st = MK_OK;
+    for (size_t i = 0; i < p->n_regex && st == MK_OK; i++) st = mk_unicode_regex_compile(p->regex[i], &rx[i], NULL);
+    if (st == MK_OK) st = mk_tok_split_words(rx, p->n_regex, text, len, &words);
+    for (size_t i = 0; i < words.n && i < cap; i++) lens[i] = words.len[i];
+    for (size_t i = 0; i < p->n_regex; i++) mk_unicode_regex_free(rx[i]);
+    free(words.len);
+    return st != MK_OK ? st : (int64_t)words.n;
 }
 
 /* A piece of the input: raw text [off, off + len), or a special token (id >= 0). */
@@ -948,7 +1062,7 @@ fail:
     return st;
 }
 
-int64_t mk_tokenizer_encode(const struct mk_tokenizer *t, const char *text, size_t len, bool add_bos,
+int64_t mk_tokenizer_encode(const struct mk_tokenizer *t, const char *text, size_t len, bool add_special,
                             bool parse_special, int32_t *ids, size_t cap) {
     if (!t || (!text && len > 0) || (!ids && cap > 0)) return MK_ERR_INVALID_ARG;
     if (len > SIZE_MAX / 64) return MK_ERR_NOMEM;
@@ -957,7 +1071,7 @@ int64_t mk_tokenizer_encode(const struct mk_tokenizer *t, const char *text, size
     struct mk_tok_frags f = { 0 };
     struct mk_tok_work w = { 0 };
     char *esc = NULL;
-    if (add_bos && t->bos >= 0) mk_tok_emit(&o, t->bos);
+    if (add_special && t->add_bos && t->bos >= 0) mk_tok_emit(&o, t->bos);
     if ((st = mk_tok_partition(t, text, len, parse_special, &f)) != MK_OK) goto done;
     if (t->kind == MK_TOK_SPM) {
         /* Escaped text: a space grows to U+2581 (3 bytes), plus the dummy-prefix space. */
@@ -996,6 +1110,7 @@ int64_t mk_tokenizer_encode(const struct mk_tokenizer *t, const char *text, size
         prev_special = false;
         if ((st = mk_tok_spm(t, &w, esc, n, &o)) != MK_OK) goto done;
     }
+    if (add_special && t->add_eos && t->eos >= 0) mk_tok_emit(&o, t->eos);
 done:
     free(esc);
     free(f.a);
@@ -1062,7 +1177,7 @@ static void mk_tok_piece(const struct mk_tokenizer *t, int32_t prev_id, int32_t 
     } else {
         for (size_t i = 0; i < n;) {
             uint32_t c;
-            size_t len = mk_tok_utf8_decode((const unsigned char *)s + i, n - i, &c);
+            size_t len = mk_unicode_utf8_decode((const unsigned char *)s + i, n - i, &c);
             if (len == 0) {
                 mk_tok_put(k, s + i, 1);
                 i++;

@@ -1,4 +1,5 @@
 /* Tokenizer tests: llama.cpp's test vectors for the llama-spm and gpt-2 vocabs, stories260K, byte fallback, special tokens. */
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +23,7 @@ static int load(const char *dir, const char *file, struct loaded *l) {
         mk_test_fail("FAIL loading %s: %s", path, err.msg);
         return -1;
     }
-    if (mk_tokenizer_create(&l->model->vocab, &l->tok, &err) != MK_OK) {
+    if (mk_tokenizer_create_gguf(&l->model->vocab, l->model->gguf, &l->tok, &err) != MK_OK) {
         mk_test_fail("FAIL tokenizer for %s: %s", path, err.msg);
         mk_model_free(l->model);
         return -1;
@@ -157,11 +158,27 @@ static void test_vectors(const char *dir, const char *vocab) {
     MK_CHECK(piece_bad == 0);
     MK_CHECK(mk_tokenizer_piece(l.tok, -1, -5, NULL, 0) == 0);
     MK_CHECK(mk_tokenizer_piece(l.tok, -1, (int32_t)nv, NULL, 0) == 0);
-    MK_CHECK(n_cases == 46);
+    MK_CHECK(n_cases > 0 && n_ids_ok == n_cases && n_text_ok == n_cases);
     MK_CHECK(*line == '\0'); /* every expected line was used */
     free(inp);
     free(outp);
     unload(&l);
+}
+
+/* Every ggml-vocab-*.gguf with its .inp and .out in the models directory. */
+static void test_all_vectors(const char *dir) {
+    DIR *d = opendir(dir);
+    MK_CHECK(d != NULL);
+    if (!d) return;
+    size_t n_vocabs = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "ggml-vocab-", 11) != 0 || n < 5 || strcmp(e->d_name + n - 5, ".gguf") != 0) continue;
+        test_vectors(dir, e->d_name);
+        n_vocabs++;
+    }
+    closedir(d);
+    MK_CHECK(n_vocabs >= 4); /* gpt-2, llama-bpe, llama-spm and qwen2 at least */
 }
 
 static void test_stories(const char *dir) {
@@ -424,14 +441,121 @@ static void test_create_errors(void) {
     mk_tokenizer_free(t);
 }
 
+/* Pre-tokenizer splits, expected words ('|' between them) worked out by hand from llama.cpp's
+ * patterns for each name; tests/tokenizer_split_check.py checks them against Python's `regex`. */
+static const struct {
+    const char *pre, *text, *want;
+} split_cases[] = {
+    { "llama-bpe", "abc 12345 x", "abc| |123|45| x" },
+    { "qwen2", "abc 12345 x", "abc| |1|2|3|4|5| x" },
+    { "gpt-2", "abc 12345 x", "abc| 12345| x" },
+    { "starcoder", "abc 12345 x", "abc| |1|2|3|4|5| x" },
+    { "smollm", "x 2024", "x| |2|0|2|4" },
+    { "command-r", "x 2024", "x| |2|0|2|4" },
+    { "refact", "x 2024", "x| |2|0|2|4" },
+    { "dbrx", "abc 12345 x", "abc| |123|45| x" },
+    { "llama-bpe", "I'LL don't", "I|'LL| don|'t" },
+    { "gpt-2", "I'LL don't", "I|'|LL| don|'t" },
+    { "gpt-2", "a   b", "a|  | b" },
+    { "llama3", "a   b\n\n c", "a|  | b|\n\n| c" },
+    { "qwen2", "x\t\n\ny", "x|\t\n\n|y" },
+    { "llama-bpe", "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c",
+      "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c" },
+    { "deepseek-llm",
+      "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c"
+      "abc",
+      "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c|abc" },
+    { "gpt-2", "hi \xf0\x9f\x91\x8b\xf0\x9f\x91\x8b!", "hi| \xf0\x9f\x91\x8b\xf0\x9f\x91\x8b!" },
+    { "llama3", "hi \xf0\x9f\x91\x8b\xf0\x9f\x91\x8b!", "hi| \xf0\x9f\x91\x8b\xf0\x9f\x91\x8b!" },
+    { "default", "a+b=12345", "a|+|b|=|123|45" },
+    { "falcon", "x = 1234;", "x| |=| |123|4|;" },
+    { "tekken", "HelloWorld ABCdef", "Hello|World| ABCdef" },
+    { "deepseek-coder", "ab, 12", "ab|,| |1|2" },
+};
+
+static void test_splits(void) {
+    for (size_t c = 0; c < sizeof split_cases / sizeof split_cases[0]; c++) {
+        const char *text = split_cases[c].text;
+        size_t lens[64];
+        int64_t n = mk_tokenizer_split(split_cases[c].pre, text, strlen(text), lens, 64);
+        char got[256];
+        size_t g = 0, off = 0;
+        for (int64_t i = 0; i < n && i < 64; i++) {
+            if (i > 0) got[g++] = '|';
+            memcpy(got + g, text + off, lens[i]);
+            g += lens[i];
+            off += lens[i];
+        }
+        got[g] = '\0';
+        bool ok = n > 0 && off == strlen(text) && strcmp(got, split_cases[c].want) == 0;
+        if (!ok)
+            mk_test_fail("FAIL split %s \"%s\": got \"%s\", want \"%s\"", split_cases[c].pre, text, got,
+                         split_cases[c].want);
+    }
+    size_t lens[4];
+    MK_CHECK(mk_tokenizer_split("no-such-pre", "abc", 3, lens, 4) == MK_ERR_INVALID_ARG);
+    MK_CHECK(mk_tokenizer_split("gpt-2", "", 0, lens, 4) == 0);
+    /* Invalid UTF-8 splits like U+FFFD (a symbol) but keeps its bytes. */
+    MK_CHECK(mk_tokenizer_split("gpt-2", "a \xff\xfe", 4, lens, 4) == 2 && lens[0] == 1 && lens[1] == 3);
+}
+
+/* Returns the id of one special token's text (parsed as special), or -1. */
+static int32_t special_id(const struct mk_tokenizer *t, const char *s) {
+    int32_t ids[4];
+    int64_t n = mk_tokenizer_encode(t, s, strlen(s), false, true, ids, 4);
+    return n == 1 ? ids[0] : -1;
+}
+
+/* tokenizer.ggml.pre, add_bos_token, special-token text and the end-of-generation set on the
+ * Llama 3 and Qwen2 vocabs. */
+static void test_bpe_meta(const char *dir) {
+    struct loaded l;
+    if (load(dir, "ggml-vocab-llama-bpe.gguf", &l) == 0) {
+        const struct mk_tokenizer *t = l.tok;
+        MK_CHECK(strcmp(mk_tokenizer_pre(t), "llama3") == 0);
+        MK_CHECK(mk_tokenizer_add_bos(t) && !mk_tokenizer_add_eos(t));
+        int32_t ids[8];
+        MK_CHECK(mk_tokenizer_encode(t, "Hi", 2, true, false, ids, 8) == 2 && ids[0] == mk_tokenizer_bos(t));
+        MK_CHECK(mk_tokenizer_encode(t, "Hi", 2, false, false, ids, 8) == 1 && ids[0] != mk_tokenizer_bos(t));
+        int32_t eot = special_id(t, "<|eot_id|>"), start = special_id(t, "<|start_header_id|>");
+        MK_CHECK(eot >= 0 && start >= 0 && mk_tokenizer_eot(t) == eot);
+        MK_CHECK(mk_tokenizer_is_eog(t, eot) && mk_tokenizer_is_eog(t, mk_tokenizer_eos(t)));
+        MK_CHECK(!mk_tokenizer_is_eog(t, start) && !mk_tokenizer_is_eog(t, ids[0]) && !mk_tokenizer_is_eog(t, -1));
+        /* Without parse_special the marker is plain text. */
+        MK_CHECK(mk_tokenizer_encode(t, "<|eot_id|>", 10, false, false, ids, 8) > 1);
+        unload(&l);
+    }
+    if (load(dir, "ggml-vocab-qwen2.gguf", &l) == 0) {
+        const struct mk_tokenizer *t = l.tok;
+        MK_CHECK(strcmp(mk_tokenizer_pre(t), "qwen2") == 0);
+        int32_t im_end = special_id(t, "<|im_end|>"), im_start = special_id(t, "<|im_start|>");
+        int32_t eot_text = special_id(t, "<|endoftext|>");
+        MK_CHECK(im_end >= 0 && im_start >= 0 && eot_text >= 0);
+        MK_CHECK(mk_tokenizer_is_eog(t, im_end) && mk_tokenizer_is_eog(t, eot_text) &&
+                 !mk_tokenizer_is_eog(t, im_start));
+        int32_t ids[16];
+        const char *chat = "<|im_start|>user\nHi<|im_end|>";
+        int64_t n = mk_tokenizer_encode(t, chat, strlen(chat), false, true, ids, 16);
+        MK_CHECK(n >= 4 && ids[0] == im_start && ids[n - 1] == im_end);
+        if (!mk_tokenizer_add_bos(t)) MK_CHECK(mk_tokenizer_encode(t, "Hi", 2, true, false, ids, 16) == 1);
+        unload(&l);
+    }
+    if (load(dir, "ggml-vocab-gpt-2.gguf", &l) == 0) {
+        MK_CHECK(strcmp(mk_tokenizer_pre(l.tok), "gpt-2") == 0 && !mk_tokenizer_add_bos(l.tok));
+        MK_CHECK(mk_tokenizer_is_eog(l.tok, 50256) && !mk_tokenizer_is_eog(l.tok, 995));
+        unload(&l);
+    }
+}
+
 int main(void) {
     test_create_errors();
+    test_splits();
     const char *dir = mk_test_models_dir("ggml-vocab-llama-spm.gguf");
     if (!dir) {
         printf("SKIP: models directory not found (set MK_MODELS_DIR); only the offline checks ran\n");
     } else {
-        test_vectors(dir, "ggml-vocab-llama-spm.gguf");
-        test_vectors(dir, "ggml-vocab-gpt-2.gguf");
+        test_all_vectors(dir);
+        test_bpe_meta(dir);
         test_stories(dir);
         test_llama_special(dir);
         test_gpt2_special(dir);
