@@ -68,10 +68,10 @@ static inline bool mk_cpu_reached(const uint32_t *word, uint32_t target) {
     return (int32_t)(__atomic_load_n(word, __ATOMIC_SEQ_CST) - target) >= 0;
 }
 
-/* Called after the signaller's seq_cst update of what waiters test: either a waiter's recheck
- * sees the update, or this sees the waiter counted in sleepers (both sides are seq_cst). */
+/* Called after the signaller's seq_cst update of what waiters test. All four accesses (update,
+ * this load of sleepers; the waiter's increment of sleepers, its recheck) are seq_cst, so they
+ * fall in one order: either the recheck sees the update or this load sees the sleeper. */
 static void mk_cpu_event_wake(struct mk_cpu_event *ev) {
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
     if (!__atomic_load_n(&ev->sleepers, __ATOMIC_SEQ_CST)) return;
     __atomic_fetch_add(&ev->seq, 1u, __ATOMIC_SEQ_CST);
     syscall(SYS_futex, &ev->seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
