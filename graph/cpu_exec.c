@@ -1,18 +1,39 @@
-/* CPU executor: N pthread workers run a program with exactly the megakernel's protocol
- * (mailbox command, atomic work counter, acquire/release dependency counters). */
+/* CPU executor: the calling thread and N-1 pthread workers run a program with the megakernel's
+ * protocol (mailbox command, atomic work counter, acquire/release dependency counters); every
+ * wait spins briefly, then sleeps on a futex until the signaller wakes it. */
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/model.h"
 #include "graph/cpu_exec.h"
+
+/* Polls before a waiter sleeps. Long enough to cover a dependency on a task that is running on
+ * another core right now (a few microseconds), short enough that on a busy machine a waiter gives
+ * its core back instead of burning the time slice the thread it waits for needs. */
+#define MK_CPU_SPIN 2000u
+
+/* Weight bytes a step must read per worker before another worker pays for itself: a dependency
+ * hand-off between workers costs microseconds when cores are free and a scheduler slice when they
+ * are not, while a core streams these bytes in the order of a millisecond. */
+#define MK_CPU_BYTES_PER_WORKER (4ull << 20)
+
+/* An event count: waiters sleep on seq; a signaller that sees sleepers bumps seq and wakes them. */
+struct mk_cpu_event {
+    uint32_t seq;
+    uint32_t sleepers;
+};
 
 struct mk_cpu_exec {
     const struct mk_program *prog;
-    uint32_t n_threads;
-    pthread_t *threads; /* (n_threads) */
+    uint32_t n_threads; /* workers, the caller of step included (it is worker 0) */
+    pthread_t *threads; /* (n_threads - 1) */
     uint32_t n_started;
     float *arena;             /* (arena_floats) */
     float *k_cache, *v_cache; /* (layer, n_ctx, kv_dim) */
@@ -20,12 +41,14 @@ struct mk_cpu_exec {
     uint32_t scratch_floats;
     uint32_t *counters; /* (n_counters) only grow */
     uint64_t work;      /* dynamic schedule: next global task index */
+    uint64_t held0;     /* worker 0's task of a later step, taken while finishing this one */
     struct mk_step_state state;
     struct mk_mailbox mailbox;
-    uint32_t seq;  /* host: commands posted */
-    uint32_t stop; /* set before `go` when the command is STOP: late workers must not
-                                   * read state.cmd, which the next command may be overwriting */
-    int bad_op;    /* set when a worker meets an unknown opcode */
+    struct mk_cpu_event ev_work; /* workers: go and the dependency counters */
+    struct mk_cpu_event ev_host; /* the caller: the step's last task */
+    uint32_t seq;                /* host: commands posted */
+    uint32_t stop;               /* set before `go` when the command is STOP */
+    int bad_op;                  /* set when a worker meets an unknown opcode */
 };
 
 struct mk_cpu_worker {
@@ -33,24 +56,45 @@ struct mk_cpu_worker {
     uint32_t id;
 };
 
-/* Spins briefly, then yields, then sleeps: more workers than cores must still make progress. */
-static void mk_cpu_backoff(uint32_t *spins) {
-    uint32_t s = (*spins)++;
-    if (s < 64) return;
-    if (s < 256) {
-        sched_yield();
-        return;
-    }
-    struct timespec ts = { 0, 20000 };
-    nanosleep(&ts, NULL);
+static inline void mk_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
 }
 
-static inline uint32_t mk_load_acquire(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline bool mk_cpu_reached(const uint32_t *word, uint32_t target) {
+    return (int32_t)(__atomic_load_n(word, __ATOMIC_SEQ_CST) - target) >= 0;
+}
 
-static void mk_cpu_wait(const struct mk_cpu_exec *e, const struct mk_wait *w, uint32_t step) {
+/* Called after the signaller's seq_cst update of what waiters test. All four accesses (update,
+ * this load of sleepers; the waiter's increment of sleepers, its recheck) are seq_cst, so they
+ * fall in one order: either the recheck sees the update or this load sees the sleeper. */
+static void mk_cpu_event_wake(struct mk_cpu_event *ev) {
+    if (!__atomic_load_n(&ev->sleepers, __ATOMIC_SEQ_CST)) return;
+    __atomic_fetch_add(&ev->seq, 1u, __ATOMIC_SEQ_CST);
+    syscall(SYS_futex, &ev->seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Waits until *word (a sequence that only grows, wrapping) reaches target. */
+static void mk_cpu_wait_ge(struct mk_cpu_event *ev, const uint32_t *word, uint32_t target) {
+    for (uint32_t i = 0; i < MK_CPU_SPIN; i++) {
+        if (mk_cpu_reached(word, target)) return;
+        mk_cpu_relax();
+    }
+    while (!mk_cpu_reached(word, target)) {
+        __atomic_fetch_add(&ev->sleepers, 1u, __ATOMIC_SEQ_CST);
+        uint32_t seq = __atomic_load_n(&ev->seq, __ATOMIC_SEQ_CST);
+        /* A bump of seq after this load makes the futex call return at once. */
+        if (!mk_cpu_reached(word, target)) syscall(SYS_futex, &ev->seq, FUTEX_WAIT_PRIVATE, seq, NULL, NULL, 0);
+        __atomic_fetch_sub(&ev->sleepers, 1u, __ATOMIC_SEQ_CST);
+    }
+}
+
+static void mk_cpu_wait(struct mk_cpu_exec *e, const struct mk_wait *w, uint32_t step) {
     if (w->ctr == MK_NO_COUNTER) return;
-    uint32_t target = step * w->mul + w->add, spins = 0;
-    while ((int32_t)(mk_load_acquire(&e->counters[w->ctr]) - target) < 0) mk_cpu_backoff(&spins);
+    mk_cpu_wait_ge(&e->ev_work, &e->counters[w->ctr], step * w->mul + w->add);
 }
 
 static void mk_cpu_exec_task(struct mk_cpu_exec *e, struct mk_cpu_ctx *ctx, uint32_t t, uint32_t step) {
@@ -66,57 +110,78 @@ static void mk_cpu_exec_task(struct mk_cpu_exec *e, struct mk_cpu_ctx *ctx, uint
         e->mailbox.out_token = tok;
         __atomic_store_n(&e->mailbox.done_seq, step + 1, __ATOMIC_RELEASE);
     }
-    if (in->signal != MK_NO_COUNTER) __atomic_fetch_add(&e->counters[in->signal], 1, __ATOMIC_RELEASE);
-    __atomic_fetch_add(&e->counters[MK_COUNTER_ALL], 1, __ATOMIC_RELEASE);
+    if (in->signal != MK_NO_COUNTER) __atomic_fetch_add(&e->counters[in->signal], 1, __ATOMIC_SEQ_CST);
+    uint32_t all = __atomic_add_fetch(&e->counters[MK_COUNTER_ALL], 1, __ATOMIC_SEQ_CST);
+    mk_cpu_event_wake(&e->ev_work);
+    /* The step ends when all its tasks did (not at SAMPLE): the next command rewrites state.cmd,
+     * which tasks after SAMPLE may still read. */
+    if (all == (step + 1) * p->n_tasks) mk_cpu_event_wake(&e->ev_host);
 }
 
-static void *mk_cpu_worker_main(void *arg) {
-    struct mk_cpu_worker *wk = arg;
-    struct mk_cpu_exec *e = wk->e;
+/* Worker id's share of one step; *held carries a dynamic-schedule task of the next step. */
+static void mk_cpu_run_share(struct mk_cpu_exec *e, struct mk_cpu_ctx *ctx, uint32_t id, uint32_t step,
+                             uint64_t *held) {
     const struct mk_program *p = e->prog;
-    struct mk_cpu_ctx ctx = {
+    if (p->schedule == MK_SCHED_STATIC) {
+        for (uint32_t k = p->sched_offsets[id]; k < p->sched_offsets[id + 1]; k++)
+            mk_cpu_exec_task(e, ctx, p->sched_tasks[k], step);
+        return;
+    }
+    for (;;) {
+        if (*held == UINT64_MAX) *held = __atomic_fetch_add(&e->work, 1, __ATOMIC_RELAXED);
+        if (*held / p->n_tasks > step) return;
+        mk_cpu_exec_task(e, ctx, (uint32_t)(*held % p->n_tasks), step);
+        *held = UINT64_MAX;
+    }
+}
+
+static struct mk_cpu_ctx mk_cpu_ctx_of(struct mk_cpu_exec *e, uint32_t id) {
+    const struct mk_program *p = e->prog;
+    return (struct mk_cpu_ctx){
         .weights = p->weights,
         .arena = e->arena,
         .k_cache = e->k_cache,
         .v_cache = e->v_cache,
         .n_ctx = p->n_ctx,
         .cmd = &e->state.cmd,
-        .scratch = e->scratch + (size_t)wk->id * e->scratch_floats,
+        .scratch = e->scratch + (size_t)id * e->scratch_floats,
     };
-    uint64_t held = UINT64_MAX; /* a task of a later step taken while finishing this one */
+}
+
+static void *mk_cpu_worker_main(void *arg) {
+    struct mk_cpu_worker *wk = arg;
+    struct mk_cpu_exec *e = wk->e;
+    struct mk_cpu_ctx ctx = mk_cpu_ctx_of(e, wk->id);
+    uint64_t held = UINT64_MAX;
     for (uint32_t step = 0;; step++) {
-        uint32_t spins = 0;
-        if (wk->id == 0) {
-            while (mk_load_acquire(&e->mailbox.cmd_seq) != step + 1) mk_cpu_backoff(&spins);
-            e->state.cmd = e->mailbox.cmd;
-            e->state.step = step;
-            if (e->state.cmd.cmd != MK_CMD_STEP) __atomic_store_n(&e->stop, 1, __ATOMIC_RELEASE);
-            __atomic_store_n(&e->state.go, step + 1, __ATOMIC_RELEASE);
-        } else {
-            while ((int32_t)(mk_load_acquire(&e->state.go) - (step + 1)) < 0) mk_cpu_backoff(&spins);
-        }
+        mk_cpu_wait_ge(&e->ev_work, &e->state.go, step + 1);
         if (__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) break;
-        if (p->schedule == MK_SCHED_STATIC) {
-            for (uint32_t k = p->sched_offsets[wk->id]; k < p->sched_offsets[wk->id + 1]; k++)
-                mk_cpu_exec_task(e, &ctx, p->sched_tasks[k], step);
-            continue;
-        }
-        for (;;) {
-            if (held == UINT64_MAX) held = __atomic_fetch_add(&e->work, 1, __ATOMIC_RELAXED);
-            if (held / p->n_tasks > step) break;
-            mk_cpu_exec_task(e, &ctx, (uint32_t)(held % p->n_tasks), step);
-            held = UINT64_MAX;
-        }
+        mk_cpu_run_share(e, &ctx, wk->id, step, &held);
     }
     free(wk);
     return NULL;
 }
 
+/* Host side of the hand-off: the command to the mailbox (as the device would see it), then the
+ * step state the workers read, then `go`. */
+static void mk_cpu_post(struct mk_cpu_exec *e, const struct mk_step_cmd *cmd) {
+    uint32_t n = ++e->seq;
+    e->mailbox.cmd = *cmd;
+    __atomic_store_n(&e->mailbox.cmd_seq, n, __ATOMIC_RELEASE);
+    e->state.cmd = *cmd;
+    e->state.step = n - 1;
+    if (cmd->cmd != MK_CMD_STEP) __atomic_store_n(&e->stop, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&e->state.go, n, __ATOMIC_SEQ_CST);
+    mk_cpu_event_wake(&e->ev_work);
+}
+
 void mk_cpu_exec_free(struct mk_cpu_exec *e) {
     if (!e) return;
     if (e->n_started) {
-        e->mailbox.cmd.cmd = MK_CMD_STOP;
-        __atomic_store_n(&e->mailbox.cmd_seq, e->seq + 1, __ATOMIC_RELEASE);
+        struct mk_step_cmd stop;
+        memset(&stop, 0, sizeof stop);
+        stop.cmd = MK_CMD_STOP;
+        mk_cpu_post(e, &stop);
         for (uint32_t i = 0; i < e->n_started; i++) pthread_join(e->threads[i], NULL);
     }
     free(e->threads);
@@ -138,6 +203,7 @@ enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_thre
     if (!e) return mk_error_set(err, MK_ERR_NOMEM, "out of memory creating the cpu executor");
     e->prog = prog;
     e->n_threads = n_threads;
+    e->held0 = UINT64_MAX;
     uint32_t maxc = 0, maxrows = 0;
     for (uint32_t i = 0; i < prog->n_weights; i++)
         if (prog->weights[i].cols > maxc) maxc = prog->weights[i].cols;
@@ -155,19 +221,19 @@ enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_thre
         mk_cpu_exec_free(e);
         return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the cpu executor (KV cache %zu floats)", 2 * kv);
     }
-    for (uint32_t i = 0; i < n_threads; i++) {
+    for (uint32_t i = 1; i < n_threads; i++) {
         struct mk_cpu_worker *wk = malloc(sizeof *wk);
         if (!wk) break;
         *wk = (struct mk_cpu_worker){ e, i };
-        if (pthread_create(&e->threads[i], NULL, mk_cpu_worker_main, wk) != 0) {
+        if (pthread_create(&e->threads[e->n_started], NULL, mk_cpu_worker_main, wk) != 0) {
             free(wk);
             break;
         }
         e->n_started++;
     }
-    if (e->n_started != n_threads) {
-        /* Workers already started wait for step 0's command; STOP releases them. */
-        uint32_t started = e->n_started;
+    if (e->n_started != n_threads - 1) {
+        /* Workers already started wait for step 0's `go`; STOP releases them. */
+        uint32_t started = e->n_started + 1;
         mk_cpu_exec_free(e);
         return mk_error_set(err, MK_ERR_NOMEM, "could start only %u of %u cpu worker threads", started, n_threads);
     }
@@ -183,13 +249,16 @@ enum mk_status mk_cpu_exec_step(struct mk_cpu_exec *e, const struct mk_step_cmd 
                             p->n_ctx);
     if (cmd->token < 0 || (uint32_t)cmd->token >= p->vocab)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "token %d is outside the vocabulary of %u", cmd->token, p->vocab);
-    e->mailbox.cmd = *cmd;
-    e->mailbox.cmd.cmd = MK_CMD_STEP;
-    uint32_t n = ++e->seq, spins = 0;
-    __atomic_store_n(&e->mailbox.cmd_seq, n, __ATOMIC_RELEASE);
-    while (mk_load_acquire(&e->mailbox.done_seq) != n) mk_cpu_backoff(&spins);
+    struct mk_step_cmd c = *cmd;
+    c.cmd = MK_CMD_STEP;
+    mk_cpu_post(e, &c);
+    uint32_t step = e->seq - 1;
+    /* The caller is worker 0: one hand-off fewer per step, and no other thread at all for one. */
+    struct mk_cpu_ctx ctx = mk_cpu_ctx_of(e, 0);
+    mk_cpu_run_share(e, &ctx, 0, step, &e->held0);
+    mk_cpu_wait_ge(&e->ev_host, &e->counters[MK_COUNTER_ALL], (step + 1) * p->n_tasks);
     if (__atomic_load_n(&e->bad_op, __ATOMIC_ACQUIRE))
-        return mk_error_set(err, MK_ERR_INTERNAL, "cpu executor met an unknown opcode in step %u", n - 1);
+        return mk_error_set(err, MK_ERR_INTERNAL, "cpu executor met an unknown opcode in step %u", step);
     *out_token = e->mailbox.out_token;
     return MK_OK;
 }
@@ -229,15 +298,25 @@ static const struct mk_backend_vtbl mk_cpu_backend_vtbl = {
     "cpu", mk_cpu_backend_step, mk_cpu_backend_logits, mk_cpu_backend_reset, mk_cpu_backend_free,
 };
 
+uint32_t mk_cpu_allowed_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return (uint32_t)CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (uint32_t)n : 1u;
+}
+
+uint32_t mk_cpu_default_threads(const struct mk_model *m) {
+    uint64_t per_worker = m ? mk_model_bytes_per_token(m) / MK_CPU_BYTES_PER_WORKER : 1;
+    uint32_t cpus = mk_cpu_allowed_cpus();
+    if (per_worker < 1) per_worker = 1;
+    return per_worker < cpus ? (uint32_t)per_worker : cpus;
+}
+
 enum mk_status mk_backend_create_cpu(const struct mk_model *m, const struct mk_backend_params *bp,
                                      struct mk_backend **out, struct mk_error *err) {
     struct mk_cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb) return mk_error_set(err, MK_ERR_NOMEM, "out of memory creating the cpu backend");
-    uint32_t threads = bp->n_threads;
-    if (!threads) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? (uint32_t)n : 1;
-    }
+    uint32_t threads = bp->n_threads ? bp->n_threads : mk_cpu_default_threads(m);
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_workers = threads;
     cp.n_ctx = bp->n_ctx;

@@ -24,7 +24,14 @@ int mk_cpu_run_task(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint3
 /* The cpu backend: compiles m for p->n_threads workers and runs it with mk_cpu_exec. */
 enum mk_status mk_backend_create_cpu(const struct mk_model *m, const struct mk_backend_params *p,
                                      struct mk_backend **out, struct mk_error *err);
-/* The executor over an existing program (tests use this to run mutated or hand-tuned programs). */
+/* CPUs this process may run on (sched_getaffinity), at least 1. */
+uint32_t mk_cpu_allowed_cpus(void);
+/* Workers the cpu backend uses when asked for 0: one per MK_CPU_BYTES_PER_WORKER (4 MiB) of
+ * weights read per token, at most mk_cpu_allowed_cpus(); a tiny model gets one, run on the
+ * calling thread with no hand-off at all. */
+uint32_t mk_cpu_default_threads(const struct mk_model *m);
+/* The executor over an existing program (tests use this to run mutated or hand-tuned programs).
+ * The thread calling step is worker 0; n_threads - 1 pthreads are the others. */
 struct mk_cpu_exec;
 enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_threads, struct mk_cpu_exec **out,
                                   struct mk_error *err);

@@ -2,20 +2,26 @@
 #include "hostqueue/hostqueue.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #define MK_HQ_CAP                 16u
 #define MK_HQ_DEFAULT_WATCHDOG_MS 10000u
 /* How often the feeder asks the device side whether it still lives while a step is out. */
 #define MK_HQ_PROBE_NS 1000000ull
-/* Spinning on a step's answer is the fast path; past this a spinner also yields its core. */
-#define MK_HQ_YIELD_AFTER_NS 2000000ull
-/* An idle feeder spins this long for the next command before it sleeps. */
-#define MK_HQ_IDLE_SPIN_NS 1000000ull
+/* Polling for a step's answer: the feeder sleeps until shortly before the answer is due (from the
+ * steps before), spins across the due time, and otherwise sleeps with a backoff growing to this,
+ * so a step costs the host a small slice of a core and a late answer at most this much delay. */
+#define MK_HQ_SLEEP_MAX_NS 50000ull
+#define MK_HQ_SLEEP_MIN_NS 1000ull
+/* Half the spin window around the due time: fixed part plus a share of the step's length. */
+#define MK_HQ_SPIN_FIXED_NS 10000ull
+#define MK_HQ_SPIN_SHARE    32u
+/* An idle feeder, or a submitter waiting for its answer, polls this long before it blocks. */
+#define MK_HQ_IDLE_SPIN_NS 50000ull
 
 enum mk_hq_state { MK_HQ_QUEUED = 0, MK_HQ_POSTED = 1, MK_HQ_DONE = 2 };
 
@@ -45,13 +51,19 @@ struct mk_hostqueue {
     bool joined;
     uint32_t poisoned; /* atomic flag; poison_err is written before it is set */
     struct mk_error poison_err;
-    uint32_t seq; /* commands posted; written by the feeder only */
+    uint32_t seq;         /* commands posted; written by the feeder only */
+    uint64_t step_ns_est; /* feeder only: running mean of recent steps' length, 0 before any */
 };
 
 static uint64_t mk_hq_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void mk_hq_sleep_ns(uint64_t ns) {
+    struct timespec ts = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
+    nanosleep(&ts, NULL);
 }
 
 static inline void mk_hq_relax(void) {
@@ -101,50 +113,58 @@ static enum mk_status mk_hq_wait_done(struct mk_hostqueue *q, struct mk_hq_req *
     const char *what = q->p.what ? q->p.what : "device";
     const uint64_t limit = (uint64_t)(q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS) * 1000000ull;
     const uint64_t t0 = mk_hq_now_ns();
-    uint64_t last_probe = t0;
-    for (uint32_t i = 1;; i++) {
+    const uint64_t est = q->step_ns_est, half = MK_HQ_SPIN_FIXED_NS + est / MK_HQ_SPIN_SHARE;
+    const uint64_t spin_from = est > half ? est - half : 0, spin_to = est + half;
+    uint64_t last_probe = t0, backoff = MK_HQ_SLEEP_MIN_NS;
+    for (;;) {
         if (__atomic_load_n(&q->mb->done_seq, __ATOMIC_ACQUIRE) == n) {
             req->res.token = q->mb->out_token;
             req->res.t_start_ns = q->mb->t_start_ns;
             req->res.t_end_ns = q->mb->t_end_ns;
+            uint64_t took = mk_hq_now_ns() - t0;
+            q->step_ns_est = est ? est - est / 8 + took / 8 : took;
             return MK_OK;
         }
-        if ((i & 255u) == 0) {
-            uint64_t now = mk_hq_now_ns();
-            if (now - last_probe >= MK_HQ_PROBE_NS) {
-                last_probe = now;
-                uint32_t code = __atomic_load_n(&q->mb->error, __ATOMIC_ACQUIRE);
-                enum mk_status st = MK_OK;
-                if (code) {
-                    st = mk_error_set(&req->err, MK_ERR_INTERNAL,
-                                      "%s stopped on a broken invariant in step %u (pos %d): %s %u", what, n - 1,
-                                      req->cmd.pos, mk_hq_deverr_name(code), q->mb->error_arg);
-                } else if (q->p.probe) {
-                    st = q->p.probe(q->p.ctx, &req->err);
-                    if (st != MK_OK)
-                        mk_error_prefix(&req->err, "%s failed during step %u (pos %d)", what, n - 1, req->cmd.pos);
-                }
-                if (st != MK_OK) {
-                    mk_hq_poison(q, &req->err);
-                    return st;
-                }
+        uint64_t now = mk_hq_now_ns(), el = now - t0;
+        if (now - last_probe >= MK_HQ_PROBE_NS) {
+            last_probe = now;
+            uint32_t code = __atomic_load_n(&q->mb->error, __ATOMIC_ACQUIRE);
+            enum mk_status st = MK_OK;
+            if (code) {
+                st = mk_error_set(&req->err, MK_ERR_INTERNAL,
+                                  "%s stopped on a broken invariant in step %u (pos %d): %s %u", what, n - 1,
+                                  req->cmd.pos, mk_hq_deverr_name(code), q->mb->error_arg);
+            } else if (q->p.probe) {
+                st = q->p.probe(q->p.ctx, &req->err);
+                if (st != MK_OK)
+                    mk_error_prefix(&req->err, "%s failed during step %u (pos %d)", what, n - 1, req->cmd.pos);
             }
-            if (now - t0 >= limit) {
-                char info[320];
-                info[0] = '\0';
-                if (q->p.describe) q->p.describe(q->p.ctx, info, sizeof info);
-                mk_error_set(&req->err, MK_ERR_TIMEOUT,
-                             "%s step %u (pos %d, token %d) got no answer within %u ms (watchdog)%s%s; the session is "
-                             "unusable now",
-                             what, n - 1, req->cmd.pos, req->cmd.token,
-                             q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS, info[0] ? ": " : "",
-                             info);
+            if (st != MK_OK) {
                 mk_hq_poison(q, &req->err);
-                return MK_ERR_TIMEOUT;
+                return st;
             }
-            if (now - t0 > MK_HQ_YIELD_AFTER_NS) sched_yield();
         }
-        mk_hq_relax();
+        if (el >= limit) {
+            char info[320];
+            info[0] = '\0';
+            if (q->p.describe) q->p.describe(q->p.ctx, info, sizeof info);
+            mk_error_set(&req->err, MK_ERR_TIMEOUT,
+                         "%s step %u (pos %d, token %d) got no answer within %u ms (watchdog)%s%s; the session is "
+                         "unusable now",
+                         what, n - 1, req->cmd.pos, req->cmd.token,
+                         q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS, info[0] ? ": " : "", info);
+            mk_hq_poison(q, &req->err);
+            return MK_ERR_TIMEOUT;
+        }
+        if (el < spin_from) {
+            uint64_t left = spin_from - el;
+            mk_hq_sleep_ns(left < MK_HQ_SLEEP_MAX_NS ? left : MK_HQ_SLEEP_MAX_NS);
+        } else if (el < spin_to) {
+            for (int i = 0; i < 64; i++) mk_hq_relax();
+        } else {
+            mk_hq_sleep_ns(backoff);
+            if (backoff < MK_HQ_SLEEP_MAX_NS) backoff *= 2;
+        }
     }
 }
 
@@ -161,9 +181,9 @@ static uint32_t mk_hq_post(struct mk_hostqueue *q, const struct mk_step_cmd *cmd
 static struct mk_hq_req *mk_hq_take(struct mk_hostqueue *q) {
     uint64_t t0 = mk_hq_now_ns();
     for (uint32_t i = 1;; i++) {
-        if (__atomic_load_n(&q->n_queued, __ATOMIC_ACQUIRE) || (i & 1023u) == 0) {
+        if (__atomic_load_n(&q->n_queued, __ATOMIC_ACQUIRE) || (i & 63u) == 0) {
             pthread_mutex_lock(&q->mu);
-            bool sleep_now = (i & 1023u) == 0 && mk_hq_now_ns() - t0 > MK_HQ_IDLE_SPIN_NS;
+            bool sleep_now = (i & 63u) == 0 && mk_hq_now_ns() - t0 > MK_HQ_IDLE_SPIN_NS;
             while (q->head == q->tail && !q->stop_requested && sleep_now) {
                 q->feeder_sleeping = true;
                 pthread_cond_wait(&q->cv_feeder, &q->mu);
@@ -188,6 +208,8 @@ static struct mk_hq_req *mk_hq_take(struct mk_hostqueue *q) {
 
 static void *mk_hq_feeder_main(void *arg) {
     struct mk_hostqueue *q = arg;
+    /* Short sleeps must end on time: the default 50 us slack would be the whole backoff. */
+    prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
     for (;;) {
         struct mk_hq_req *req = mk_hq_take(q);
         if (!req) break;
@@ -234,20 +256,14 @@ enum mk_status mk_hostqueue_submit(struct mk_hostqueue *q, const struct mk_step_
     if (q->feeder_sleeping) pthread_cond_signal(&q->cv_feeder);
     pthread_mutex_unlock(&q->mu);
 
-    /* Spin for the fast answer (a step is a millisecond or less), then yield, then sleep. */
-    uint64_t t0 = 0;
+    /* Spin briefly for a fast answer, then block: the feeder broadcasts cv_done on every answer. */
+    uint64_t t0 = mk_hq_now_ns();
     for (uint32_t i = 1; __atomic_load_n(&req.state, __ATOMIC_ACQUIRE) != MK_HQ_DONE; i++) {
-        if ((i & 1023u) == 0) {
-            uint64_t now = mk_hq_now_ns();
-            if (!t0) t0 = now;
-            if (now - t0 > 50ull * MK_HQ_YIELD_AFTER_NS) {
-                pthread_mutex_lock(&q->mu);
-                while (__atomic_load_n(&req.state, __ATOMIC_ACQUIRE) != MK_HQ_DONE)
-                    pthread_cond_wait(&q->cv_done, &q->mu);
-                pthread_mutex_unlock(&q->mu);
-                break;
-            }
-            if (now - t0 > MK_HQ_YIELD_AFTER_NS) sched_yield();
+        if ((i & 63u) == 0 && mk_hq_now_ns() - t0 > MK_HQ_IDLE_SPIN_NS) {
+            pthread_mutex_lock(&q->mu);
+            while (__atomic_load_n(&req.state, __ATOMIC_ACQUIRE) != MK_HQ_DONE) pthread_cond_wait(&q->cv_done, &q->mu);
+            pthread_mutex_unlock(&q->mu);
+            break;
         }
         mk_hq_relax();
     }
