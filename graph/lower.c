@@ -133,8 +133,8 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
             if (!x) break;
             x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
             x->ins.buf[0] = OFF(n->out);
-            x->ins.p[0] = chunk;
-            x->ins.p[1] = c->n_embd;
+            x->ins.args.embed.elems_per_task = chunk;
+            x->ins.args.embed.n_embd = c->n_embd;
             mk_lower_access(x, -1, -1, BUF(n->out), -1);
             break;
         }
@@ -145,14 +145,14 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
             for (int w = 0; w < 4; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
             x->ins.buf[0] = OFF(n->in[0]);
             x->ins.buf[1] = OFF(n->out);
-            x->ins.p[0] = rpt;
-            x->ins.p[1] = n->layer;
-            x->ins.p[2] = q_dim;
-            x->ins.p[3] = kv_dim;
-            x->ins.p[4] = c->head_dim;
-            x->ins.p[5] = c->n_rot;
-            x->ins.f[0] = n->eps;
-            x->ins.f[1] = c->rope_base;
+            x->ins.args.qkv = (struct mk_args_qkv){ .rows_per_task = rpt,
+                                                    .layer = n->layer,
+                                                    .q_dim = q_dim,
+                                                    .kv_dim = kv_dim,
+                                                    .head_dim = c->head_dim,
+                                                    .n_rot = c->n_rot,
+                                                    .eps = n->eps,
+                                                    .rope_base = c->rope_base };
             mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), kv_buf0 + (int)n->layer);
             break;
         }
@@ -164,12 +164,12 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
             if (!x) break;
             x->ins.buf[0] = OFF(n->in[0]);
             x->ins.buf[1] = part;
-            x->ins.p[0] = attn_block;
-            x->ins.p[1] = n_blocks;
-            x->ins.p[2] = n->layer;
-            x->ins.p[3] = c->n_head;
-            x->ins.p[4] = c->n_head_kv;
-            x->ins.p[5] = c->head_dim;
+            x->ins.args.attn = (struct mk_args_attn){ .block = attn_block,
+                                                      .n_blocks = n_blocks,
+                                                      .layer = n->layer,
+                                                      .n_head = c->n_head,
+                                                      .n_head_kv = c->n_head_kv,
+                                                      .head_dim = c->head_dim };
             mk_lower_access(x, BUF(n->in[0]), kv_buf0 + (int)n->layer, part_buf, -1);
             if (n->op == MK_NODE_ATTN_OUTPUT) {
                 uint32_t rows = (uint32_t)n->w[0]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
@@ -180,11 +180,11 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
                 x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
                 x->ins.buf[0] = part;
                 x->ins.buf[1] = OFF(n->out);
-                x->ins.p[0] = rpt;
-                x->ins.p[1] = n_blocks;
-                x->ins.p[2] = attn_block;
-                x->ins.p[3] = c->n_head;
-                x->ins.p[5] = c->head_dim;
+                x->ins.args.attn_out = (struct mk_args_attn_out){ .rows_per_task = rpt,
+                                                                  .n_blocks = n_blocks,
+                                                                  .block = attn_block,
+                                                                  .n_head = c->n_head,
+                                                                  .head_dim = c->head_dim };
                 mk_lower_access(x, part_buf, BUF(n->out), BUF(n->out), -1);
                 break;
             }
@@ -194,9 +194,8 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
             if (!x) break;
             x->ins.buf[0] = part;
             x->ins.buf[1] = OFF(n->out);
-            x->ins.p[1] = n_blocks;
-            x->ins.p[3] = c->n_head;
-            x->ins.p[5] = c->head_dim;
+            x->ins.args.combine =
+                (struct mk_args_combine){ .n_blocks = n_blocks, .n_head = c->n_head, .head_dim = c->head_dim };
             mk_lower_access(x, part_buf, -1, BUF(n->out), -1);
             break;
         }
@@ -207,7 +206,7 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
             x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
             x->ins.buf[0] = OFF(n->in[0]);
             x->ins.buf[1] = OFF(n->out);
-            x->ins.p[0] = rpt;
+            x->ins.args.matvec.rows_per_task = rpt;
             mk_lower_access(x, BUF(n->in[0]), BUF(n->out), BUF(n->out), -1);
             break;
         }
@@ -218,8 +217,7 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
             for (int w = 0; w < 3; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
             x->ins.buf[0] = OFF(n->in[0]);
             x->ins.buf[1] = OFF(n->out);
-            x->ins.p[0] = rpt;
-            x->ins.f[0] = n->eps;
+            x->ins.args.gate_up = (struct mk_args_norm_matvec){ .rows_per_task = rpt, .eps = n->eps };
             mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), -1);
             break;
         }
@@ -233,8 +231,7 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
             x->ins.buf[0] = OFF(n->in[0]);
             x->ins.buf[1] = OFF(n->out);
             x->ins.buf[2] = lm_tiles_off;
-            x->ins.p[0] = rpt;
-            x->ins.f[0] = n->eps;
+            x->ins.args.lm_head = (struct mk_args_norm_matvec){ .rows_per_task = rpt, .eps = n->eps };
             mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), scratch);
             break;
         }
@@ -243,8 +240,7 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
             if (!x) break;
             x->ins.buf[1] = OFF(n->in[0]);
             x->ins.buf[2] = lm_tiles_off;
-            x->ins.p[1] = lm_tiles;
-            x->ins.p[2] = c->n_vocab;
+            x->ins.args.sample = (struct mk_args_sample){ .n_tiles = lm_tiles, .vocab = c->n_vocab };
             mk_lower_access(x, BUF(n->in[0]), scratch, -1, -1);
             scratch++;
             break;
