@@ -208,7 +208,8 @@ enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_thre
     for (uint32_t i = 0; i < prog->n_weights; i++)
         if (prog->weights[i].cols > maxc) maxc = prog->weights[i].cols;
     for (uint32_t i = 0; i < prog->n_instr; i++)
-        if (prog->instrs[i].op == MK_OP_NORM_QKV_ROPE && prog->instrs[i].p[0] > maxrows) maxrows = prog->instrs[i].p[0];
+        if (prog->instrs[i].op == MK_OP_NORM_QKV_ROPE && prog->instrs[i].args.qkv.rows_per_task > maxrows)
+            maxrows = prog->instrs[i].args.qkv.rows_per_task;
     e->scratch_floats = 2 * maxc + maxrows + 16;
     size_t kv = (size_t)prog->n_layer * prog->n_ctx * prog->kv_dim;
     e->threads = calloc(n_threads, sizeof *e->threads);

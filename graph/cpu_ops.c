@@ -36,7 +36,8 @@ static void mk_cpu_rope_pair(float *v, uint32_t i, uint32_t n_rot, float base, i
 
 static void mk_cpu_embed(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *w = &c->weights[in->weight[0]];
-    uint32_t lo = t * in->p[0], hi = lo + in->p[0] > in->p[1] ? in->p[1] : lo + in->p[0];
+    const struct mk_args_embed *a = &in->args.embed;
+    uint32_t lo = t * a->elems_per_task, hi = lo + a->elems_per_task > a->n_embd ? a->n_embd : lo + a->elems_per_task;
     float *row = c->scratch;
     mk_dequantize_row((enum mk_dtype)w->dtype, mk_cpu_row(w, (uint32_t)c->cmd->token), row, w->cols);
     memcpy(c->arena + in->buf[0] + lo, row + lo, (hi - lo) * sizeof(float));
@@ -45,10 +46,12 @@ static void mk_cpu_embed(const struct mk_cpu_ctx *c, const struct mk_instr *in, 
 static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *wq = &c->weights[in->weight[1]], *wk = &c->weights[in->weight[2]],
                                *wv = &c->weights[in->weight[3]];
-    uint32_t n = wq->cols, q_dim = in->p[2], kv_dim = in->p[3], hd = in->p[4], layer = in->p[1];
-    uint32_t rows = q_dim + 2 * kv_dim, lo = t * in->p[0], hi = lo + in->p[0] > rows ? rows : lo + in->p[0];
+    const struct mk_args_qkv *a = &in->args.qkv;
+    uint32_t n = wq->cols, q_dim = a->q_dim, kv_dim = a->kv_dim, hd = a->head_dim, layer = a->layer;
+    uint32_t rows = q_dim + 2 * kv_dim, lo = t * a->rows_per_task,
+             hi = lo + a->rows_per_task > rows ? rows : lo + a->rows_per_task;
     float *xn = c->scratch, *tmp = c->scratch + n, *out = c->scratch + 2 * n;
-    mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0], n, in->f[0], xn, tmp);
+    mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0], n, a->eps, xn, tmp);
     int32_t pos = c->cmd->pos;
     uint64_t kv_row = ((uint64_t)layer * c->n_ctx + (uint64_t)pos) * kv_dim;
     for (uint32_t r = lo; r < hi; r++) {
@@ -62,9 +65,9 @@ static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, ui
     /* Tiles start on even rows and q_dim, kv_dim are even, so each RoPE pair is in one tile. */
     for (uint32_t r = lo; r + 1 < hi; r += 2) {
         if (r < q_dim)
-            mk_cpu_rope_pair(&out[r - lo], r % hd, in->p[5], in->f[1], pos);
+            mk_cpu_rope_pair(&out[r - lo], r % hd, a->n_rot, a->rope_base, pos);
         else if (r < q_dim + kv_dim)
-            mk_cpu_rope_pair(&out[r - lo], (r - q_dim) % hd, in->p[5], in->f[1], pos);
+            mk_cpu_rope_pair(&out[r - lo], (r - q_dim) % hd, a->n_rot, a->rope_base, pos);
     }
     for (uint32_t r = lo; r < hi; r++) {
         if (r < q_dim)
@@ -77,7 +80,8 @@ static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, ui
 }
 
 static void mk_cpu_attn_partial(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
-    uint32_t bs = in->p[0], nb = in->p[1], layer = in->p[2], nh = in->p[3], nkv = in->p[4], hd = in->p[5];
+    const struct mk_args_attn *a = &in->args.attn;
+    uint32_t bs = a->block, nb = a->n_blocks, layer = a->layer, nh = a->n_head, nkv = a->n_head_kv, hd = a->head_dim;
     uint32_t h = t / nb, b = t % nb, kvh = h / (nh / nkv), kv_dim = nkv * hd;
     int64_t lo = (int64_t)b * bs, hi = lo + bs;
     if (hi > (int64_t)c->cmd->pos + 1) hi = (int64_t)c->cmd->pos + 1;
@@ -124,28 +128,29 @@ static void mk_cpu_combine_head(const float *part, uint32_t nb, uint32_t hd, flo
 }
 
 static void mk_cpu_attn_combine(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t h) {
-    uint32_t nb = in->p[1], hd = in->p[5];
+    uint32_t nb = in->args.combine.n_blocks, hd = in->args.combine.head_dim;
     mk_cpu_combine_head(c->arena + in->buf[0] + (uint64_t)h * nb * (hd + 2), nb, hd,
                         c->arena + in->buf[1] + (uint64_t)h * hd);
 }
 
 static void mk_cpu_attn_output(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *w = &c->weights[in->weight[0]];
-    uint32_t nb = in->p[1], bs = in->p[2], nh = in->p[3], hd = in->p[5];
+    const struct mk_args_attn_out *a = &in->args.attn_out;
+    uint32_t nb = a->n_blocks, bs = a->block, nh = a->n_head, hd = a->head_dim;
     /* Blocks past the position hold an earlier step's partials: only the live ones count. */
     uint32_t live = ((uint32_t)c->cmd->pos + bs) / bs;
     if (live > nb) live = nb;
     float *att = c->scratch;
     for (uint32_t h = 0; h < nh; h++)
         mk_cpu_combine_head(c->arena + in->buf[0] + (uint64_t)h * nb * (hd + 2), live, hd, att + (uint64_t)h * hd);
-    uint32_t lo = t * in->p[0], hi = lo + in->p[0] > w->rows ? w->rows : lo + in->p[0];
+    uint32_t rpt = a->rows_per_task, lo = t * rpt, hi = lo + rpt > w->rows ? w->rows : lo + rpt;
     float *y = c->arena + in->buf[1];
     for (uint32_t r = lo; r < hi; r++) y[r] += mk_cpu_dot(w, r, att);
 }
 
 static void mk_cpu_matvec_residual(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *w = &c->weights[in->weight[0]];
-    uint32_t lo = t * in->p[0], hi = lo + in->p[0] > w->rows ? w->rows : lo + in->p[0];
+    uint32_t rpt = in->args.matvec.rows_per_task, lo = t * rpt, hi = lo + rpt > w->rows ? w->rows : lo + rpt;
     const float *x = c->arena + in->buf[0];
     float *y = c->arena + in->buf[1];
     for (uint32_t r = lo; r < hi; r++) y[r] += mk_cpu_dot(w, r, x);
@@ -153,9 +158,11 @@ static void mk_cpu_matvec_residual(const struct mk_cpu_ctx *c, const struct mk_i
 
 static void mk_cpu_gate_up(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *wg = &c->weights[in->weight[1]], *wu = &c->weights[in->weight[2]];
-    uint32_t n = wg->cols, lo = t * in->p[0], hi = lo + in->p[0] > wg->rows ? wg->rows : lo + in->p[0];
+    const struct mk_args_norm_matvec *a = &in->args.gate_up;
+    uint32_t n = wg->cols, lo = t * a->rows_per_task,
+             hi = lo + a->rows_per_task > wg->rows ? wg->rows : lo + a->rows_per_task;
     float *xn = c->scratch, *tmp = c->scratch + n;
-    mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0], n, in->f[0], xn, tmp);
+    mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0], n, a->eps, xn, tmp);
     for (uint32_t r = lo; r < hi; r++) {
         float g = mk_cpu_dot(wg, r, xn), u = mk_cpu_dot(wu, r, xn);
         c->arena[in->buf[1] + r] = g / (1.0f + expf(-g)) * u;
@@ -164,9 +171,11 @@ static void mk_cpu_gate_up(const struct mk_cpu_ctx *c, const struct mk_instr *in
 
 static void mk_cpu_lm_head(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *w = &c->weights[in->weight[1]];
-    uint32_t n = w->cols, lo = t * in->p[0], hi = lo + in->p[0] > w->rows ? w->rows : lo + in->p[0];
+    const struct mk_args_norm_matvec *a = &in->args.lm_head;
+    uint32_t n = w->cols, lo = t * a->rows_per_task,
+             hi = lo + a->rows_per_task > w->rows ? w->rows : lo + a->rows_per_task;
     float *xn = c->scratch, *tmp = c->scratch + n;
-    mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0], n, in->f[0], xn, tmp);
+    mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0], n, a->eps, xn, tmp);
     float best = -INFINITY;
     uint32_t best_i = lo;
     for (uint32_t r = lo; r < hi; r++) {
@@ -179,10 +188,10 @@ static void mk_cpu_lm_head(const struct mk_cpu_ctx *c, const struct mk_instr *in
 }
 
 static int32_t mk_cpu_sample(const struct mk_cpu_ctx *c, const struct mk_instr *in) {
-    if (c->cmd->temperature > 0.0f) return mk_sample_token(c->arena + in->buf[1], (int)in->p[2], c->cmd);
+    if (c->cmd->temperature > 0.0f) return mk_sample_token(c->arena + in->buf[1], (int)in->args.sample.vocab, c->cmd);
     float best = -INFINITY;
     uint32_t best_i = 0;
-    for (uint32_t t = 0; t < in->p[1]; t++) {
+    for (uint32_t t = 0; t < in->args.sample.n_tiles; t++) {
         float v = c->arena[in->buf[2] + 2 * t];
         uint32_t idx;
         memcpy(&idx, &c->arena[in->buf[2] + 2 * t + 1], sizeof idx);

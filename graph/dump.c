@@ -49,6 +49,44 @@ static void mk_dump_wait(FILE *f, const struct mk_wait *w, bool json) {
         fprintf(f, " c%u>=s*%u+%u", w->ctr, w->mul, w->add);
 }
 
+/* The opcode's named arguments as a JSON object (field names as in megakernel/abi.h). */
+static void mk_dump_args_json(FILE *f, const struct mk_instr *in) {
+    const union mk_op_args *a = &in->args;
+    switch (in->op) {
+    case MK_OP_EMBED:
+        fprintf(f, "{\"elems_per_task\":%u,\"n_embd\":%u}", a->embed.elems_per_task, a->embed.n_embd);
+        break;
+    case MK_OP_MATVEC_RESIDUAL: fprintf(f, "{\"rows_per_task\":%u}", a->matvec.rows_per_task); break;
+    case MK_OP_NORM_QKV_ROPE:
+        fprintf(f,
+                "{\"rows_per_task\":%u,\"layer\":%u,\"q_dim\":%u,\"kv_dim\":%u,\"head_dim\":%u,\"n_rot\":%u,"
+                "\"eps\":%g,\"rope_base\":%g}",
+                a->qkv.rows_per_task, a->qkv.layer, a->qkv.q_dim, a->qkv.kv_dim, a->qkv.head_dim, a->qkv.n_rot,
+                (double)a->qkv.eps, (double)a->qkv.rope_base);
+        break;
+    case MK_OP_ATTN_PARTIAL:
+        fprintf(f, "{\"block\":%u,\"n_blocks\":%u,\"layer\":%u,\"n_head\":%u,\"n_head_kv\":%u,\"head_dim\":%u}",
+                a->attn.block, a->attn.n_blocks, a->attn.layer, a->attn.n_head, a->attn.n_head_kv, a->attn.head_dim);
+        break;
+    case MK_OP_ATTN_COMBINE:
+        fprintf(f, "{\"n_blocks\":%u,\"n_head\":%u,\"head_dim\":%u}", a->combine.n_blocks, a->combine.n_head,
+                a->combine.head_dim);
+        break;
+    case MK_OP_ATTN_OUTPUT:
+        fprintf(f, "{\"rows_per_task\":%u,\"n_blocks\":%u,\"block\":%u,\"n_head\":%u,\"head_dim\":%u}",
+                a->attn_out.rows_per_task, a->attn_out.n_blocks, a->attn_out.block, a->attn_out.n_head,
+                a->attn_out.head_dim);
+        break;
+    case MK_OP_NORM_GATE_UP_SILU:
+    case MK_OP_NORM_LM_HEAD:
+        /* gate_up and lm_head share one struct type. */
+        fprintf(f, "{\"rows_per_task\":%u,\"eps\":%g}", a->gate_up.rows_per_task, (double)a->gate_up.eps);
+        break;
+    case MK_OP_SAMPLE: fprintf(f, "{\"n_tiles\":%u,\"vocab\":%u}", a->sample.n_tiles, a->sample.vocab); break;
+    default: fputs("{}", f);
+    }
+}
+
 void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
     uint32_t barriers = 0, waits = 0;
     for (uint32_t i = 0; i < p->n_instr; i++) {
@@ -75,7 +113,9 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
                 mk_dump_wait(f, &in->wait[k], true);
                 first = false;
             }
-            fprintf(f, "],\"p\":[%u,%u,%u,%u,%u,%u]}", in->p[0], in->p[1], in->p[2], in->p[3], in->p[4], in->p[5]);
+            fputs("],\"args\":", f);
+            mk_dump_args_json(f, in);
+            fputc('}', f);
         }
         fprintf(f,
                 "],\"totals\":{\"instructions\":%u,\"tasks\":%u,\"counters\":%u,\"waits\":%u,\"barriers\":%u,"

@@ -1,4 +1,6 @@
-/* Names of the backend kinds, shared by every layer that reports or parses them. */
+/* Names of the backend kinds, shared by every layer that reports or parses them; the GPU settings and their environment overrides. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "graph/executor.h"
@@ -24,4 +26,64 @@ int mk_backend_kind_parse(const char *s, enum mk_backend_kind *out) {
         }
     }
     return -1;
+}
+
+struct mk_gpu_settings mk_gpu_default_settings(void) {
+    struct mk_gpu_settings s;
+    memset(&s, 0, sizeof s);
+    return s;
+}
+
+/* A whole base-10 number in [lo, hi] from environment variable name; -1 when malformed. */
+static int mk_env_uint(const char *name, const char *v, uint32_t lo, uint32_t hi, uint32_t *out, struct mk_error *err) {
+    char *end = NULL;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi) {
+        mk_error_set(err, MK_ERR_INVALID_ARG, "%s=%s: want a whole number in [%u, %u]", name, v, lo, hi);
+        return -1;
+    }
+    *out = (uint32_t)x;
+    return 0;
+}
+
+static int mk_env_bool(const char *name, const char *v, bool *out, struct mk_error *err) {
+    if (strcmp(v, "0") && strcmp(v, "1")) {
+        mk_error_set(err, MK_ERR_INVALID_ARG, "%s=%s: want 0 or 1", name, v);
+        return -1;
+    }
+    *out = v[0] == '1';
+    return 0;
+}
+
+enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_error *err) {
+    const char *v;
+    if ((v = getenv("MK_CUDA_SCHEDULE"))) {
+        if (strcmp(v, "static") && strcmp(v, "dynamic"))
+            return mk_error_set(err, MK_ERR_INVALID_ARG, "MK_CUDA_SCHEDULE=%s: want static or dynamic", v);
+        s->dynamic_schedule = !strcmp(v, "dynamic");
+    }
+    if ((v = getenv("MK_CUDA_TASKS_PER_WORKER")) &&
+        mk_env_uint("MK_CUDA_TASKS_PER_WORKER", v, 0, 1u << 16, &s->tasks_per_worker, err))
+        return MK_ERR_INVALID_ARG;
+    if ((v = getenv("MK_CUDA_ATTN_BLOCK")) && mk_env_uint("MK_CUDA_ATTN_BLOCK", v, 0, 1u << 20, &s->attn_block, err))
+        return MK_ERR_INVALID_ARG;
+    if ((v = getenv("MK_CUDA_BLOCKS_PER_SM")) && mk_env_uint("MK_CUDA_BLOCKS_PER_SM", v, 0, 64, &s->blocks_per_sm, err))
+        return MK_ERR_INVALID_ARG;
+    if ((v = getenv("MK_CUDA_FUSE_ATTN_OUTPUT")) &&
+        mk_env_bool("MK_CUDA_FUSE_ATTN_OUTPUT", v, &s->fuse_attn_output, err))
+        return MK_ERR_INVALID_ARG;
+    if ((v = getenv("MK_CUDA_NO_ROPE_TABLE")) && mk_env_bool("MK_CUDA_NO_ROPE_TABLE", v, &s->no_rope_table, err))
+        return MK_ERR_INVALID_ARG;
+    if ((v = getenv("MK_CUDA_TRACE"))) {
+        if (!strcmp(v, "0"))
+            s->trace = MK_GPU_TRACE_OFF;
+        else if (!strcmp(v, "1"))
+            s->trace = MK_GPU_TRACE_AFTER_WAITS;
+        else if (!strcmp(v, "fetch"))
+            s->trace = MK_GPU_TRACE_AT_FETCH;
+        else
+            return mk_error_set(err, MK_ERR_INVALID_ARG, "MK_CUDA_TRACE=%s: want 0, 1 or fetch", v);
+    }
+    if ((v = getenv("MK_CUDA_CUBIN")) && *v) s->kernel_image = v;
+    return MK_OK;
 }

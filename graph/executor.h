@@ -2,6 +2,7 @@
 #ifndef MK_EXECUTOR_H
 #define MK_EXECUTOR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/model.h"
@@ -29,6 +30,38 @@ const char *mk_backend_kind_name(enum mk_backend_kind k);
 int mk_backend_kind_parse(const char *s, enum mk_backend_kind *out);
 #endif /* MK_BACKEND_KIND_DEFINED */
 
+/* What the first word of a GPU trace entry holds, or no trace. */
+enum mk_gpu_trace {
+    MK_GPU_TRACE_OFF = 0,
+    MK_GPU_TRACE_AFTER_WAITS = 1, /* per-task start (after the task's waits) and end of the last step */
+    MK_GPU_TRACE_AT_FETCH = 2,    /* start = when the block took the task, before its waits */
+};
+
+/* Knobs of the GPU backends (megakernel, perop, graph), for tuning experiments. All zero is the
+ * default (mk_gpu_default_settings): the measured-fastest choices. Set from mk's flags, from
+ * struct mk_session_params in the public API, or from the MK_CUDA_* environment variables by
+ * mk_gpu_settings_from_env (the mk command only; the library never reads them). */
+struct mk_gpu_settings {
+    bool dynamic_schedule;     /* one work counter instead of the compiler's static per-block lists
+                                * (static measured faster on the H100: every block knows its next
+                                * task and prefetches its weights while it waits) */
+    uint32_t tasks_per_worker; /* matvec tiling target; 0 = the compiler's */
+    uint32_t attn_block;       /* sequence positions per attention task; 0 = the compiler's */
+    bool fuse_attn_output;     /* fold the attention combine into the attention-output tasks */
+    uint32_t blocks_per_sm;    /* cap on the occupancy API's blocks per SM; 0 = no cap */
+    bool no_rope_table;        /* compute RoPE angles in the kernel instead of a host-made table */
+    enum mk_gpu_trace trace;   /* megakernel: per-task timestamps (mk_backend_cuda_trace) */
+    const char *kernel_image;  /* cubin, fatbin or PTX file loaded instead of the embedded code;
+                                * NULL = embedded */
+};
+struct mk_gpu_settings mk_gpu_default_settings(void);
+
+/* Applies the environment overrides MK_CUDA_SCHEDULE=static|dynamic, MK_CUDA_TASKS_PER_WORKER=N,
+ * MK_CUDA_ATTN_BLOCK=N, MK_CUDA_FUSE_ATTN_OUTPUT=0|1, MK_CUDA_BLOCKS_PER_SM=N,
+ * MK_CUDA_NO_ROPE_TABLE=0|1, MK_CUDA_TRACE=0|1|fetch, MK_CUDA_CUBIN=FILE to *s (the one place
+ * they are read). MK_ERR_INVALID_ARG naming the variable and value when one is malformed. */
+enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_error *err);
+
 struct mk_backend_params {
     enum mk_backend_kind kind;
     uint32_t n_ctx;
@@ -36,6 +69,7 @@ struct mk_backend_params {
     uint32_t watchdog_ms; /* GPU backends: fail a step that takes longer; 0 = default 10000 */
     int device;           /* CUDA device ordinal */
     int verbose;
+    struct mk_gpu_settings gpu; /* GPU backends only */
 };
 
 struct mk_backend;

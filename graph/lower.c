@@ -86,24 +86,25 @@ static uint32_t mk_lower_tile_rows(const struct mk_compile_params *p, uint32_t r
     return r;
 }
 
-static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
+/* What the per-node emitters share: shapes, where each root value lives, and the scratch buffers. */
+struct mk_lower_ops_ctx {
+    const struct mk_llama_config *c;
+    uint32_t q_dim, kv_dim, attn_block, n_blocks;
+    uint32_t *voff; /* (n_values) arena offset of each placed root value */
+    int kv_buf0;    /* KV cache of layer l is buffer kv_buf0 + l */
+    int scratch;    /* next scratch buffer id */
+    uint32_t lm_tiles_off, lm_tiles;
+};
+
+static uint32_t mk_lower_off(struct mk_lower *L, const struct mk_lower_ops_ctx *k, int v) {
+    return k->voff[mk_lower_root(L->g, v)];
+}
+
+/* Places every root value a live node touches, in order of first use. */
+static enum mk_status mk_lower_place(struct mk_lower *L, uint32_t *voff, struct mk_error *err) {
     const struct mk_graph *g = L->g;
-    const struct mk_llama_config *c = &g->model->cfg;
-    const struct mk_compile_params *p = L->p;
-    uint32_t q_dim = c->n_head * c->head_dim, kv_dim = c->n_head_kv * c->head_dim;
-    uint32_t attn_block = p->attn_block ? p->attn_block : 64;
-    if (attn_block > p->n_ctx) attn_block = p->n_ctx;
-    uint32_t n_blocks = mk_lower_div_up(p->n_ctx, attn_block);
-    int kv_buf0 = (int)g->n_values; /* KV cache of layer l is buffer kv_buf0 + l */
-    int scratch = kv_buf0 + (int)c->n_layer;
-    /* Place every root value a live node touches, in order of first use. */
-    uint32_t *voff = calloc(g->n_values, sizeof *voff);
-    bool *placed = calloc(g->n_values, sizeof *placed);
-    if (!voff || !placed) {
-        free(voff);
-        free(placed);
-        return mk_error_set(err, MK_ERR_NOMEM, "out of memory lowering the graph");
-    }
+    bool *placed = calloc(g->n_values ? g->n_values : 1, sizeof *placed);
+    if (!placed) return mk_error_set(err, MK_ERR_NOMEM, "out of memory lowering the graph");
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         const struct mk_node *n = &g->nodes[i];
         if (n->dead) continue;
@@ -117,146 +118,198 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
             }
         }
     }
-#define OFF(v) voff[mk_lower_root(g, (v))]
-#define BUF(v) mk_lower_root(g, (v))
-    enum mk_status st = MK_OK;
-    uint32_t lm_tiles_off = 0, lm_tiles = 0;
+    free(placed);
+    return MK_OK;
+}
+
+#define OFF(v) mk_lower_off(L, k, (v))
+#define BUF(v) mk_lower_root(L->g, (v))
+
+static struct mk_lower_instr *mk_lower_embed(struct mk_lower *L, struct mk_lower_ops_ctx *k, const struct mk_node *n) {
+    const struct mk_llama_config *c = k->c;
+    const struct mk_compile_params *p = L->p;
+    struct mk_lower_instr *x;
+    uint32_t chunk = mk_lower_tile_rows(p, c->n_embd, 64);
+    if (chunk < 256) chunk = 256;
+    x = mk_lower_emit(L, MK_OP_EMBED, mk_lower_div_up(c->n_embd, chunk), n->label);
+    if (!x) return NULL;
+    x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
+    x->ins.buf[0] = OFF(n->out);
+    x->ins.args.embed.elems_per_task = chunk;
+    x->ins.args.embed.n_embd = c->n_embd;
+    mk_lower_access(x, -1, -1, BUF(n->out), -1);
+    return x;
+}
+
+static struct mk_lower_instr *mk_lower_qkv(struct mk_lower *L, struct mk_lower_ops_ctx *k, const struct mk_node *n) {
+    const struct mk_llama_config *c = k->c;
+    const struct mk_compile_params *p = L->p;
+    const uint32_t q_dim = k->q_dim, kv_dim = k->kv_dim;
+    struct mk_lower_instr *x;
+    uint32_t rows = q_dim + 2 * kv_dim, rpt = mk_lower_tile_rows(p, rows, 2);
+    x = mk_lower_emit(L, MK_OP_NORM_QKV_ROPE, mk_lower_div_up(rows, rpt), n->label);
+    if (!x) return NULL;
+    for (int w = 0; w < 4; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
+    x->ins.buf[0] = OFF(n->in[0]);
+    x->ins.buf[1] = OFF(n->out);
+    x->ins.args.qkv = (struct mk_args_qkv){ .rows_per_task = rpt,
+                                            .layer = n->layer,
+                                            .q_dim = q_dim,
+                                            .kv_dim = kv_dim,
+                                            .head_dim = c->head_dim,
+                                            .n_rot = c->n_rot,
+                                            .eps = n->eps,
+                                            .rope_base = c->rope_base };
+    mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), k->kv_buf0 + (int)n->layer);
+    return x;
+}
+
+/* Attention partials, then either the combine or the fused attention-output matvec. */
+static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_lower_ops_ctx *k,
+                                                 const struct mk_node *n) {
+    const struct mk_llama_config *c = k->c;
+    const struct mk_compile_params *p = L->p;
+    const uint32_t attn_block = k->attn_block, n_blocks = k->n_blocks;
+    struct mk_lower_instr *x;
+    uint32_t part = mk_lower_alloc(L, (uint64_t)c->n_head * n_blocks * (c->head_dim + 2));
+    int part_buf = k->scratch++;
+    x = mk_lower_emit(L, MK_OP_ATTN_PARTIAL, c->n_head * n_blocks, n->label);
+    if (!x) return NULL;
+    x->ins.buf[0] = OFF(n->in[0]);
+    x->ins.buf[1] = part;
+    x->ins.args.attn = (struct mk_args_attn){ .block = attn_block,
+                                              .n_blocks = n_blocks,
+                                              .layer = n->layer,
+                                              .n_head = c->n_head,
+                                              .n_head_kv = c->n_head_kv,
+                                              .head_dim = c->head_dim };
+    mk_lower_access(x, BUF(n->in[0]), k->kv_buf0 + (int)n->layer, part_buf, -1);
+    if (n->op == MK_NODE_ATTN_OUTPUT) {
+        uint32_t rows = (uint32_t)n->w[0]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
+        char lab[40];
+        snprintf(lab, sizeof lab, "blk.%u.attn_output", n->layer);
+        x = mk_lower_emit(L, MK_OP_ATTN_OUTPUT, mk_lower_div_up(rows, rpt), lab);
+        if (!x) return NULL;
+        x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
+        x->ins.buf[0] = part;
+        x->ins.buf[1] = OFF(n->out);
+        x->ins.args.attn_out = (struct mk_args_attn_out){ .rows_per_task = rpt,
+                                                          .n_blocks = n_blocks,
+                                                          .block = attn_block,
+                                                          .n_head = c->n_head,
+                                                          .head_dim = c->head_dim };
+        mk_lower_access(x, part_buf, BUF(n->out), BUF(n->out), -1);
+        return x;
+    }
+    char lab[40];
+    snprintf(lab, sizeof lab, "blk.%u.attn_combine", n->layer);
+    x = mk_lower_emit(L, MK_OP_ATTN_COMBINE, c->n_head, lab);
+    if (!x) return NULL;
+    x->ins.buf[0] = part;
+    x->ins.buf[1] = OFF(n->out);
+    x->ins.args.combine =
+        (struct mk_args_combine){ .n_blocks = n_blocks, .n_head = c->n_head, .head_dim = c->head_dim };
+    mk_lower_access(x, part_buf, -1, BUF(n->out), -1);
+    return x;
+}
+
+static struct mk_lower_instr *mk_lower_matvec(struct mk_lower *L, struct mk_lower_ops_ctx *k, const struct mk_node *n) {
+    const struct mk_compile_params *p = L->p;
+    struct mk_lower_instr *x;
+    uint32_t rows = (uint32_t)n->w[0]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
+    x = mk_lower_emit(L, MK_OP_MATVEC_RESIDUAL, mk_lower_div_up(rows, rpt), n->label);
+    if (!x) return NULL;
+    x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
+    x->ins.buf[0] = OFF(n->in[0]);
+    x->ins.buf[1] = OFF(n->out);
+    x->ins.args.matvec.rows_per_task = rpt;
+    mk_lower_access(x, BUF(n->in[0]), BUF(n->out), BUF(n->out), -1);
+    return x;
+}
+
+static struct mk_lower_instr *mk_lower_gate_up(struct mk_lower *L, struct mk_lower_ops_ctx *k,
+                                               const struct mk_node *n) {
+    const struct mk_compile_params *p = L->p;
+    struct mk_lower_instr *x;
+    uint32_t rows = (uint32_t)n->w[1]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
+    x = mk_lower_emit(L, MK_OP_NORM_GATE_UP_SILU, mk_lower_div_up(rows, rpt), n->label);
+    if (!x) return NULL;
+    for (int w = 0; w < 3; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
+    x->ins.buf[0] = OFF(n->in[0]);
+    x->ins.buf[1] = OFF(n->out);
+    x->ins.args.gate_up = (struct mk_args_norm_matvec){ .rows_per_task = rpt, .eps = n->eps };
+    mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), -1);
+    return x;
+}
+
+static struct mk_lower_instr *mk_lower_lm_head(struct mk_lower *L, struct mk_lower_ops_ctx *k,
+                                               const struct mk_node *n) {
+    const struct mk_compile_params *p = L->p;
+    struct mk_lower_instr *x;
+    uint32_t rows = (uint32_t)n->w[1]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
+    k->lm_tiles = mk_lower_div_up(rows, rpt);
+    k->lm_tiles_off = mk_lower_alloc(L, 2ull * k->lm_tiles);
+    x = mk_lower_emit(L, MK_OP_NORM_LM_HEAD, k->lm_tiles, n->label);
+    if (!x) return NULL;
+    for (int w = 0; w < 2; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
+    x->ins.buf[0] = OFF(n->in[0]);
+    x->ins.buf[1] = OFF(n->out);
+    x->ins.buf[2] = k->lm_tiles_off;
+    x->ins.args.lm_head = (struct mk_args_norm_matvec){ .rows_per_task = rpt, .eps = n->eps };
+    mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), k->scratch);
+    return x;
+}
+
+static struct mk_lower_instr *mk_lower_sample(struct mk_lower *L, struct mk_lower_ops_ctx *k, const struct mk_node *n) {
+    const struct mk_llama_config *c = k->c;
+    struct mk_lower_instr *x;
+    x = mk_lower_emit(L, MK_OP_SAMPLE, 1, n->label);
+    if (!x) return NULL;
+    x->ins.buf[1] = OFF(n->in[0]);
+    x->ins.buf[2] = k->lm_tiles_off;
+    x->ins.args.sample = (struct mk_args_sample){ .n_tiles = k->lm_tiles, .vocab = c->n_vocab };
+    mk_lower_access(x, BUF(n->in[0]), k->scratch, -1, -1);
+    k->scratch++;
+    return x;
+}
+
+#undef OFF
+#undef BUF
+
+/* One instruction (two for attention) per live node, in graph order. */
+static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
+    const struct mk_graph *g = L->g;
+    const struct mk_llama_config *c = &g->model->cfg;
+    struct mk_lower_ops_ctx k = { .c = c };
+    k.q_dim = c->n_head * c->head_dim;
+    k.kv_dim = c->n_head_kv * c->head_dim;
+    k.attn_block = L->p->attn_block ? L->p->attn_block : 64;
+    if (k.attn_block > L->p->n_ctx) k.attn_block = L->p->n_ctx;
+    k.n_blocks = mk_lower_div_up(L->p->n_ctx, k.attn_block);
+    k.kv_buf0 = (int)g->n_values;
+    k.scratch = k.kv_buf0 + (int)c->n_layer;
+    k.voff = calloc(g->n_values ? g->n_values : 1, sizeof *k.voff);
+    if (!k.voff) return mk_error_set(err, MK_ERR_NOMEM, "out of memory lowering the graph");
+    enum mk_status st = mk_lower_place(L, k.voff, err);
     for (uint32_t i = 0; i < g->n_nodes && st == MK_OK; i++) {
         const struct mk_node *n = &g->nodes[i];
         if (n->dead) continue;
         struct mk_lower_instr *x = NULL;
         switch (n->op) {
-        case MK_NODE_EMBED: {
-            uint32_t chunk = mk_lower_tile_rows(p, c->n_embd, 64);
-            if (chunk < 256) chunk = 256;
-            x = mk_lower_emit(L, MK_OP_EMBED, mk_lower_div_up(c->n_embd, chunk), n->label);
-            if (!x) break;
-            x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
-            x->ins.buf[0] = OFF(n->out);
-            x->ins.p[0] = chunk;
-            x->ins.p[1] = c->n_embd;
-            mk_lower_access(x, -1, -1, BUF(n->out), -1);
-            break;
-        }
-        case MK_NODE_NORM_QKV_ROPE: {
-            uint32_t rows = q_dim + 2 * kv_dim, rpt = mk_lower_tile_rows(p, rows, 2);
-            x = mk_lower_emit(L, MK_OP_NORM_QKV_ROPE, mk_lower_div_up(rows, rpt), n->label);
-            if (!x) break;
-            for (int w = 0; w < 4; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
-            x->ins.buf[0] = OFF(n->in[0]);
-            x->ins.buf[1] = OFF(n->out);
-            x->ins.p[0] = rpt;
-            x->ins.p[1] = n->layer;
-            x->ins.p[2] = q_dim;
-            x->ins.p[3] = kv_dim;
-            x->ins.p[4] = c->head_dim;
-            x->ins.p[5] = c->n_rot;
-            x->ins.f[0] = n->eps;
-            x->ins.f[1] = c->rope_base;
-            mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), kv_buf0 + (int)n->layer);
-            break;
-        }
+        case MK_NODE_EMBED: x = mk_lower_embed(L, &k, n); break;
+        case MK_NODE_NORM_QKV_ROPE: x = mk_lower_qkv(L, &k, n); break;
         case MK_NODE_ATTENTION:
-        case MK_NODE_ATTN_OUTPUT: {
-            uint32_t part = mk_lower_alloc(L, (uint64_t)c->n_head * n_blocks * (c->head_dim + 2));
-            int part_buf = scratch++;
-            x = mk_lower_emit(L, MK_OP_ATTN_PARTIAL, c->n_head * n_blocks, n->label);
-            if (!x) break;
-            x->ins.buf[0] = OFF(n->in[0]);
-            x->ins.buf[1] = part;
-            x->ins.p[0] = attn_block;
-            x->ins.p[1] = n_blocks;
-            x->ins.p[2] = n->layer;
-            x->ins.p[3] = c->n_head;
-            x->ins.p[4] = c->n_head_kv;
-            x->ins.p[5] = c->head_dim;
-            mk_lower_access(x, BUF(n->in[0]), kv_buf0 + (int)n->layer, part_buf, -1);
-            if (n->op == MK_NODE_ATTN_OUTPUT) {
-                uint32_t rows = (uint32_t)n->w[0]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
-                char lab[40];
-                snprintf(lab, sizeof lab, "blk.%u.attn_output", n->layer);
-                x = mk_lower_emit(L, MK_OP_ATTN_OUTPUT, mk_lower_div_up(rows, rpt), lab);
-                if (!x) break;
-                x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
-                x->ins.buf[0] = part;
-                x->ins.buf[1] = OFF(n->out);
-                x->ins.p[0] = rpt;
-                x->ins.p[1] = n_blocks;
-                x->ins.p[2] = attn_block;
-                x->ins.p[3] = c->n_head;
-                x->ins.p[5] = c->head_dim;
-                mk_lower_access(x, part_buf, BUF(n->out), BUF(n->out), -1);
-                break;
-            }
-            char lab[40];
-            snprintf(lab, sizeof lab, "blk.%u.attn_combine", n->layer);
-            x = mk_lower_emit(L, MK_OP_ATTN_COMBINE, c->n_head, lab);
-            if (!x) break;
-            x->ins.buf[0] = part;
-            x->ins.buf[1] = OFF(n->out);
-            x->ins.p[1] = n_blocks;
-            x->ins.p[3] = c->n_head;
-            x->ins.p[5] = c->head_dim;
-            mk_lower_access(x, part_buf, -1, BUF(n->out), -1);
-            break;
-        }
-        case MK_NODE_MATVEC_RESIDUAL: {
-            uint32_t rows = (uint32_t)n->w[0]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
-            x = mk_lower_emit(L, MK_OP_MATVEC_RESIDUAL, mk_lower_div_up(rows, rpt), n->label);
-            if (!x) break;
-            x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
-            x->ins.buf[0] = OFF(n->in[0]);
-            x->ins.buf[1] = OFF(n->out);
-            x->ins.p[0] = rpt;
-            mk_lower_access(x, BUF(n->in[0]), BUF(n->out), BUF(n->out), -1);
-            break;
-        }
-        case MK_NODE_NORM_GATE_UP_SILU: {
-            uint32_t rows = (uint32_t)n->w[1]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
-            x = mk_lower_emit(L, MK_OP_NORM_GATE_UP_SILU, mk_lower_div_up(rows, rpt), n->label);
-            if (!x) break;
-            for (int w = 0; w < 3; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
-            x->ins.buf[0] = OFF(n->in[0]);
-            x->ins.buf[1] = OFF(n->out);
-            x->ins.p[0] = rpt;
-            x->ins.f[0] = n->eps;
-            mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), -1);
-            break;
-        }
-        case MK_NODE_NORM_LM_HEAD: {
-            uint32_t rows = (uint32_t)n->w[1]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
-            lm_tiles = mk_lower_div_up(rows, rpt);
-            lm_tiles_off = mk_lower_alloc(L, 2ull * lm_tiles);
-            x = mk_lower_emit(L, MK_OP_NORM_LM_HEAD, lm_tiles, n->label);
-            if (!x) break;
-            for (int w = 0; w < 2; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
-            x->ins.buf[0] = OFF(n->in[0]);
-            x->ins.buf[1] = OFF(n->out);
-            x->ins.buf[2] = lm_tiles_off;
-            x->ins.p[0] = rpt;
-            x->ins.f[0] = n->eps;
-            mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), scratch);
-            break;
-        }
-        case MK_NODE_SAMPLE:
-            x = mk_lower_emit(L, MK_OP_SAMPLE, 1, n->label);
-            if (!x) break;
-            x->ins.buf[1] = OFF(n->in[0]);
-            x->ins.buf[2] = lm_tiles_off;
-            x->ins.p[1] = lm_tiles;
-            x->ins.p[2] = c->n_vocab;
-            mk_lower_access(x, BUF(n->in[0]), scratch, -1, -1);
-            scratch++;
-            break;
+        case MK_NODE_ATTN_OUTPUT: x = mk_lower_attention(L, &k, n); break;
+        case MK_NODE_MATVEC_RESIDUAL: x = mk_lower_matvec(L, &k, n); break;
+        case MK_NODE_NORM_GATE_UP_SILU: x = mk_lower_gate_up(L, &k, n); break;
+        case MK_NODE_NORM_LM_HEAD: x = mk_lower_lm_head(L, &k, n); break;
+        case MK_NODE_SAMPLE: x = mk_lower_sample(L, &k, n); break;
         default: st = mk_error_set(err, MK_ERR_INTERNAL, "unfused node '%s' reached lowering", n->label); continue;
         }
         if (!x) st = mk_error_set(err, MK_ERR_NOMEM, "out of memory lowering the graph");
     }
-    L->n_buf = (uint32_t)scratch;
-#undef OFF
-#undef BUF
-    free(voff);
-    free(placed);
+    L->n_buf = (uint32_t)k.scratch;
+    free(k.voff);
     return st;
 }
 

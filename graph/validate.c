@@ -42,44 +42,47 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
     uint64_t T = in->n_tasks;
     switch (in->op) {
     case MK_OP_EMBED: {
+        const struct mk_args_embed *e = &in->args.embed;
         NEED_W(0);
-        if (w0->cols != in->p[1] || T * in->p[0] < in->p[1])
-            FAIL("instr %u (%s): embed covers %llu of %u elements", i, lab, (unsigned long long)(T * in->p[0]),
+        if (w0->cols != e->n_embd || T * e->elems_per_task < e->n_embd)
+            FAIL("instr %u (%s): embed covers %llu of %u elements", i, lab, (unsigned long long)(T * e->elems_per_task),
                  w0->cols);
-        WR(in->buf[0], in->p[1]);
+        WR(in->buf[0], e->n_embd);
         break;
     }
     case MK_OP_NORM_QKV_ROPE: {
+        const struct mk_args_qkv *q = &in->args.qkv;
         NEED_W(0) NEED_W(1) NEED_W(2) NEED_W(3);
         uint32_t n = w1->cols;
-        if (w0->cols != n || w2->cols != n || w3->cols != n || w1->rows != in->p[2] || w2->rows != in->p[3] ||
-            w3->rows != in->p[3] || in->p[3] != p->kv_dim)
-            FAIL("instr %u (%s): q/k/v/norm shapes disagree with q_dim %u kv_dim %u", i, lab, in->p[2], in->p[3]);
-        if (in->p[0] % 2 || T * in->p[0] < (uint64_t)in->p[2] + 2ull * in->p[3])
+        if (w0->cols != n || w2->cols != n || w3->cols != n || w1->rows != q->q_dim || w2->rows != q->kv_dim ||
+            w3->rows != q->kv_dim || q->kv_dim != p->kv_dim)
+            FAIL("instr %u (%s): q/k/v/norm shapes disagree with q_dim %u kv_dim %u", i, lab, q->q_dim, q->kv_dim);
+        if (q->rows_per_task % 2 || T * q->rows_per_task < (uint64_t)q->q_dim + 2ull * q->kv_dim)
             FAIL("instr %u (%s): %llu tasks of %u rows do not cover %u rows in even tiles", i, lab,
-                 (unsigned long long)T, in->p[0], in->p[2] + 2 * in->p[3]);
-        if (in->p[1] >= p->n_layer) FAIL("instr %u (%s): layer %u of %u", i, lab, in->p[1], p->n_layer);
-        if (!in->p[4] || in->p[4] % 2 || in->p[5] > in->p[4] || in->p[5] % 2 || in->p[2] % in->p[4] ||
-            in->p[3] % in->p[4])
-            FAIL("instr %u (%s): head_dim %u / n_rot %u invalid", i, lab, in->p[4], in->p[5]);
+                 (unsigned long long)T, q->rows_per_task, q->q_dim + 2 * q->kv_dim);
+        if (q->layer >= p->n_layer) FAIL("instr %u (%s): layer %u of %u", i, lab, q->layer, p->n_layer);
+        if (!q->head_dim || q->head_dim % 2 || q->n_rot > q->head_dim || q->n_rot % 2 || q->q_dim % q->head_dim ||
+            q->kv_dim % q->head_dim)
+            FAIL("instr %u (%s): head_dim %u / n_rot %u invalid", i, lab, q->head_dim, q->n_rot);
         RD(in->buf[0], n);
-        WR(in->buf[1], in->p[2]);
-        a->w[a->nw++] = (struct mk_range){ MK_SPACE_KV, in->p[1], in->p[1] + 1ull };
+        WR(in->buf[1], q->q_dim);
+        a->w[a->nw++] = (struct mk_range){ MK_SPACE_KV, q->layer, q->layer + 1ull };
         break;
     }
     case MK_OP_ATTN_PARTIAL: {
-        uint32_t bs = in->p[0], nb = in->p[1], nh = in->p[3], nkv = in->p[4], hd = in->p[5];
+        const struct mk_args_attn *at = &in->args.attn;
+        uint32_t bs = at->block, nb = at->n_blocks, nh = at->n_head, nkv = at->n_head_kv, hd = at->head_dim;
         if (!bs || !nb || !nh || !nkv || !hd || nh % nkv || (uint64_t)nkv * hd != p->kv_dim || T != (uint64_t)nh * nb ||
-            (uint64_t)bs * nb < p->n_ctx || in->p[2] >= p->n_layer)
+            (uint64_t)bs * nb < p->n_ctx || at->layer >= p->n_layer)
             FAIL("instr %u (%s): attention shape (block %u x %u, heads %u/%u, dim %u, layer %u) inconsistent", i, lab,
-                 bs, nb, nh, nkv, hd, in->p[2]);
+                 bs, nb, nh, nkv, hd, at->layer);
         RD(in->buf[0], (uint64_t)nh * hd);
-        a->r[a->nr++] = (struct mk_range){ MK_SPACE_KV, in->p[2], in->p[2] + 1ull };
+        a->r[a->nr++] = (struct mk_range){ MK_SPACE_KV, at->layer, at->layer + 1ull };
         WR(in->buf[1], (uint64_t)nh * nb * (hd + 2));
         break;
     }
     case MK_OP_ATTN_COMBINE: {
-        uint32_t nb = in->p[1], nh = in->p[3], hd = in->p[5];
+        uint32_t nb = in->args.combine.n_blocks, nh = in->args.combine.n_head, hd = in->args.combine.head_dim;
         if (!nb || !nh || !hd || T != nh)
             FAIL("instr %u (%s): combine of %u heads has %llu tasks", i, lab, nh, (unsigned long long)T);
         RD(in->buf[0], (uint64_t)nh * nb * (hd + 2));
@@ -87,39 +90,42 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         break;
     }
     case MK_OP_ATTN_OUTPUT: {
+        const struct mk_args_attn_out *ao = &in->args.attn_out;
         NEED_W(0);
-        uint32_t nb = in->p[1], bs = in->p[2], nh = in->p[3], hd = in->p[5];
-        if (!nb || !bs || !nh || !hd || w0->cols != nh * hd || (uint64_t)bs * nb < p->n_ctx || !in->p[0] ||
-            T * in->p[0] < w0->rows)
+        uint32_t nb = ao->n_blocks, bs = ao->block, nh = ao->n_head, hd = ao->head_dim, rpt = ao->rows_per_task;
+        if (!nb || !bs || !nh || !hd || w0->cols != nh * hd || (uint64_t)bs * nb < p->n_ctx || !rpt ||
+            T * rpt < w0->rows)
             FAIL("instr %u (%s): attention output shape (blocks %u x %u, heads %u of %u, %u cols, tiles %llu x %u) "
                  "inconsistent",
-                 i, lab, nb, bs, nh, hd, w0->cols, (unsigned long long)T, in->p[0]);
+                 i, lab, nb, bs, nh, hd, w0->cols, (unsigned long long)T, rpt);
         RD(in->buf[0], (uint64_t)nh * nb * (hd + 2));
         RD(in->buf[1], w0->rows);
         WR(in->buf[1], w0->rows);
         break;
     }
     case MK_OP_MATVEC_RESIDUAL: {
+        uint32_t rpt = in->args.matvec.rows_per_task;
         NEED_W(0);
-        if (!in->p[0] || T * in->p[0] < w0->rows)
-            FAIL("instr %u (%s): tiles cover %llu of %u rows", i, lab, (unsigned long long)(T * in->p[0]), w0->rows);
+        if (!rpt || T * rpt < w0->rows)
+            FAIL("instr %u (%s): tiles cover %llu of %u rows", i, lab, (unsigned long long)(T * rpt), w0->rows);
         RD(in->buf[0], w0->cols);
         RD(in->buf[1], w0->rows);
         WR(in->buf[1], w0->rows);
         break;
     }
     case MK_OP_NORM_GATE_UP_SILU: {
+        uint32_t rpt = in->args.gate_up.rows_per_task;
         NEED_W(0) NEED_W(1) NEED_W(2);
-        if (w0->cols != w1->cols || w1->cols != w2->cols || w1->rows != w2->rows || !in->p[0] ||
-            T * in->p[0] < w1->rows)
+        if (w0->cols != w1->cols || w1->cols != w2->cols || w1->rows != w2->rows || !rpt || T * rpt < w1->rows)
             FAIL("instr %u (%s): gate/up/norm shapes or tiles disagree", i, lab);
         RD(in->buf[0], w1->cols);
         WR(in->buf[1], w1->rows);
         break;
     }
     case MK_OP_NORM_LM_HEAD: {
+        uint32_t rpt = in->args.lm_head.rows_per_task;
         NEED_W(0) NEED_W(1);
-        if (w0->cols != w1->cols || w1->rows != p->vocab || !in->p[0] || T * in->p[0] < w1->rows)
+        if (w0->cols != w1->cols || w1->rows != p->vocab || !rpt || T * rpt < w1->rows)
             FAIL("instr %u (%s): LM head shapes or tiles disagree", i, lab);
         RD(in->buf[0], w1->cols);
         WR(in->buf[1], w1->rows);
@@ -127,10 +133,10 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         break;
     }
     case MK_OP_SAMPLE:
-        if (T != 1 || in->p[2] != p->vocab || !in->p[1])
+        if (T != 1 || in->args.sample.vocab != p->vocab || !in->args.sample.n_tiles)
             FAIL("instr %u (%s): sample needs 1 task over %u logits", i, lab, p->vocab);
-        RD(in->buf[1], in->p[2]);
-        RD(in->buf[2], 2ull * in->p[1]);
+        RD(in->buf[1], in->args.sample.vocab);
+        RD(in->buf[2], 2ull * in->args.sample.n_tiles);
         break;
     case MK_OP_BARRIER:
         if (T != 1) FAIL("instr %u (%s): a barrier is one task", i, lab);

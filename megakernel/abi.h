@@ -4,6 +4,7 @@
 
 /* Shared by C11 host code and CUDA C device code: fixed-width types only, no pointers in the
  * program itself (pointers live in struct mk_kernel_args, filled per executor). */
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -12,8 +13,8 @@
 #define MK_STATIC_ASSERT(c, m) _Static_assert(c, m)
 #endif
 
-#define MK_ABI_VERSION   1u
-#define MK_PROGRAM_MAGIC 0x474f524bu /* "KROG" */
+/* 2: named per-opcode arguments, launch parameters instead of module globals. */
+#define MK_ABI_VERSION 2u
 
 #define MK_NO_COUNTER 0xffffffffu
 #define MK_NO_WEIGHT  0xffffffffu
@@ -21,50 +22,51 @@
 /* Counter 0 counts every finished task of every instruction: BARRIER waits on it. */
 #define MK_COUNTER_ALL 0u
 
-/* Opcodes: explicit values, only ever appended, 0 = NOP. Shapes below use the instruction's
- * fields; "rows" of a matvec are output elements, tiled p[0] rows per task. Every weight is a
- * row-major (rows, cols) matrix in the weight table; norms are (1, n) rows. All activations are
- * fp32 in the arena; accumulation is fp32. */
+/* Opcodes: explicit values, only ever appended, 0 = NOP. Each opcode's arguments are the
+ * struct of the same name in union mk_op_args below (in->args.<name>); "rows" of a matvec are
+ * output elements, tiled rows_per_task rows per task. Every weight is a row-major (rows, cols)
+ * matrix in the weight table; norms are (1, n) rows. All activations are fp32 in the arena;
+ * accumulation is fp32. */
 enum mk_opcode {
     MK_OP_NOP = 0,
-    /* x[buf0 + e] = dequant(weight0[token])[e] for e in this task's chunk.
-     * p0 = elements per task, p1 = n_embd. token comes from the step state. */
+    /* args.embed: x[buf0 + e] = dequant(weight0[token])[e] for e in this task's chunk of
+     * elems_per_task elements of n_embd. token comes from the step state. */
     MK_OP_EMBED = 1,
-    /* out[buf1 + r] += dot(weight0[r], in[buf0 .. buf0+cols)) for this task's rows.
-     * p0 = rows per task. Used for attention-output and FFN-down with the residual add fused. */
+    /* args.matvec: out[buf1 + r] += dot(weight0[r], in[buf0 .. buf0+cols)) for this task's rows.
+     * Used for attention-output and FFN-down with the residual add fused. */
     MK_OP_MATVEC_RESIDUAL = 2,
-    /* RMSNorm of x (buf0, n = weight1.cols) with weight0, then rows r of [wq; wk; wv]
-     * (weight1, weight2, weight3) against it. Rows [0, q_dim) go to q (buf1); rows of k and v go
-     * to the KV cache of layer p1 at the step's position. RoPE rotates adjacent pairs (2i, 2i+1)
-     * of q and k heads for i < n_rot/2 by pos * base^(-2i/n_rot). p0 = rows per task (even),
-     * p1 = layer, p2 = q_dim, p3 = kv_dim, p4 = head_dim, p5 = n_rot; f0 = eps, f1 = rope base. */
+    /* args.qkv: RMSNorm of x (buf0, n = weight1.cols) with weight0 and eps, then rows r of
+     * [wq; wk; wv] (weight1, weight2, weight3) against it (rows_per_task is even). Rows [0, q_dim)
+     * go to q (buf1); rows of k and v go to the KV cache of `layer` at the step's position. RoPE
+     * rotates adjacent pairs (2i, 2i+1) of q and k heads for i < n_rot/2 by
+     * pos * rope_base^(-2i/n_rot). */
     MK_OP_NORM_QKV_ROPE = 3,
-    /* Attention of one head over one block of the sequence: task t is head t / p1, block t % p1,
-     * positions [b*p0, min((b+1)*p0, pos+1)). Writes (o[head_dim], m, l) to
-     * buf1 + (h*p1 + b)*(head_dim+2): m = max score, l = sum exp(s - m), o = sum exp(s - m) v.
-     * An empty block writes m = -inf, l = 0, o = 0. q = buf0. scores = q.k / sqrt(head_dim).
-     * p0 = block size, p1 = blocks, p2 = layer, p3 = n_head, p4 = n_head_kv, p5 = head_dim. */
+    /* args.attn: attention of one head over one block of the sequence: task t is head
+     * t / n_blocks, block b = t % n_blocks, positions [b*block, min((b+1)*block, pos+1)). Writes
+     * (o[head_dim], m, l) to buf1 + (h*n_blocks + b)*(head_dim+2): m = max score,
+     * l = sum exp(s - m), o = sum exp(s - m) v. An empty block writes m = -inf, l = 0, o = 0.
+     * q = buf0. scores = q.k / sqrt(head_dim). */
     MK_OP_ATTN_PARTIAL = 4,
-    /* Combines the blocks of head t: out[buf1 + t*head_dim ..] = sum_b o_b e^(m_b-M) / sum_b l_b e^(m_b-M).
-     * buf0 = partials. p1 = blocks, p3 = n_head, p5 = head_dim. One head per task. */
+    /* args.combine: merges the n_blocks blocks of head t: out[buf1 + t*head_dim ..] =
+     * sum_b o_b e^(m_b-M) / sum_b l_b e^(m_b-M). buf0 = partials. One head per task. */
     MK_OP_ATTN_COMBINE = 5,
-    /* RMSNorm of x (buf0) with weight0; hb[buf1 + r] = silu(gate_r . xn) * (up_r . xn) with
-     * gate = weight1, up = weight2. p0 = rows per task; f0 = eps. */
+    /* args.gate_up: RMSNorm of x (buf0) with weight0 and eps; hb[buf1 + r] =
+     * silu(gate_r . xn) * (up_r . xn) with gate = weight1, up = weight2. */
     MK_OP_NORM_GATE_UP_SILU = 6,
-    /* RMSNorm of x (buf0) with weight0; logits[buf1 + r] = weight1[r] . xn for this task's rows,
-     * and the task's (max logit, lowest index reaching it) to buf2 + 2*t as (float, uint32 bits).
-     * p0 = rows per task; f0 = eps. */
+    /* args.lm_head: RMSNorm of x (buf0) with weight0 and eps; logits[buf1 + r] = weight1[r] . xn
+     * for this task's rows, and the task's (max logit, lowest index reaching it) to buf2 + 2*t as
+     * (float, uint32 bits). */
     MK_OP_NORM_LM_HEAD = 7,
-    /* One task: picks the token from the p1 tile maxima at buf2 (temperature <= 0: greatest
-     * logit, lowest index on ties) or samples from logits buf1 (p2 = vocab) with the step's
-     * parameters (see runtime/sample_core.h); writes it to the step state's out_token. */
+    /* args.sample: one task: picks the token from the n_tiles tile maxima at buf2 (temperature
+     * <= 0: greatest logit, lowest index on ties) or samples from the vocab logits at buf1 with
+     * the step's parameters (see core/sample_core.h); writes it to the step state's out_token. */
     MK_OP_SAMPLE = 8,
     /* One task that does nothing but wait: a join of every task before it (waits on counter 0). */
     MK_OP_BARRIER = 9,
-    /* ATTN_COMBINE fused into the attention-output matvec: the task merges the partials at buf0
-     * (p1 blocks of p2 positions, p3 heads of p5 dims, laid out as ATTN_PARTIAL writes them; only
-     * the blocks that hold positions <= pos) into the attention vector, then
-     * out[buf1 + r] += dot(weight0[r], attention) for its rows. p0 = rows per task. */
+    /* args.attn_out: ATTN_COMBINE fused into the attention-output matvec: the task merges the
+     * partials at buf0 (n_blocks blocks of `block` positions, n_head heads of head_dim, laid out
+     * as ATTN_PARTIAL writes them; only the blocks that hold positions <= pos) into the attention
+     * vector, then out[buf1 + r] += dot(weight0[r], attention) for its rows. */
     MK_OP_ATTN_OUTPUT = 10,
 };
 #define MK_OP_COUNT 11u
@@ -76,6 +78,68 @@ struct mk_wait {
     uint32_t add;
 };
 
+/* The arguments of each opcode (see enum mk_opcode). */
+struct mk_args_embed {
+    uint32_t elems_per_task;
+    uint32_t n_embd;
+};
+struct mk_args_matvec {
+    uint32_t rows_per_task;
+};
+struct mk_args_qkv {
+    uint32_t rows_per_task; /* even */
+    uint32_t layer;
+    uint32_t q_dim;
+    uint32_t kv_dim;
+    uint32_t head_dim;
+    uint32_t n_rot;
+    float eps;
+    float rope_base;
+};
+struct mk_args_attn {
+    uint32_t block; /* positions per task */
+    uint32_t n_blocks;
+    uint32_t layer;
+    uint32_t n_head;
+    uint32_t n_head_kv;
+    uint32_t head_dim;
+};
+struct mk_args_combine {
+    uint32_t n_blocks;
+    uint32_t n_head;
+    uint32_t head_dim;
+};
+struct mk_args_attn_out {
+    uint32_t rows_per_task;
+    uint32_t n_blocks;
+    uint32_t block; /* positions per block of the partials */
+    uint32_t n_head;
+    uint32_t head_dim;
+};
+struct mk_args_norm_matvec { /* NORM_GATE_UP_SILU and NORM_LM_HEAD */
+    uint32_t rows_per_task;
+    float eps;
+};
+struct mk_args_sample {
+    uint32_t n_tiles; /* LM-head tiles, one (max, index) pair each */
+    uint32_t vocab;
+};
+
+#define MK_OP_ARGS_WORDS 15u
+union mk_op_args {
+    struct mk_args_embed embed;
+    struct mk_args_matvec matvec;
+    struct mk_args_qkv qkv;
+    struct mk_args_attn attn;
+    struct mk_args_combine combine;
+    struct mk_args_norm_matvec gate_up;
+    struct mk_args_norm_matvec lm_head;
+    struct mk_args_sample sample;
+    struct mk_args_attn_out attn_out;
+    uint32_t words[MK_OP_ARGS_WORDS]; /* sizes the union; zero where an op uses less */
+};
+MK_STATIC_ASSERT(sizeof(union mk_op_args) == 4u * MK_OP_ARGS_WORDS, "mk_op_args is 60 bytes");
+
 struct mk_instr {
     uint16_t op;    /* enum mk_opcode */
     uint16_t flags; /* reserved, 0 */
@@ -84,12 +148,23 @@ struct mk_instr {
     struct mk_wait wait[2]; /* unused waits have ctr = MK_NO_COUNTER */
     uint32_t weight[4];     /* weight table indices */
     uint32_t buf[4];        /* arena offsets in floats */
-    uint32_t p[8];          /* op parameters, see the opcode */
-    float f[2];
-    uint32_t reserved[5];
+    union mk_op_args args;  /* named by opcode */
 };
+/* Device code copies instructions as 16-byte words and host code writes them as C structs: the
+ * offsets below are the contract, on both sides. */
 MK_STATIC_ASSERT(sizeof(struct mk_instr) == 128, "mk_instr is 128 bytes");
 MK_STATIC_ASSERT(sizeof(struct mk_wait) == 12, "mk_wait is 12 bytes");
+MK_STATIC_ASSERT(offsetof(struct mk_instr, n_tasks) == 4, "mk_instr.n_tasks at 4");
+MK_STATIC_ASSERT(offsetof(struct mk_instr, signal) == 8, "mk_instr.signal at 8");
+MK_STATIC_ASSERT(offsetof(struct mk_instr, wait) == 12, "mk_instr.wait at 12");
+MK_STATIC_ASSERT(offsetof(struct mk_instr, weight) == 36, "mk_instr.weight at 36");
+MK_STATIC_ASSERT(offsetof(struct mk_instr, buf) == 52, "mk_instr.buf at 52");
+MK_STATIC_ASSERT(offsetof(struct mk_instr, args) == 68, "mk_instr.args at 68");
+MK_STATIC_ASSERT(offsetof(struct mk_args_qkv, eps) == 24 && offsetof(struct mk_args_qkv, rope_base) == 28,
+                 "mk_args_qkv floats at 24, 28");
+MK_STATIC_ASSERT(offsetof(struct mk_args_attn, head_dim) == 20, "mk_args_attn.head_dim at 20");
+MK_STATIC_ASSERT(offsetof(struct mk_args_attn_out, head_dim) == 16, "mk_args_attn_out.head_dim at 16");
+MK_STATIC_ASSERT(offsetof(struct mk_args_norm_matvec, eps) == 4, "mk_args_norm_matvec.eps at 4");
 
 /* One weight matrix as an executor sees it: ptr is a host or device address. */
 struct mk_weight_ref {
@@ -156,14 +231,26 @@ struct mk_step_state {
     uint32_t step; /* 0-based index of the step being run */
     int32_t out_token;
     uint32_t go; /* step + 1 once cmd holds step's command */
-    uint32_t reserved[7];
+    uint32_t reserved0;
+    uint64_t t_start_ns; /* megakernel: device globaltimer when block 0 saw the command */
+    uint32_t reserved[4];
 };
 MK_STATIC_ASSERT(sizeof(struct mk_step_state) == 80, "mk_step_state is 80 bytes");
+MK_STATIC_ASSERT(offsetof(struct mk_step_state, out_token) == 44, "mk_step_state.out_token at 44");
+MK_STATIC_ASSERT(offsetof(struct mk_step_state, t_start_ns) == 56, "mk_step_state.t_start_ns at 56");
 
 /* Maximum candidates the sampler keeps (top_k <= 0 or above it means this many). */
 #define MK_SAMPLE_MAX_CAND 1024
 
-/* Everything one executor run needs, as addresses in that executor's memory. */
+/* What the first word of a task's trace entry holds. */
+enum mk_trace_mode {
+    MK_TRACE_AFTER_WAITS = 0, /* the task's start after its waits */
+    MK_TRACE_AT_FETCH = 1,    /* when the block took the task, before its waits (a tuning aid) */
+};
+
+/* Everything one executor run needs, as addresses in that executor's memory: the launch
+ * parameters of the GPU kernels (passed by value, __grid_constant__). Nothing reaches a kernel
+ * any other way. */
 struct mk_kernel_args {
     uint64_t instrs;        /* const struct mk_instr[n_instr] */
     uint64_t task_base;     /* const uint32_t[n_instr + 1]: first task index of each instruction */
@@ -173,11 +260,15 @@ struct mk_kernel_args {
     uint64_t k_cache;       /* float (layer, n_ctx, kv_dim) */
     uint64_t v_cache;       /* float (layer, n_ctx, kv_dim) */
     uint64_t step_state;    /* struct mk_step_state */
-    uint64_t mailbox;       /* struct mk_mailbox (device-mapped host memory) */
+    uint64_t mailbox;       /* struct mk_mailbox (device-mapped host memory), or 0 */
     uint64_t work;          /* uint64_t work counter for dynamic scheduling, zero at launch */
     uint64_t sched_offsets; /* uint32_t[n_workers + 1] static schedule, or 0 for dynamic */
     uint64_t sched_tasks;   /* uint32_t[n_tasks]: task indices, each worker's in program order */
     uint64_t trace;         /* uint64_t[n_tasks * 2] start/end ns of the last step, or 0 */
+    uint64_t watch;         /* megakernel/cuda_layout.h's struct mk_watch, then mk_watch_block[grid]
+                             * (device-mapped host memory), or 0 */
+    uint64_t rope_table;    /* float2 (n_ctx, rope_pairs): cos, sin of RoPE for rope_base, computed
+                             * on the host in double; 0: the ops compute the angles themselves */
     uint32_t n_instr;
     uint32_t n_tasks; /* tasks per step */
     uint32_t n_counters;
@@ -186,7 +277,16 @@ struct mk_kernel_args {
     uint32_t kv_dim;
     uint32_t n_layer;
     uint32_t vocab;
+    uint32_t rope_pairs; /* of rope_table: n_rot / 2 it was made for */
+    float rope_base;     /* ... and the base; an op whose own differ computes its angles */
+    uint32_t trace_mode; /* enum mk_trace_mode */
+    uint32_t reserved0;
 };
-MK_STATIC_ASSERT(sizeof(struct mk_kernel_args) == 136, "mk_kernel_args is 136 bytes");
+MK_STATIC_ASSERT(sizeof(struct mk_kernel_args) == 168, "mk_kernel_args is 168 bytes");
+MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, watch) == 104, "mk_kernel_args.watch at 104");
+MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, rope_table) == 112, "mk_kernel_args.rope_table at 112");
+MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, n_instr) == 120, "mk_kernel_args.n_instr at 120");
+MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, rope_pairs) == 152, "mk_kernel_args.rope_pairs at 152");
+MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, trace_mode) == 160, "mk_kernel_args.trace_mode at 160");
 
 #endif

@@ -15,13 +15,6 @@
 #define MK_DEV_F16  1u
 #define MK_DEV_BF16 30u
 
-/* RoPE's (cos, sin) per (position, pair), computed by the host in double exactly as the CPU
- * executor does, for rope base mk_rope_base over 2 * mk_rope_pairs rotated dimensions; 0 when the
- * host gave none (the op then computes the angles itself). */
-__device__ unsigned long long mk_rope_table;
-__device__ uint32_t mk_rope_pairs;
-__device__ float mk_rope_base;
-
 /* One task as an op sees it. in and cmd point into shared memory. */
 struct mk_task_ctx {
     const struct mk_kernel_args *a;

@@ -27,13 +27,13 @@ typedef struct mk_cu_graph_exec_st *mk_cu_graph_exec;
 #define MK_CUDA_SUCCESS         0
 #define MK_CUDA_ERROR_NO_DEVICE 100
 #define MK_CUDA_ERROR_NOT_READY 600
+/* The grid of a cooperative launch does not fit on the device at once. */
+#define MK_CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE 720
 
 #define MK_CU_ATTR_MULTIPROCESSOR_COUNT       16
 #define MK_CU_ATTR_CAN_MAP_HOST_MEMORY        19
-#define MK_CU_ATTR_UNIFIED_ADDRESSING         41
 #define MK_CU_ATTR_CC_MAJOR                   75
 #define MK_CU_ATTR_CC_MINOR                   76
-#define MK_CU_ATTR_MAX_SHARED_PER_SM          81
 #define MK_CU_ATTR_COOPERATIVE_LAUNCH         95
 #define MK_CU_ATTR_MAX_SHARED_PER_BLOCK_OPTIN 97
 
@@ -48,8 +48,6 @@ typedef struct mk_cu_graph_exec_st *mk_cu_graph_exec;
 #define MK_CU_MEMHOSTALLOC_DEVICEMAP           0x02
 #define MK_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL 1
 
-#define MK_CU_JIT_INFO_LOG_BUFFER             3
-#define MK_CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES  4
 #define MK_CU_JIT_ERROR_LOG_BUFFER            5
 #define MK_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES 6
 
@@ -64,15 +62,12 @@ struct mk_cuda {
     mk_cu_result (*cuDeviceGet)(mk_cu_device *, int);
     mk_cu_result (*cuDeviceGetName)(char *, int, mk_cu_device);
     mk_cu_result (*cuDeviceGetAttribute)(int *, int, mk_cu_device);
-    mk_cu_result (*cuDeviceTotalMem_v2)(size_t *, mk_cu_device);
     mk_cu_result (*cuCtxCreate_v2)(mk_cu_context *, unsigned, mk_cu_device);
     mk_cu_result (*cuCtxDestroy_v2)(mk_cu_context);
     mk_cu_result (*cuCtxSetCurrent)(mk_cu_context);
-    mk_cu_result (*cuCtxSynchronize)(void);
     mk_cu_result (*cuModuleLoadDataEx)(mk_cu_module *, const void *, unsigned, int *, void **);
     mk_cu_result (*cuModuleUnload)(mk_cu_module);
     mk_cu_result (*cuModuleGetFunction)(mk_cu_function *, mk_cu_module, const char *);
-    mk_cu_result (*cuModuleGetGlobal_v2)(mk_cu_devptr *, size_t *, mk_cu_module, const char *);
     mk_cu_result (*cuFuncGetAttribute)(int *, int, mk_cu_function);
     mk_cu_result (*cuFuncSetAttribute)(mk_cu_function, int, int);
     mk_cu_result (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *, mk_cu_function, int, size_t);
@@ -80,7 +75,6 @@ struct mk_cuda {
     mk_cu_result (*cuMemAlloc_v2)(mk_cu_devptr *, size_t);
     mk_cu_result (*cuMemFree_v2)(mk_cu_devptr);
     mk_cu_result (*cuMemcpyHtoD_v2)(mk_cu_devptr, const void *, size_t);
-    mk_cu_result (*cuMemcpyDtoH_v2)(void *, mk_cu_devptr, size_t);
     mk_cu_result (*cuMemcpyHtoDAsync_v2)(mk_cu_devptr, const void *, size_t, mk_cu_stream);
     mk_cu_result (*cuMemcpyDtoHAsync_v2)(void *, mk_cu_devptr, size_t, mk_cu_stream);
     mk_cu_result (*cuMemsetD8_v2)(mk_cu_devptr, unsigned char, size_t);

@@ -35,11 +35,13 @@ MK_LAYOUT_FN uint32_t mk_layout_attn_tile(uint32_t block) { return block < MK_AT
 MK_LAYOUT_FN uint32_t mk_layout_smem_words(const struct mk_instr *in, const struct mk_weight_ref *w) {
     switch (in->op) {
     case MK_OP_MATVEC_RESIDUAL: return mk_layout_align4(w[in->weight[0]].cols);
-    case MK_OP_ATTN_OUTPUT: return mk_layout_align4(w[in->weight[0]].cols) + 2u * in->p[3] * in->p[1];
-    case MK_OP_NORM_QKV_ROPE: return mk_layout_align4(w[in->weight[1]].cols) + mk_layout_align4(in->p[0]);
+    case MK_OP_ATTN_OUTPUT:
+        return mk_layout_align4(w[in->weight[0]].cols) + 2u * in->args.attn_out.n_head * in->args.attn_out.n_blocks;
+    case MK_OP_NORM_QKV_ROPE:
+        return mk_layout_align4(w[in->weight[1]].cols) + mk_layout_align4(in->args.qkv.rows_per_task);
     case MK_OP_ATTN_PARTIAL: {
-        uint32_t tile = mk_layout_attn_tile(in->p[0]);
-        return mk_layout_align4(in->p[5]) + 2u * tile * (in->p[5] + 1u) + mk_layout_align4(tile) + MK_BLOCK_THREADS;
+        uint32_t tile = mk_layout_attn_tile(in->args.attn.block), hd = in->args.attn.head_dim;
+        return mk_layout_align4(hd) + 2u * tile * (hd + 1u) + mk_layout_align4(tile) + MK_BLOCK_THREADS;
     }
     case MK_OP_NORM_GATE_UP_SILU: return mk_layout_align4(w[in->weight[1]].cols);
     case MK_OP_NORM_LM_HEAD: return mk_layout_align4(w[in->weight[1]].cols);

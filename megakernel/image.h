@@ -1,4 +1,4 @@
-/* The kernels' code as nvcc built it at build time (//megakernel:megakernel_module): PTX for any recent GPU and an sm_90 cubin. */
+/* The kernels' code as nvcc built it at build time (//megakernel:megakernel_module): one fatbin with SASS per supported GPU generation and PTX for newer ones. */
 #ifndef MK_MEGAKERNEL_IMAGE_H
 #define MK_MEGAKERNEL_IMAGE_H
 
@@ -8,12 +8,12 @@
 extern "C" {
 #endif
 
-/* NUL-terminated PTX text; the size counts the NUL. */
-extern const unsigned char mk_megakernel_ptx[];
-extern const size_t mk_megakernel_ptx_size;
-/* The cubin for compute capability 9.0. */
-extern const unsigned char mk_megakernel_cubin[];
-extern const size_t mk_megakernel_cubin_size;
+/* A fatbin for cuModuleLoadData: the driver takes the SASS that fits the device, else compiles
+ * the PTX. 256-byte aligned. */
+extern const unsigned char mk_megakernel_fatbin[];
+extern const size_t mk_megakernel_fatbin_size;
+/* What it holds, e.g. "sm_80 sm_86 sm_89 sm_90 compute_80". */
+extern const char mk_megakernel_archs[];
 
 #ifdef __cplusplus
 }

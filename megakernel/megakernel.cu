@@ -16,12 +16,8 @@
 #include "megakernel/ops/norm_qkv_rope.cuh"
 #include "megakernel/ops/sample.cuh"
 
-/* The host sets this before launch: struct mk_watch in device-mapped host memory, or 0. */
-__device__ unsigned long long mk_watch_area;
-/* What a trace's first word holds: 0 the task's start after its waits, 1 when it was fetched
- * (before the waits). Set by the host; a tuning aid. */
-__device__ uint32_t mk_trace_mode;
-/* A block that saw the host's abort sets this, so that the others leave without PCIe reads. */
+/* A block that saw the host's abort sets this, so that the others leave without PCIe reads
+ * (device-internal state of one module, which lives as long as its session). */
 __device__ uint32_t mk_abort_relay;
 
 /* Blocks per multiprocessor the register budget aims at (the occupancy API still sizes the grid). */
@@ -32,16 +28,16 @@ __device__ uint32_t mk_abort_relay;
 #define MK_ABORTED 0xffffffffu
 #define MK_NO_TASK 0xffffffffu
 
-__device__ __forceinline__ struct mk_watch_block *mk_watch_slot(void) {
-    if (!mk_watch_area) return NULL;
-    return (struct mk_watch_block *)((char *)mk_watch_area + sizeof(struct mk_watch)) + blockIdx.x;
+__device__ __forceinline__ struct mk_watch_block *mk_watch_slot(const struct mk_kernel_args *a) {
+    if (!a->watch) return NULL;
+    return (struct mk_watch_block *)((char *)a->watch + sizeof(struct mk_watch)) + blockIdx.x;
 }
 
 /* True when the kernel must leave. The host flag costs a PCIe read, so callers ask for it rarely. */
-__device__ bool mk_should_abort(bool read_host) {
+__device__ bool mk_should_abort(const struct mk_kernel_args *a, bool read_host) {
     if (*(volatile uint32_t *)&mk_abort_relay) return true;
-    if (read_host && mk_watch_area) {
-        if (mk_ld_relaxed_sys(&((struct mk_watch *)mk_watch_area)->abort)) {
+    if (read_host && a->watch) {
+        if (mk_ld_relaxed_sys(&((struct mk_watch *)a->watch)->abort)) {
             atomicExch(&mk_abort_relay, 1u);
             return true;
         }
@@ -49,9 +45,9 @@ __device__ bool mk_should_abort(bool read_host) {
     return false;
 }
 
-__device__ void mk_watch_publish(uint32_t state, uint32_t step, uint32_t ii, uint32_t ctr, uint32_t target,
-                                 uint32_t seen) {
-    struct mk_watch_block *w = mk_watch_slot();
+__device__ void mk_watch_publish(const struct mk_kernel_args *a, uint32_t state, uint32_t step, uint32_t ii,
+                                 uint32_t ctr, uint32_t target, uint32_t seen) {
+    struct mk_watch_block *w = mk_watch_slot(a);
     if (!w) return;
     mk_st_relaxed_sys(&w->step, step);
     mk_st_relaxed_sys(&w->instr, ii);
@@ -84,17 +80,17 @@ __device__ bool mk_wait_counter(const struct mk_kernel_args *a, const struct mk_
             uint64_t now = mk_globaltimer();
             bool slow = now - t0 > MK_WATCH_AFTER_NS;
             if (slow && !published) {
-                mk_watch_publish(MK_WATCH_COUNTER, step, ii, w->ctr, target, v);
+                mk_watch_publish(a, MK_WATCH_COUNTER, step, ii, w->ctr, target, v);
                 published = true;
             }
             /* Block 0 looks every 0.1 ms, the others every ms: PCIe reads only while stuck. */
             bool host = slow && now - last_host > (blockIdx.x == 0 ? 100000u : 1000000u);
             if (host) last_host = now;
-            if (mk_should_abort(host)) return false;
+            if (mk_should_abort(a, host)) return false;
         }
     }
     mk_fence_acquire_gpu();
-    if (published) mk_st_relaxed_sys(&mk_watch_slot()->state, MK_WATCH_IDLE);
+    if (published) mk_st_relaxed_sys(&mk_watch_slot(a)->state, MK_WATCH_IDLE);
     return true;
 }
 
@@ -108,7 +104,7 @@ __device__ uint32_t mk_wait_command(const struct mk_kernel_args *a, uint32_t s, 
         struct mk_mailbox *mb = (struct mk_mailbox *)a->mailbox;
         for (uint32_t it = 1;; it++) {
             if (mk_reached(mk_ld_acquire_sys(&mb->cmd_seq), s + 1u)) break;
-            if ((it & 15u) == 0 && mk_should_abort(true)) return MK_ABORTED;
+            if ((it & 15u) == 0 && mk_should_abort(a, true)) return MK_ABORTED;
         }
         const uint64_t t0 = mk_globaltimer();
         const volatile uint32_t *src = (const volatile uint32_t *)&mb->cmd;
@@ -119,15 +115,14 @@ __device__ uint32_t mk_wait_command(const struct mk_kernel_args *a, uint32_t s, 
             dst[i] = v;
         }
         st->step = s;
-        st->reserved[0] = (uint32_t)t0;
-        st->reserved[1] = (uint32_t)(t0 >> 32);
+        st->t_start_ns = t0;
         mk_st_release_gpu(&st->go, s + 1u);
     } else {
         uint32_t ns = 16;
         for (uint32_t it = 1;; it++) {
             if (mk_reached(mk_ld_acquire_gpu(&st->go), s + 1u)) break;
             mk_spin_pause(&ns);
-            if ((it & 255u) == 0 && mk_should_abort(false)) return MK_ABORTED;
+            if ((it & 255u) == 0 && mk_should_abort(a, false)) return MK_ABORTED;
         }
         const uint32_t *gcmd = (const uint32_t *)&st->cmd;
         for (uint32_t i = 0; i < words; i++) dst[i] = __ldcg(gcmd + i);
@@ -137,15 +132,15 @@ __device__ uint32_t mk_wait_command(const struct mk_kernel_args *a, uint32_t s, 
 
 /* Thread 0 under MK_CMD_HANG: never answers, so that the host's watchdog fires; leaves on abort.
  * Block 0 reads the host's flag and relays it to the others. */
-__device__ void mk_hang(uint32_t step) {
-    mk_watch_publish(MK_WATCH_HANG, step, 0, 0, 0, 0);
+__device__ void mk_hang(const struct mk_kernel_args *a, uint32_t step) {
+    mk_watch_publish(a, MK_WATCH_HANG, step, 0, 0, 0, 0);
     uint64_t last = mk_globaltimer();
     for (;;) {
         __nanosleep(1000);
         uint64_t now = mk_globaltimer();
         bool host = blockIdx.x == 0 && now - last > 100000u;
         if (host) last = now;
-        if (mk_should_abort(host)) return;
+        if (mk_should_abort(a, host)) return;
     }
 }
 
@@ -175,17 +170,17 @@ __device__ __forceinline__ uint32_t mk_instr_of_task(const uint32_t *base, uint3
  * while the inputs are still being computed elsewhere. */
 __device__ void mk_prefetch_task(const struct mk_kernel_args *a, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *wt = (const struct mk_weight_ref *)a->weights;
-    uint32_t first = 0, n_mats = 0;
+    uint32_t first = 0, n_mats = 0, rpt = 0;
     switch (in->op) {
-    case MK_OP_MATVEC_RESIDUAL:
-    case MK_OP_ATTN_OUTPUT: first = 0, n_mats = 1; break;
-    case MK_OP_NORM_QKV_ROPE: first = 1, n_mats = 3; break;
-    case MK_OP_NORM_GATE_UP_SILU: first = 1, n_mats = 2; break;
-    case MK_OP_NORM_LM_HEAD: first = 1, n_mats = 1; break;
+    case MK_OP_MATVEC_RESIDUAL: first = 0, n_mats = 1, rpt = in->args.matvec.rows_per_task; break;
+    case MK_OP_ATTN_OUTPUT: first = 0, n_mats = 1, rpt = in->args.attn_out.rows_per_task; break;
+    case MK_OP_NORM_QKV_ROPE: first = 1, n_mats = 3, rpt = in->args.qkv.rows_per_task; break;
+    case MK_OP_NORM_GATE_UP_SILU: first = 1, n_mats = 2, rpt = in->args.gate_up.rows_per_task; break;
+    case MK_OP_NORM_LM_HEAD: first = 1, n_mats = 1, rpt = in->args.lm_head.rows_per_task; break;
     default: return;
     }
     const bool stacked = in->op == MK_OP_NORM_QKV_ROPE; /* rows of [wq; wk; wv] in one range */
-    const uint64_t r0 = (uint64_t)t * in->p[0], r1 = r0 + in->p[0];
+    const uint64_t r0 = (uint64_t)t * rpt, r1 = r0 + rpt;
     uint64_t budget = MK_PREFETCH_TASK_MAX / (stacked ? 1u : n_mats), base = 0;
     for (uint32_t k = 0; k < n_mats && budget; k++) {
         const struct mk_weight_ref *w = wt + in->weight[first + k];
@@ -253,7 +248,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER
         __syncthreads();
         const uint32_t cmd = s_ctl[0];
         if (cmd == MK_CMD_HANG) {
-            if (threadIdx.x == 0) mk_hang(s);
+            if (threadIdx.x == 0) mk_hang(&a, s);
             return;
         }
         if (cmd != MK_CMD_STEP) return; /* STOP, abort */
@@ -281,13 +276,15 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER
                 uint32_t run = 0;
                 if (task != MK_NO_TASK) {
                     uint32_t ii = mk_instr_of_task(base, a.n_instr, task);
-                    if (a.trace && mk_trace_mode) ((uint64_t *)a.trace)[2u * task] = mk_globaltimer();
+                    if (a.trace && a.trace_mode == MK_TRACE_AT_FETCH)
+                        ((uint64_t *)a.trace)[2u * task] = mk_globaltimer();
                     mk_fetch_instr(&a, ii, &s_in);
                     mk_prefetch_task(&a, &s_in, task - base[ii]);
                     run = 1;
                     if (!mk_wait_counter(&a, &s_in.wait[0], s, ii) || !mk_wait_counter(&a, &s_in.wait[1], s, ii))
                         run = MK_ABORTED;
-                    if (a.trace && !mk_trace_mode) ((uint64_t *)a.trace)[2u * task] = mk_globaltimer();
+                    if (a.trace && a.trace_mode != MK_TRACE_AT_FETCH)
+                        ((uint64_t *)a.trace)[2u * task] = mk_globaltimer();
                     s_ctl[1] = task - base[ii];
                     s_ctl[2] = ii;
                 }

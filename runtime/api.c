@@ -45,7 +45,9 @@ enum mk_status mk_lm_load(const char *path, struct mk_lm **out, struct mk_error 
     enum mk_status st = mk_model_load(path, &lm->model, err);
     if (st != MK_OK) goto fail;
     if (lm->model->vocab.n_tokens > 0) {
-        st = mk_tokenizer_create(&lm->model->vocab, &lm->tok, err);
+        /* The file's tokenizer.ggml.pre, add_bos_token and EOG ids choose how text splits and ends. */
+        st = lm->model->gguf ? mk_tokenizer_create_gguf(&lm->model->vocab, lm->model->gguf, &lm->tok, err)
+                             : mk_tokenizer_create(&lm->model->vocab, &lm->tok, err);
         if (st != MK_OK) {
             mk_error_prefix(err, "%s: tokenizer", path);
             goto fail;
@@ -119,6 +121,20 @@ struct mk_session_params mk_session_default_params(void) {
     return p;
 }
 
+/* The public mirror of the GPU settings, field by field (mk.h includes only standard headers). */
+static struct mk_gpu_settings mk_api_gpu_settings(const struct mk_gpu_params *g) {
+    struct mk_gpu_settings s = mk_gpu_default_settings();
+    s.dynamic_schedule = g->dynamic_schedule != 0;
+    s.tasks_per_worker = g->tasks_per_worker;
+    s.attn_block = g->attn_block;
+    s.fuse_attn_output = g->fuse_attn_output != 0;
+    s.blocks_per_sm = g->blocks_per_sm;
+    s.no_rope_table = g->no_rope_table != 0;
+    s.trace = (enum mk_gpu_trace)g->trace;
+    s.kernel_image = g->kernel_image;
+    return s;
+}
+
 /* A seed that differs between runs and between sessions of one process, without global state. */
 static uint64_t mk_api_random_seed(const void *salt) {
     struct timespec ts;
@@ -145,6 +161,9 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
                             "mk_session_create: top_p = %g keeps no token (use 0 < top_p <= 1)", (double)sp->top_p);
     if (sp->min_p > 1.0f)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: min_p = %g is above 1", (double)sp->min_p);
+    if (p->gpu.trace < 0 || p->gpu.trace > 2)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: gpu.trace = %d (want 0, 1 or 2)",
+                            p->gpu.trace);
     double t0 = mk_api_now_ms();
     struct mk_session *s = calloc(1, sizeof *s);
     if (!s) return mk_error_set(err, MK_ERR_NOMEM, "mk_session_create: out of memory");
@@ -160,6 +179,7 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
         .watchdog_ms = 0,
         .device = p->device,
         .verbose = p->verbose,
+        .gpu = mk_api_gpu_settings(&p->gpu),
     };
     enum mk_status st = mk_backend_create(lm->model, &bp, &s->backend, err);
     if (st != MK_OK) {

@@ -11,9 +11,8 @@
 
 #define MK_BW_BYTES (1ull << 30)
 
-extern const unsigned char mk_bandwidth_ptx[];
-extern const unsigned char mk_bandwidth_cubin[];
-extern const size_t mk_bandwidth_cubin_size;
+/* From //megakernel:bandwidth_module: SASS per GPU generation and PTX, chosen by the driver. */
+extern const unsigned char mk_bandwidth_fatbin[];
 
 struct mk_bw_slice {
     const uint64_t *p;
@@ -89,16 +88,11 @@ enum mk_status mk_bandwidth_cuda_read(int device, double *bytes_per_s, struct mk
     mk_cu_function fn;
     mk_cu_devptr buf = 0, sink = 0;
     mk_cu_event e0 = NULL, e1 = NULL;
-    int sms = 0, major = 0;
+    int sms = 0;
     if (MK_CU(cu, err, cuDeviceGet(&dev, device)) || MK_CU(cu, err, cuCtxCreate_v2(&ctx, 0, dev)) ||
         MK_CU(cu, err, cuDeviceGetAttribute(&sms, MK_CU_ATTR_MULTIPROCESSOR_COUNT, dev)) ||
-        MK_CU(cu, err, cuDeviceGetAttribute(&major, MK_CU_ATTR_CC_MAJOR, dev)))
+        MK_CU(cu, err, cuModuleLoadDataEx(&mod, mk_bandwidth_fatbin, 0, NULL, NULL)))
         goto fail;
-    /* The sm_90 cubin where it fits, else the PTX, which the driver compiles for this GPU. */
-    if (major != 9 || cu->cuModuleLoadDataEx(&mod, mk_bandwidth_cubin, 0, NULL, NULL) != MK_CUDA_SUCCESS) {
-        mod = NULL;
-        if (MK_CU(cu, err, cuModuleLoadDataEx(&mod, mk_bandwidth_ptx, 0, NULL, NULL))) goto fail;
-    }
     if (MK_CU(cu, err, cuModuleGetFunction(&fn, mod, "mk_bw_read")) ||
         MK_CU(cu, err, cuMemAlloc_v2(&buf, MK_BW_BYTES)) || MK_CU(cu, err, cuMemAlloc_v2(&sink, 16)) ||
         MK_CU(cu, err, cuMemsetD8_v2(buf, 0x5a, MK_BW_BYTES)) ||

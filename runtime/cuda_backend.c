@@ -15,7 +15,6 @@
 #include "megakernel/cuda.h"
 #include "core/dtype.h"
 
-#define MK_CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE 720
 /* After STOP, how long free() waits for the kernel to leave, then again after the abort flag. */
 #define MK_CUDA_EXIT_WAIT_MS 2000u
 
@@ -23,6 +22,7 @@ struct mk_cuda_backend {
     struct mk_backend base;
     const struct mk_cuda *cu;
     int verbose;
+    struct mk_gpu_settings gpu;
     mk_cu_device dev;
     mk_cu_context ctx;
     mk_cu_module mod;
@@ -39,6 +39,7 @@ struct mk_cuda_backend {
     mk_cu_devptr d_instrs, d_task_base, d_counters, d_arena, d_k, d_v, d_state, d_work;
     mk_cu_devptr d_sched_offsets, d_sched_tasks, d_trace;
     mk_cu_devptr d_rope; /* float2 (n_ctx, n_rot / 2): RoPE's cos, sin */
+    /* Launch parameters: everything the kernels read besides the program (megakernel/abi.h). */
     struct mk_kernel_args args;
     /* Megakernel. */
     struct mk_hostqueue *hq;
@@ -166,10 +167,13 @@ static enum mk_status mk_cuda_check_program(const struct mk_program *p, struct m
                                     name ? name : "an unknown type");
             }
         }
-        if ((in->op == MK_OP_ATTN_PARTIAL || in->op == MK_OP_ATTN_COMBINE || in->op == MK_OP_ATTN_OUTPUT) &&
-            in->p[5] > MK_MAX_HEAD_DIM)
+        uint32_t head_dim = in->op == MK_OP_ATTN_PARTIAL   ? in->args.attn.head_dim
+                            : in->op == MK_OP_ATTN_COMBINE ? in->args.combine.head_dim
+                            : in->op == MK_OP_ATTN_OUTPUT  ? in->args.attn_out.head_dim
+                                                           : 0;
+        if (head_dim > MK_MAX_HEAD_DIM)
             return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': head_dim %u is over the GPU limit of %u",
-                                i, p->labels[i], in->p[5], MK_MAX_HEAD_DIM);
+                                i, p->labels[i], head_dim, MK_MAX_HEAD_DIM);
         if (in->op >= MK_OP_COUNT)
             return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': opcode %u is unknown to the GPU kernels",
                                 i, p->labels[i], in->op);
@@ -186,36 +190,27 @@ static uint32_t mk_cuda_program_smem(const struct mk_program *p) {
     return words * 4u;
 }
 
-static enum mk_status mk_cuda_compile(const struct mk_model *m, const struct mk_backend_params *bp, uint32_t workers,
+static enum mk_status mk_cuda_compile(const struct mk_model *m, const struct mk_cuda_backend *b, uint32_t workers,
                                       struct mk_program **out, struct mk_error *err) {
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_workers = workers;
-    cp.n_ctx = bp->n_ctx;
-    /* The static schedule: measured faster on the H100 (every block knows its next task and
-     * prefetches its weights while it waits). MK_CUDA_SCHEDULE=dynamic for the work counter. */
-    cp.schedule = MK_SCHED_STATIC;
-    const char *sched = getenv("MK_CUDA_SCHEDULE");
-    if (sched && !strcmp(sched, "dynamic")) cp.schedule = MK_SCHED_DYNAMIC;
-    /* More knobs for tuning experiments; the defaults are the compiler's. */
-    const char *tpw = getenv("MK_CUDA_TASKS_PER_WORKER");
-    if (tpw && atoi(tpw) > 0) cp.tasks_per_worker = (uint32_t)atoi(tpw);
-    const char *ab = getenv("MK_CUDA_ATTN_BLOCK");
-    if (ab && atoi(ab) > 0) cp.attn_block = (uint32_t)atoi(ab);
-    /* MK_CUDA_FUSE_ATTN_OUTPUT=1: the attention combine folded into the attention-output tasks. */
-    const char *fuse = getenv("MK_CUDA_FUSE_ATTN_OUTPUT");
-    cp.fuse_attn_output = fuse && !strcmp(fuse, "1");
+    cp.n_ctx = b->base.n_ctx;
+    cp.schedule = b->gpu.dynamic_schedule ? MK_SCHED_DYNAMIC : MK_SCHED_STATIC;
+    if (b->gpu.tasks_per_worker) cp.tasks_per_worker = b->gpu.tasks_per_worker;
+    if (b->gpu.attn_block) cp.attn_block = b->gpu.attn_block;
+    cp.fuse_attn_output = b->gpu.fuse_attn_output;
     return mk_program_compile(m, &cp, out, err);
 }
 
-/* MK_CUDA_CUBIN=file loads that image instead of the embedded ones (kernel experiments). */
+/* settings.kernel_image: that file (cubin, fatbin or PTX) instead of the embedded code. */
 static enum mk_status mk_cuda_load_file_module(struct mk_cuda_backend *b, const char *path, struct mk_error *err) {
     FILE *f = fopen(path, "rb");
-    if (!f) return mk_error_set(err, MK_ERR_IO, "MK_CUDA_CUBIN: cannot open %s", path);
+    if (!f) return mk_error_set(err, MK_ERR_IO, "kernel image: cannot open %s", path);
     enum mk_status st = MK_OK;
     void *img = NULL;
     long n = 0;
     if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET) != 0) {
-        st = mk_error_set(err, MK_ERR_IO, "MK_CUDA_CUBIN: cannot size %s", path);
+        st = mk_error_set(err, MK_ERR_IO, "kernel image: cannot size %s", path);
         goto done;
     }
     img = aligned_alloc(256, ((size_t)n + 256u) & ~(size_t)255u);
@@ -225,48 +220,49 @@ static enum mk_status mk_cuda_load_file_module(struct mk_cuda_backend *b, const 
     }
     memset(img, 0, ((size_t)n + 256u) & ~(size_t)255u); /* NUL-terminates a PTX file too */
     if (fread(img, 1, (size_t)n, f) != (size_t)n) {
-        st = mk_error_set(err, MK_ERR_IO, "MK_CUDA_CUBIN: short read of %s", path);
+        st = mk_error_set(err, MK_ERR_IO, "kernel image: short read of %s", path);
         goto done;
     }
     if (MK_CU(b->cu, err, cuModuleLoadDataEx(&b->mod, img, 0, NULL, NULL))) {
-        mk_error_prefix(err, "MK_CUDA_CUBIN=%s", path);
+        mk_error_prefix(err, "kernel image %s", path);
         st = MK_ERR_CUDA;
         goto done;
     }
     b->info.from_cubin = 2;
+    snprintf(b->info.image, sizeof b->info.image, "file %s", path);
 done:
     free(img);
     fclose(f);
     return st;
 }
 
-static enum mk_status mk_cuda_load_module(struct mk_cuda_backend *b, struct mk_error *err) {
-    const struct mk_cuda *cu = b->cu;
-    const char *file = getenv("MK_CUDA_CUBIN");
-    if (file && *file) return mk_cuda_load_file_module(b, file, err);
-    if (b->info.cc_major == 9 && b->info.cc_minor == 0 && mk_megakernel_cubin_size) {
-        /* An ELF image wants its natural alignment; the embedded array has none promised. */
-        void *img = aligned_alloc(256, (mk_megakernel_cubin_size + 255u) & ~(size_t)255u);
-        if (!img) return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the kernel image");
-        memcpy(img, mk_megakernel_cubin, mk_megakernel_cubin_size);
-        struct mk_error e;
-        int r = MK_CU(cu, &e, cuModuleLoadDataEx(&b->mod, img, 0, NULL, NULL));
-        free(img);
-        if (!r) {
-            b->info.from_cubin = 1;
-            return MK_OK;
-        }
-        if (b->verbose) fprintf(stderr, "mk: the sm_90 cubin did not load (%s); compiling the PTX\n", e.msg);
+/* Whether the embedded fatbin holds machine code this device runs: SASS of the same major
+ * version and a minor version no higher (sm_80 code runs on sm_87, not on sm_90). */
+static bool mk_cuda_fatbin_has_sass(int major, int minor) {
+    for (const char *a = strstr(mk_megakernel_archs, "sm_"); a; a = strstr(a + 3, "sm_")) {
+        int v = atoi(a + 3);
+        if (v / 10 == major && v % 10 <= minor) return true;
     }
+    return false;
+}
+
+/* The embedded fatbin: the driver takes its SASS for this device, else compiles its PTX. */
+static enum mk_status mk_cuda_load_module(struct mk_cuda_backend *b, struct mk_error *err) {
+    if (b->gpu.kernel_image) return mk_cuda_load_file_module(b, b->gpu.kernel_image, err);
     char log[4096];
     log[0] = '\0';
     int opts[2] = { MK_CU_JIT_ERROR_LOG_BUFFER, MK_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES };
     void *vals[2] = { log, (void *)(uintptr_t)sizeof log };
-    if (MK_CU(cu, err, cuModuleLoadDataEx(&b->mod, mk_megakernel_ptx, 2, opts, vals))) {
+    if (MK_CU(b->cu, err, cuModuleLoadDataEx(&b->mod, mk_megakernel_fatbin, 2, opts, vals))) {
         if (log[0]) mk_error_prefix(err, "PTX JIT log: %.300s", log);
+        mk_error_prefix(err, "loading the kernels (%s) on %s (cc %d.%d)", mk_megakernel_archs, b->info.device,
+                        b->info.cc_major, b->info.cc_minor);
         return MK_ERR_CUDA;
     }
-    b->info.from_cubin = 0;
+    bool sass = mk_cuda_fatbin_has_sass(b->info.cc_major, b->info.cc_minor);
+    b->info.from_cubin = sass ? 1 : 0;
+    snprintf(b->info.image, sizeof b->info.image, "%s from the fatbin (%s)", sass ? "SASS" : "PTX JIT",
+             mk_megakernel_archs);
     return MK_OK;
 }
 
@@ -350,8 +346,7 @@ static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_
         if ((st = mk_cuda_upload(b, &b->d_sched_tasks, p->sched_tasks, (size_t)p->n_tasks * 4u, "the schedule", err)))
             return st;
     }
-    const char *tr = getenv("MK_CUDA_TRACE");
-    if (b->base.kind == MK_BACKEND_MEGAKERNEL && tr && (!strcmp(tr, "1") || !strcmp(tr, "fetch")))
+    if (b->base.kind == MK_BACKEND_MEGAKERNEL && b->gpu.trace != MK_GPU_TRACE_OFF)
         if ((st = mk_cuda_alloc(b, &b->d_trace, (size_t)p->n_tasks * 16u, true, "the trace", err))) return st;
     struct mk_kernel_args *a = &b->args;
     memset(a, 0, sizeof *a);
@@ -367,6 +362,7 @@ static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_
     a->sched_offsets = b->d_sched_offsets;
     a->sched_tasks = b->d_sched_tasks;
     a->trace = b->d_trace;
+    a->trace_mode = b->gpu.trace == MK_GPU_TRACE_AT_FETCH ? MK_TRACE_AT_FETCH : MK_TRACE_AFTER_WAITS;
     a->n_instr = p->n_instr;
     a->n_tasks = p->n_tasks;
     a->n_counters = p->n_counters;
@@ -388,9 +384,9 @@ static enum mk_status mk_cuda_setup_rope(struct mk_cuda_backend *b, struct mk_er
     for (uint32_t i = 0; i < p->n_instr; i++) {
         const struct mk_instr *in = &p->instrs[i];
         if (in->op != MK_OP_NORM_QKV_ROPE) continue;
-        if (n_rot && (in->p[5] != n_rot || in->f[1] != base)) return MK_OK;
-        n_rot = in->p[5];
-        base = in->f[1];
+        if (n_rot && (in->args.qkv.n_rot != n_rot || in->args.qkv.rope_base != base)) return MK_OK;
+        n_rot = in->args.qkv.n_rot;
+        base = in->args.qkv.rope_base;
     }
     if (!n_rot) return MK_OK;
     const uint32_t pairs = n_rot / 2u;
@@ -406,16 +402,9 @@ static enum mk_status mk_cuda_setup_rope(struct mk_cuda_backend *b, struct mk_er
     enum mk_status st = mk_cuda_upload(b, &b->d_rope, tab, n * 2u * sizeof(float), "the RoPE table", err);
     free(tab);
     if (st != MK_OK) return st;
-    mk_cu_devptr sym = 0;
-    size_t sym_bytes = 0;
-    uint64_t ptr = b->d_rope;
-    if (MK_CU(b->cu, err, cuModuleGetGlobal_v2(&sym, &sym_bytes, b->mod, "mk_rope_pairs")) ||
-        MK_CU(b->cu, err, cuMemcpyHtoD_v2(sym, &pairs, sizeof pairs)) ||
-        MK_CU(b->cu, err, cuModuleGetGlobal_v2(&sym, &sym_bytes, b->mod, "mk_rope_base")) ||
-        MK_CU(b->cu, err, cuMemcpyHtoD_v2(sym, &base, sizeof base)) ||
-        MK_CU(b->cu, err, cuModuleGetGlobal_v2(&sym, &sym_bytes, b->mod, "mk_rope_table")) ||
-        MK_CU(b->cu, err, cuMemcpyHtoD_v2(sym, &ptr, sizeof ptr)))
-        return MK_ERR_CUDA;
+    b->args.rope_table = b->d_rope;
+    b->args.rope_pairs = pairs;
+    b->args.rope_base = base;
     return MK_OK;
 }
 
@@ -430,17 +419,9 @@ static enum mk_status mk_cuda_start_megakernel(struct mk_cuda_backend *b, struct
     b->watch = h;
     memset(h, 0, watch_bytes);
     b->watch->n_blocks = b->info.grid;
-    mk_cu_devptr watch_dev = 0, sym = 0;
-    size_t sym_bytes = 0;
+    mk_cu_devptr watch_dev = 0;
     if (MK_CU(cu, err, cuMemHostGetDevicePointer_v2(&watch_dev, h, 0))) return MK_ERR_CUDA;
-    if (MK_CU(cu, err, cuModuleGetGlobal_v2(&sym, &sym_bytes, b->mod, "mk_watch_area"))) return MK_ERR_CUDA;
-    if (MK_CU(cu, err, cuMemcpyHtoD_v2(sym, &watch_dev, sizeof watch_dev))) return MK_ERR_CUDA;
-    const char *tr = getenv("MK_CUDA_TRACE");
-    if (tr && !strcmp(tr, "fetch")) {
-        uint32_t mode = 1;
-        if (MK_CU(cu, err, cuModuleGetGlobal_v2(&sym, &sym_bytes, b->mod, "mk_trace_mode"))) return MK_ERR_CUDA;
-        if (MK_CU(cu, err, cuMemcpyHtoD_v2(sym, &mode, sizeof mode))) return MK_ERR_CUDA;
-    }
+    b->args.watch = watch_dev;
 
     struct mk_hostqueue_params qp = {
         .cu = cu,
@@ -454,15 +435,19 @@ static enum mk_status mk_cuda_start_megakernel(struct mk_cuda_backend *b, struct
     if (st != MK_OK) return st;
     b->args.mailbox = mk_hostqueue_mailbox_device(b->hq);
     void *params[1] = { &b->args };
-    int r = MK_CU(cu, err,
-                  cuLaunchCooperativeKernel(b->fn, b->info.grid, 1, 1, MK_BLOCK_THREADS, 1, 1, b->info.smem_bytes,
-                                            b->stream, params));
+    int r = MK_CU_EX(cu, err, MK_CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,
+                     cuLaunchCooperativeKernel(b->fn, b->info.grid, 1, 1, MK_BLOCK_THREADS, 1, 1, b->info.smem_bytes,
+                                               b->stream, params));
+    /* Too large a grid is a reason for AUTO to try per-op launches. */
+    if (r == 1)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                            "%s cannot hold the megakernel's %u blocks of %u threads with %u bytes of shared memory "
+                            "at once (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)",
+                            b->info.device, b->info.grid, MK_BLOCK_THREADS, b->info.smem_bytes);
     if (r) {
         mk_error_prefix(err, "launching the megakernel on %u blocks of %u threads with %u bytes of shared memory",
                         b->info.grid, MK_BLOCK_THREADS, b->info.smem_bytes);
-        /* Too large a grid is a reason for AUTO to try per-op launches. */
-        if (strstr(err->msg, "COOPERATIVE_LAUNCH_TOO_LARGE")) err->status = MK_ERR_UNSUPPORTED;
-        return err->status;
+        return MK_ERR_CUDA;
     }
     b->launched = true;
     return MK_OK;
@@ -681,7 +666,7 @@ enum mk_status mk_backend_cuda_trace(struct mk_backend *base, uint64_t *out, uin
     struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
     if (!b->d_trace)
         return mk_error_set(err, MK_ERR_UNSUPPORTED,
-                            "tracing is off (set MK_CUDA_TRACE=1 before creating the backend)");
+                            "tracing is off (create the backend with gpu.trace set: mk --trace, or MK_CUDA_TRACE=1)");
     if (n_tasks != b->prog->n_tasks)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "trace has %u tasks, not %u", b->prog->n_tasks, n_tasks);
     if (MK_CU(b->cu, err, cuCtxSetCurrent(b->ctx))) return MK_ERR_CUDA;
@@ -724,12 +709,9 @@ static enum mk_status mk_cuda_open_device(struct mk_cuda_backend *b, int ordinal
     return MK_OK;
 }
 
-enum mk_status mk_backend_create_cuda(const struct mk_model *m, const struct mk_backend_params *bp,
-                                      struct mk_backend **out, struct mk_error *err) {
-    *out = NULL;
-    const struct mk_cuda *cu = NULL;
-    enum mk_status st = mk_cuda_load(&cu, err);
-    if (st != MK_OK) return st;
+/* The backend of kind bp->kind with nothing opened yet. */
+static enum mk_status mk_cuda_backend_new(const struct mk_cuda *cu, const struct mk_backend_params *bp,
+                                          struct mk_cuda_backend **out, struct mk_error *err) {
     const struct mk_backend_vtbl *vt = bp->kind == MK_BACKEND_MEGAKERNEL ? &mk_cuda_mega_vtbl
                                        : bp->kind == MK_BACKEND_PEROP    ? &mk_cuda_perop_vtbl
                                        : bp->kind == MK_BACKEND_GRAPH    ? &mk_cuda_graph_vtbl
@@ -739,131 +721,142 @@ enum mk_status mk_backend_create_cuda(const struct mk_model *m, const struct mk_
     if (!b) return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the %s backend", vt->name);
     b->cu = cu;
     b->verbose = bp->verbose;
+    b->gpu = bp->gpu;
     b->watchdog_ms = bp->watchdog_ms;
     b->base.vt = vt;
     b->base.kind = bp->kind;
     b->base.n_ctx = bp->n_ctx;
     b->info.threads = MK_BLOCK_THREADS;
-    struct mk_program *probe_prog = NULL;
+    *out = b;
+    return MK_OK;
+}
 
-    if ((st = mk_cuda_open_device(b, bp->device, err)) != MK_OK) goto fail;
-    /* A first compile for the SM count says what formats and shared memory the program needs;
-     * more workers only shrink tiles, so the occupancy found for it holds for the final one. */
-    if ((st = mk_cuda_compile(m, bp, (uint32_t)b->info.sm_count, &probe_prog, err)) != MK_OK) goto fail;
-    if ((st = mk_cuda_check_program(probe_prog, err)) != MK_OK) goto fail;
-    if ((st = mk_cuda_load_module(b, err)) != MK_OK) goto fail;
-    const char *fname = bp->kind == MK_BACKEND_MEGAKERNEL ? "mk_megakernel" : "mk_perop";
-    if (MK_CU(cu, err, cuModuleGetFunction(&b->fn, b->mod, fname))) {
-        st = MK_ERR_CUDA;
-        goto fail;
-    }
-    uint32_t smem = mk_cuda_program_smem(probe_prog);
+/* The kernel function, its shared memory for the program `p`, and the grid the occupancy API
+ * allows for it (capped by settings.blocks_per_sm). */
+static enum mk_status mk_cuda_size_grid(struct mk_cuda_backend *b, const struct mk_program *p, struct mk_error *err) {
+    const struct mk_cuda *cu = b->cu;
+    const char *fname = b->base.kind == MK_BACKEND_MEGAKERNEL ? "mk_megakernel" : "mk_perop";
+    if (MK_CU(cu, err, cuModuleGetFunction(&b->fn, b->mod, fname))) return MK_ERR_CUDA;
+    uint32_t smem = mk_cuda_program_smem(p);
     int optin = 0;
-    if (MK_CU(cu, err, cuDeviceGetAttribute(&optin, MK_CU_ATTR_MAX_SHARED_PER_BLOCK_OPTIN, b->dev))) {
-        st = MK_ERR_CUDA;
-        goto fail;
-    }
-    if (smem + 2048u > (uint32_t)optin) {
-        st =
-            mk_error_set(err, MK_ERR_UNSUPPORTED, "the program needs %u bytes of shared memory per block, %s allows %d",
-                         smem, b->info.device, optin);
-        goto fail;
-    }
-    if (MK_CU(cu, err, cuFuncSetAttribute(b->fn, MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)smem))) {
-        st = MK_ERR_CUDA;
-        goto fail;
-    }
-    MK_CU(cu, err, cuFuncGetAttribute(&b->info.regs, MK_CU_FUNC_ATTR_NUM_REGS, b->fn));
-    MK_CU(cu, err, cuFuncGetAttribute(&b->info.local_bytes, MK_CU_FUNC_ATTR_LOCAL_SIZE_BYTES, b->fn));
+    if (MK_CU(cu, err, cuDeviceGetAttribute(&optin, MK_CU_ATTR_MAX_SHARED_PER_BLOCK_OPTIN, b->dev))) return MK_ERR_CUDA;
+    if (smem + 2048u > (uint32_t)optin)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                            "the program needs %u bytes of shared memory per block, %s allows %d", smem, b->info.device,
+                            optin);
+    if (MK_CU(cu, err, cuFuncSetAttribute(b->fn, MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)smem))) return MK_ERR_CUDA;
+    struct mk_error ignored;
+    MK_CU(cu, &ignored, cuFuncGetAttribute(&b->info.regs, MK_CU_FUNC_ATTR_NUM_REGS, b->fn));
+    MK_CU(cu, &ignored, cuFuncGetAttribute(&b->info.local_bytes, MK_CU_FUNC_ATTR_LOCAL_SIZE_BYTES, b->fn));
     int per_sm = 0;
-    if (MK_CU(cu, err, cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, b->fn, (int)MK_BLOCK_THREADS, smem))) {
-        st = MK_ERR_CUDA;
-        goto fail;
-    }
-    if (per_sm < 1) {
-        st = mk_error_set(err, MK_ERR_UNSUPPORTED,
-                          "no block of the kernel fits on a multiprocessor of %s (%u bytes shared)", b->info.device,
-                          smem);
-        goto fail;
-    }
-    const char *limit = getenv("MK_CUDA_BLOCKS_PER_SM");
-    if (limit && atoi(limit) > 0 && atoi(limit) < per_sm) per_sm = atoi(limit);
+    if (MK_CU(cu, err, cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, b->fn, (int)MK_BLOCK_THREADS, smem)))
+        return MK_ERR_CUDA;
+    if (per_sm < 1)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                            "no block of the kernel fits on a multiprocessor of %s (%u bytes shared)", b->info.device,
+                            smem);
+    if (b->gpu.blocks_per_sm && (int)b->gpu.blocks_per_sm < per_sm) per_sm = (int)b->gpu.blocks_per_sm;
     b->info.blocks_per_sm = per_sm;
     b->info.grid = (uint32_t)per_sm * (uint32_t)b->info.sm_count;
-    if ((st = mk_cuda_compile(m, bp, b->info.grid, &b->prog, err)) != MK_OK) goto fail;
-    if ((st = mk_cuda_check_program(b->prog, err)) != MK_OK) goto fail;
+    return MK_OK;
+}
+
+/* The kernels and the program they run, tiled for the grid. A first compile for the SM count
+ * says what formats (checked before the kernels load) and shared memory the program needs, which
+ * sizes the grid; more workers only shrink tiles (and so shared memory), so the occupancy found
+ * for it holds for the final one. */
+static enum mk_status mk_cuda_build_program(struct mk_cuda_backend *b, const struct mk_model *m, struct mk_error *err) {
+    struct mk_program *probe = NULL;
+    enum mk_status st = mk_cuda_compile(m, b, (uint32_t)b->info.sm_count, &probe, err);
+    if (st == MK_OK) st = mk_cuda_check_program(probe, err);
+    if (st == MK_OK) st = mk_cuda_load_module(b, err);
+    if (st == MK_OK) st = mk_cuda_size_grid(b, probe, err);
+    mk_program_free(probe);
+    if (st == MK_OK) st = mk_cuda_compile(m, b, b->info.grid, &b->prog, err);
+    if (st == MK_OK) st = mk_cuda_check_program(b->prog, err);
+    if (st != MK_OK) return st;
     b->info.smem_bytes = mk_cuda_program_smem(b->prog);
     b->info.n_instr = b->prog->n_instr;
     b->info.n_tasks = b->prog->n_tasks;
-    mk_program_free(probe_prog);
-    probe_prog = NULL;
+    return MK_OK;
+}
 
+static enum mk_status mk_cuda_create_streams(struct mk_cuda_backend *b, struct mk_error *err) {
+    const struct mk_cuda *cu = b->cu;
     if (MK_CU(cu, err, cuStreamCreate(&b->stream, MK_CU_STREAM_NON_BLOCKING)) ||
         MK_CU(cu, err, cuStreamCreate(&b->copy_stream, MK_CU_STREAM_NON_BLOCKING)) ||
         MK_CU(cu, err, cuEventCreate(&b->ev0, MK_CU_EVENT_DEFAULT)) ||
-        MK_CU(cu, err, cuEventCreate(&b->ev1, MK_CU_EVENT_DEFAULT))) {
-        st = MK_ERR_CUDA;
-        goto fail;
-    }
-    if ((st = mk_cuda_setup_memory(b, err)) != MK_OK) goto fail;
-    if (!getenv("MK_CUDA_NO_ROPE_TABLE") && (st = mk_cuda_setup_rope(b, err)) != MK_OK) goto fail;
+        MK_CU(cu, err, cuEventCreate(&b->ev1, MK_CU_EVENT_DEFAULT)))
+        return MK_ERR_CUDA;
+    return MK_OK;
+}
 
-    if (bp->kind == MK_BACKEND_MEGAKERNEL) {
-        if ((st = mk_cuda_start_megakernel(b, err)) != MK_OK) goto fail;
-    } else {
-        void *h = NULL;
-        if (MK_CU(cu, err, cuMemHostAlloc(&h, sizeof(struct mk_step_cmd), MK_CU_MEMHOSTALLOC_PORTABLE))) {
-            st = MK_ERR_CUDA;
-            goto fail;
-        }
-        b->h_cmd = h;
-        memset(h, 0, sizeof(struct mk_step_cmd));
-        if (MK_CU(cu, err, cuMemHostAlloc(&h, 64, MK_CU_MEMHOSTALLOC_PORTABLE))) {
-            st = MK_ERR_CUDA;
-            goto fail;
-        }
-        b->h_token = h;
-        if (bp->kind == MK_BACKEND_GRAPH) {
-            if (MK_CU(cu, err, cuStreamBeginCapture_v2(b->stream, MK_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))) {
-                st = MK_ERR_CUDA;
-                goto fail;
-            }
-            enum mk_status cst = mk_cuda_enqueue_ops(b, err);
-            mk_cu_graph g = NULL;
-            struct mk_error e2;
-            int r = MK_CU(cu, &e2, cuStreamEndCapture(b->stream, &g));
-            b->graph = g;
-            if (cst != MK_OK) {
-                st = cst;
-                goto fail;
-            }
-            if (r) {
-                *err = e2;
-                st = MK_ERR_CUDA;
-                goto fail;
-            }
-            if (MK_CU(cu, err, cuGraphInstantiateWithFlags(&b->gexec, b->graph, 0))) {
-                st = MK_ERR_CUDA;
-                goto fail;
-            }
-        }
+/* Per-op launches replayed as one CUDA graph. */
+static enum mk_status mk_cuda_capture_graph(struct mk_cuda_backend *b, struct mk_error *err) {
+    const struct mk_cuda *cu = b->cu;
+    if (MK_CU(cu, err, cuStreamBeginCapture_v2(b->stream, MK_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL))) return MK_ERR_CUDA;
+    enum mk_status st = mk_cuda_enqueue_ops(b, err);
+    mk_cu_graph g = NULL;
+    struct mk_error end_err;
+    int r = MK_CU(cu, &end_err, cuStreamEndCapture(b->stream, &g));
+    b->graph = g;
+    if (st != MK_OK) return st;
+    if (r) {
+        *err = end_err;
+        return MK_ERR_CUDA;
     }
-    if (bp->verbose)
-        fprintf(
-            stderr,
+    if (MK_CU(cu, err, cuGraphInstantiateWithFlags(&b->gexec, b->graph, 0))) return MK_ERR_CUDA;
+    return MK_OK;
+}
+
+/* Per-op and graph: the command and the token in pinned memory, and the graph. */
+static enum mk_status mk_cuda_prepare_launches(struct mk_cuda_backend *b, struct mk_error *err) {
+    const struct mk_cuda *cu = b->cu;
+    void *h = NULL;
+    if (MK_CU(cu, err, cuMemHostAlloc(&h, sizeof(struct mk_step_cmd), MK_CU_MEMHOSTALLOC_PORTABLE))) return MK_ERR_CUDA;
+    b->h_cmd = h;
+    memset(h, 0, sizeof(struct mk_step_cmd));
+    if (MK_CU(cu, err, cuMemHostAlloc(&h, 64, MK_CU_MEMHOSTALLOC_PORTABLE))) return MK_ERR_CUDA;
+    b->h_token = h;
+    return b->base.kind == MK_BACKEND_GRAPH ? mk_cuda_capture_graph(b, err) : MK_OK;
+}
+
+static void mk_cuda_report(const struct mk_cuda_backend *b) {
+    fprintf(stderr,
             "mk: %s on %s (cc %d.%d, %d SMs): %u blocks (%d/SM) x %u threads, %u B shared, %d regs, %d B local, %s; "
             "%u instructions, %u tasks, %s schedule, %.1f MB weights\n",
-            vt->name, b->info.device, b->info.cc_major, b->info.cc_minor, b->info.sm_count, b->info.grid,
+            b->base.vt->name, b->info.device, b->info.cc_major, b->info.cc_minor, b->info.sm_count, b->info.grid,
             b->info.blocks_per_sm, MK_BLOCK_THREADS, b->info.smem_bytes, b->info.regs, b->info.local_bytes,
-            b->info.from_cubin == 2 ? getenv("MK_CUDA_CUBIN")
-            : b->info.from_cubin    ? "sm_90 cubin"
-                                    : "PTX JIT",
-            b->prog->n_instr, b->prog->n_tasks, b->prog->schedule == MK_SCHED_STATIC ? "static" : "dynamic",
-            b->info.weight_bytes / 1e6);
+            b->info.image, b->prog->n_instr, b->prog->n_tasks,
+            b->prog->schedule == MK_SCHED_STATIC ? "static" : "dynamic", b->info.weight_bytes / 1e6);
+}
+
+/* Every step after the device is open; the caller frees b on failure. */
+static enum mk_status mk_cuda_setup(struct mk_cuda_backend *b, const struct mk_model *m, int device,
+                                    struct mk_error *err) {
+    enum mk_status st;
+    if ((st = mk_cuda_open_device(b, device, err)) != MK_OK) return st;
+    if ((st = mk_cuda_build_program(b, m, err)) != MK_OK) return st;
+    if ((st = mk_cuda_create_streams(b, err)) != MK_OK) return st;
+    if ((st = mk_cuda_setup_memory(b, err)) != MK_OK) return st;
+    if (!b->gpu.no_rope_table && (st = mk_cuda_setup_rope(b, err)) != MK_OK) return st;
+    if (b->base.kind == MK_BACKEND_MEGAKERNEL) return mk_cuda_start_megakernel(b, err);
+    return mk_cuda_prepare_launches(b, err);
+}
+
+enum mk_status mk_backend_create_cuda(const struct mk_model *m, const struct mk_backend_params *bp,
+                                      struct mk_backend **out, struct mk_error *err) {
+    *out = NULL;
+    const struct mk_cuda *cu = NULL;
+    struct mk_cuda_backend *b = NULL;
+    enum mk_status st = mk_cuda_load(&cu, err);
+    if (st == MK_OK) st = mk_cuda_backend_new(cu, bp, &b, err);
+    if (st != MK_OK) return st;
+    if ((st = mk_cuda_setup(b, m, bp->device, err)) != MK_OK) {
+        mk_cuda_free(&b->base);
+        return st;
+    }
+    if (b->verbose) mk_cuda_report(b);
     *out = &b->base;
     return MK_OK;
-fail:
-    mk_program_free(probe_prog);
-    mk_cuda_free(&b->base);
-    return st;
 }

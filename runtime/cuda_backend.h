@@ -26,8 +26,9 @@ struct mk_cuda_backend_info {
     uint32_t threads;      /* per block */
     uint32_t smem_bytes;   /* dynamic shared memory per block */
     int regs, local_bytes; /* of the kernel this backend launches */
-    int from_cubin;        /* 1: the embedded sm_90 cubin; 0: the PTX compiled by the driver;
-                              * 2: the file named by $MK_CUDA_CUBIN */
+    int from_cubin;        /* 1: machine code (SASS) of the embedded fatbin; 0: its PTX, compiled
+                              * by the driver; 2: the file of settings.kernel_image */
+    char image[160];       /* what was loaded, in words, e.g. "SASS from the fatbin (sm_80 ...)" */
     uint32_t n_instr, n_tasks;
     uint64_t weight_bytes; /* uploaded */
 };
@@ -40,9 +41,9 @@ enum mk_status mk_backend_cuda_info(const struct mk_backend *b, struct mk_cuda_b
 enum mk_status mk_backend_cuda_debug_hang(struct mk_backend *b, struct mk_error *err);
 
 /* Per-task device timestamps of the last megakernel step, when the backend was created with
- * MK_CUDA_TRACE=1 in the environment: start/end ns pairs of each of the n_tasks tasks into
- * out[2 * n_tasks] (start = after the task's waits; with MK_CUDA_TRACE=fetch, when the block took
- * the task, before its waits). MK_ERR_UNSUPPORTED when tracing is off. */
+ * settings.trace on: start/end ns pairs of each of the n_tasks tasks into out[2 * n_tasks]
+ * (start = after the task's waits; with MK_GPU_TRACE_AT_FETCH, when the block took the task,
+ * before its waits). MK_ERR_UNSUPPORTED when tracing is off. */
 enum mk_status mk_backend_cuda_trace(struct mk_backend *b, uint64_t *out, uint32_t n_tasks, struct mk_error *err);
 
 #ifdef __cplusplus

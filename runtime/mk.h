@@ -126,13 +126,28 @@ struct mk_sampling_params {
     uint64_t seed;     /* MK_SEED_RANDOM (the default): chosen at session creation */
 };
 
+/* Tuning knobs of the GPU backends (megakernel, perop, graph), for experiments. All zero (the
+ * default) is the measured-fastest configuration. The library never reads the environment for
+ * them (the mk command maps its MK_CUDA_* variables and flags onto these). */
+struct mk_gpu_params {
+    int dynamic_schedule;      /* nonzero: one work counter instead of static per-block task lists */
+    uint32_t tasks_per_worker; /* matvec tiling target; 0 = the compiler's */
+    uint32_t attn_block;       /* sequence positions per attention task; 0 = the compiler's */
+    int fuse_attn_output;      /* nonzero: the attention combine folded into the attention-output tasks */
+    uint32_t blocks_per_sm;    /* cap on the blocks per multiprocessor; 0 = as many as fit */
+    int no_rope_table;         /* nonzero: RoPE angles computed in the kernel, not from a table */
+    int trace;                 /* megakernel per-task timestamps: 0 off, 1 after waits, 2 at fetch */
+    const char *kernel_image;  /* cubin, fatbin or PTX file loaded instead of the built-in kernels */
+};
+
 struct mk_session_params {
     uint32_t n_ctx;               /* KV-cache positions; 0 = min(model's n_ctx_train, 4096) */
     enum mk_backend_kind backend; /* MK_BACKEND_AUTO: megakernel, else perop, else cpu */
     uint32_t n_threads;           /* cpu backend workers; 0 = number of cores */
     int device;                   /* CUDA device ordinal */
     struct mk_sampling_params sampling;
-    int verbose; /* backends report their choices on stderr */
+    int verbose;              /* backends report their choices on stderr */
+    struct mk_gpu_params gpu; /* GPU backends only; all zero = defaults */
 };
 struct mk_session_params mk_session_default_params(void);
 

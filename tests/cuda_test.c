@@ -34,6 +34,13 @@ static struct mk_backend_params params(enum mk_backend_kind kind, uint32_t n_ctx
     p.watchdog_ms = 0;
     p.device = 0;
     p.verbose = 1;
+    /* MK_CUDA_* tuning variables apply here as they do to the mk command. */
+    struct mk_error err;
+    p.gpu = mk_gpu_default_settings();
+    if (mk_gpu_settings_from_env(&p.gpu, &err) != MK_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(2);
+    }
     return p;
 }
 
@@ -141,10 +148,9 @@ static double compare_backend(struct mk_backend *b, const struct trace *t, int *
     return worst;
 }
 
-static struct mk_backend *create_gpu(const struct mk_model *m, enum mk_backend_kind kind, uint32_t n_ctx,
-                                     uint32_t watchdog_ms) {
-    struct mk_backend_params p = params(kind, n_ctx);
-    p.watchdog_ms = watchdog_ms;
+static struct mk_backend *create_gpu_with(const struct mk_model *m, const struct mk_backend_params *pp) {
+    const struct mk_backend_params p = *pp;
+    const enum mk_backend_kind kind = p.kind;
     struct mk_backend *b = NULL;
     struct mk_error err;
     double t0 = now_ms();
@@ -159,12 +165,16 @@ static struct mk_backend *create_gpu(const struct mk_model *m, enum mk_backend_k
         printf("INFO %s: %s, grid %u (%d/SM x %d SMs), %u threads, %u B smem, %d regs, %d B local, %s, %u instr, "
                "%u tasks, %.1f MB weights, created in %.0f ms\n",
                b->vt->name, info.device, info.grid, info.blocks_per_sm, info.sm_count, info.threads, info.smem_bytes,
-               info.regs, info.local_bytes,
-               info.from_cubin == 2 ? "MK_CUDA_CUBIN"
-               : info.from_cubin    ? "cubin"
-                                    : "ptx",
-               info.n_instr, info.n_tasks, info.weight_bytes / 1e6, now_ms() - t0);
+               info.regs, info.local_bytes, info.image, info.n_instr, info.n_tasks, info.weight_bytes / 1e6,
+               now_ms() - t0);
     return b;
+}
+
+static struct mk_backend *create_gpu(const struct mk_model *m, enum mk_backend_kind kind, uint32_t n_ctx,
+                                     uint32_t watchdog_ms) {
+    struct mk_backend_params p = params(kind, n_ctx);
+    p.watchdog_ms = watchdog_ms;
+    return create_gpu_with(m, &p);
 }
 
 static void test_stories(const struct mk_model *m) {
@@ -435,10 +445,10 @@ static void bench_model(const struct mk_model *m, const char *name, uint32_t n) 
 }
 
 /* Where the megakernel's time goes: per-opcode task time and span of one step, from the trace. */
-static void trace_model(const struct mk_model *m, const char *name, uint32_t steps, const char *mode) {
-    setenv("MK_CUDA_TRACE", mode, 1);
-    struct mk_backend *b = create_gpu(m, MK_BACKEND_MEGAKERNEL, 512, 0);
-    unsetenv("MK_CUDA_TRACE");
+static void trace_model(const struct mk_model *m, const char *name, uint32_t steps, enum mk_gpu_trace mode) {
+    struct mk_backend_params bp = params(MK_BACKEND_MEGAKERNEL, 512);
+    bp.gpu.trace = mode;
+    struct mk_backend *b = create_gpu_with(m, &bp);
     if (!b) return;
     struct mk_cuda_backend_info info;
     struct mk_error err;
@@ -460,11 +470,10 @@ static void trace_model(const struct mk_model *m, const char *name, uint32_t ste
         struct mk_compile_params cp = mk_compile_default_params();
         cp.n_workers = info.grid;
         cp.n_ctx = 512;
-        if (getenv("MK_CUDA_TASKS_PER_WORKER"))
-            cp.tasks_per_worker = (uint32_t)atoi(getenv("MK_CUDA_TASKS_PER_WORKER"));
-        if (getenv("MK_CUDA_ATTN_BLOCK")) cp.attn_block = (uint32_t)atoi(getenv("MK_CUDA_ATTN_BLOCK"));
-        cp.schedule = getenv("MK_CUDA_SCHEDULE") && !strcmp(getenv("MK_CUDA_SCHEDULE"), "dynamic") ? MK_SCHED_DYNAMIC
-                                                                                                   : MK_SCHED_STATIC;
+        cp.tasks_per_worker = bp.gpu.tasks_per_worker;
+        cp.attn_block = bp.gpu.attn_block;
+        cp.fuse_attn_output = bp.gpu.fuse_attn_output;
+        cp.schedule = bp.gpu.dynamic_schedule ? MK_SCHED_DYNAMIC : MK_SCHED_STATIC;
         struct mk_program *p = NULL;
         if (mk_program_compile(m, &cp, &p, &err) == MK_OK && p->n_tasks == info.n_tasks) {
             double busy[MK_OP_COUNT] = { 0 }, first[MK_OP_COUNT], last[MK_OP_COUNT] = { 0 };
@@ -484,7 +493,7 @@ static void trace_model(const struct mk_model *m, const char *name, uint32_t ste
                 if (e > last[op]) last[op] = e;
             }
             printf("TRACE %s megakernel (%s): step span %.1f us over %u tasks on %u blocks\n", name,
-                   !strcmp(mode, "fetch") ? "start = fetch" : "start = after waits", (t1 - t0) / 1e3, p->n_tasks,
+                   mode == MK_GPU_TRACE_AT_FETCH ? "start = fetch" : "start = after waits", (t1 - t0) / 1e3, p->n_tasks,
                    info.grid);
             /* One layer in the middle, instruction by instruction: when its tasks began and ended. */
             char want[16];
@@ -523,7 +532,7 @@ static void test_bench(const char *dir) {
     snprintf(path, sizeof path, "%s/stories260K-f32.gguf", dir);
     if (!getenv("MK_BENCH_SKIP_STORIES") && mk_model_load(path, &m, &err) == MK_OK) {
         bench_model(m, "stories260K-f32", 256);
-        trace_model(m, "stories260K-f32", 16, "1");
+        trace_model(m, "stories260K-f32", 16, MK_GPU_TRACE_AFTER_WAITS);
         mk_model_free(m);
     }
     const char *big = getenv("MK_GPU_LLAMA1B");
@@ -532,8 +541,8 @@ static void test_bench(const char *dir) {
     if (mk_model_load(big ? big : path, &m, &err) == MK_OK) {
         bench_model(m, "llama-1b-bf16", 128);
         if (!getenv("MK_BENCH_SKIP_TRACE")) {
-            trace_model(m, "llama-1b-bf16", 16, "1");
-            trace_model(m, "llama-1b-bf16", 16, "fetch");
+            trace_model(m, "llama-1b-bf16", 16, MK_GPU_TRACE_AFTER_WAITS);
+            trace_model(m, "llama-1b-bf16", 16, MK_GPU_TRACE_AT_FETCH);
         }
         mk_model_free(m);
     } else {
@@ -549,7 +558,7 @@ static void test_bench8b(void) {
     struct mk_model *m = load_or_generate(path, "llama-8b");
     if (!m) return;
     bench_model(m, "llama-8b-bf16", 128);
-    if (!getenv("MK_BENCH_SKIP_TRACE")) trace_model(m, "llama-8b-bf16", 16, "1");
+    if (!getenv("MK_BENCH_SKIP_TRACE")) trace_model(m, "llama-8b-bf16", 16, MK_GPU_TRACE_AFTER_WAITS);
     mk_model_free(m);
 }
 

@@ -59,7 +59,7 @@ static int greedy_from_bos(struct mk_backend *b, int32_t bos, int n, int32_t *id
 static void print_text(const char *label, const struct mk_model *m, const int32_t *ids, int n) {
     struct mk_tokenizer *t = NULL;
     struct mk_error err;
-    if (mk_tokenizer_create(&m->vocab, &t, &err) != MK_OK) return;
+    if (mk_tokenizer_create_gguf(&m->vocab, m->gguf, &t, &err) != MK_OK) return;
     int32_t seq[128];
     seq[0] = m->vocab.bos;
     memcpy(seq + 1, ids, (size_t)n * sizeof *ids);

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int mk_cli_parse_long(const char *s, long long lo, long long hi, long long *out) {
     char *end;
@@ -32,4 +33,64 @@ int mk_cli_uint(const char *cmd, const char *opt, const char *v, uint32_t lo, ui
     }
     *out = (uint32_t)x;
     return 0;
+}
+
+const char mk_cli_gpu_usage[] =
+    "  GPU backends (defaults are the measured-fastest; MK_CUDA_* variables set them too, flags win):\n"
+    "    --schedule static|dynamic  per-block task lists (default) or one work counter\n"
+    "    --tasks-per-worker N       matvec tiling target (0 = compiler default)\n"
+    "    --attn-block N             sequence positions per attention task (0 = compiler default)\n"
+    "    --fuse-attn-output         fold the attention combine into the attention-output tasks\n"
+    "    --blocks-per-sm N          cap on blocks per multiprocessor (0 = as many as fit)\n"
+    "    --no-rope-table            compute RoPE angles in the kernel\n"
+    "    --trace off|on|fetch       megakernel per-task timestamps\n"
+    "    --kernel-image FILE        load this cubin, fatbin or PTX instead of the built-in kernels\n";
+
+int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gpu_settings *s) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "--fuse-attn-output")) {
+        s->fuse_attn_output = true;
+        return 1;
+    }
+    if (!strcmp(a, "--no-rope-table")) {
+        s->no_rope_table = true;
+        return 1;
+    }
+    if (strcmp(a, "--schedule") && strcmp(a, "--tasks-per-worker") && strcmp(a, "--attn-block") &&
+        strcmp(a, "--blocks-per-sm") && strcmp(a, "--trace") && strcmp(a, "--kernel-image"))
+        return 0;
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!v) {
+        fprintf(stderr, "mk %s: %s needs a value\n", cmd, a);
+        return -1;
+    }
+    *i += 1;
+    if (!strcmp(a, "--tasks-per-worker")) return mk_cli_uint(cmd, a, v, 0, 1u << 16, &s->tasks_per_worker) ? -1 : 1;
+    if (!strcmp(a, "--attn-block")) return mk_cli_uint(cmd, a, v, 0, 1u << 20, &s->attn_block) ? -1 : 1;
+    if (!strcmp(a, "--blocks-per-sm")) return mk_cli_uint(cmd, a, v, 0, 64, &s->blocks_per_sm) ? -1 : 1;
+    if (!strcmp(a, "--kernel-image")) {
+        s->kernel_image = v;
+        return 1;
+    }
+    if (!strcmp(a, "--schedule") && (!strcmp(v, "static") || !strcmp(v, "dynamic"))) {
+        s->dynamic_schedule = !strcmp(v, "dynamic");
+        return 1;
+    }
+    if (!strcmp(a, "--trace") && (!strcmp(v, "off") || !strcmp(v, "on") || !strcmp(v, "fetch"))) {
+        s->trace = !strcmp(v, "off")  ? MK_GPU_TRACE_OFF
+                   : !strcmp(v, "on") ? MK_GPU_TRACE_AFTER_WAITS
+                                      : MK_GPU_TRACE_AT_FETCH;
+        return 1;
+    }
+    fprintf(stderr, "mk %s: %s needs %s, got '%s'\n", cmd, a,
+            !strcmp(a, "--trace") ? "off, on or fetch" : "static or dynamic", v);
+    return -1;
+}
+
+int mk_cli_gpu_env(const char *cmd, struct mk_gpu_settings *s) {
+    struct mk_error err;
+    mk_error_clear(&err);
+    if (mk_gpu_settings_from_env(s, &err) == MK_OK) return 0;
+    fprintf(stderr, "mk %s: %s\n", cmd, err.msg);
+    return -1;
 }

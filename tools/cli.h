@@ -4,11 +4,26 @@
 
 #include <stdint.h>
 
+#include "graph/executor.h"
+
 /* The whole of s as a base-10 integer in [lo, hi]; 0 on success, -1 otherwise. */
 int mk_cli_parse_long(const char *s, long long lo, long long hi, long long *out);
 /* The whole of s as a finite number in [lo, hi]; 0 on success, -1 otherwise. */
 int mk_cli_parse_float(const char *s, float lo, float hi, float *out);
 /* v as an integer in [lo, hi] for option opt of command cmd; prints why not and returns -1. */
 int mk_cli_uint(const char *cmd, const char *opt, const char *v, uint32_t lo, uint32_t hi, uint32_t *out);
+
+/* Usage lines of the GPU backend flags that mk_cli_gpu_flag takes. */
+extern const char mk_cli_gpu_usage[];
+
+/* argv[*i] as one of the GPU backend flags (--schedule static|dynamic, --tasks-per-worker N,
+ * --attn-block N, --fuse-attn-output, --blocks-per-sm N, --no-rope-table, --trace off|on|fetch,
+ * --kernel-image FILE) into *s, *i moved past its value: 1 when it is one, 0 when argv[*i] is
+ * something else, -1 after printing why its value is bad. */
+int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gpu_settings *s);
+
+/* The MK_CUDA_* environment overrides into *s (flags parsed afterwards win); -1 after printing
+ * why one is malformed. */
+int mk_cli_gpu_env(const char *cmd, struct mk_gpu_settings *s);
 
 #endif

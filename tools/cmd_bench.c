@@ -23,6 +23,7 @@ struct mk_bench_opts {
     const char *dtype;
     uint32_t n, ctx, threads, warmup;
     bool json;
+    struct mk_gpu_settings gpu;
 };
 
 struct mk_bench_row {
@@ -43,6 +44,7 @@ static void mk_bench_usage(FILE *f) {
                "  the p50 time) and its ratio to the read bandwidth the same run measures on that device.\n"
                "  Without -m it generates synthetic presets (cached in $TMPDIR) and benchmarks them.\n"
                "  'all' means every GPU backend when a GPU is present, else cpu.\n");
+    fputs(mk_cli_gpu_usage, f);
 }
 
 static double mk_now_ms(void) {
@@ -69,6 +71,7 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
     bp.kind = kind;
     bp.n_ctx = o->ctx;
     bp.n_threads = o->threads;
+    bp.gpu = o->gpu;
     struct mk_error err = { 0 };
     struct mk_backend *b = NULL;
     if (mk_backend_create(m, &bp, &b, &err) != MK_OK) {
@@ -188,13 +191,17 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
 }
 
 int mk_cmd_bench(int argc, char **argv) {
-    struct mk_bench_opts o = { NULL, "all", NULL, "bf16", 128, 512, 0, 8, false };
+    struct mk_bench_opts o = { NULL, "all", NULL, "bf16", 128, 512, 0, 8, false, mk_gpu_default_settings() };
+    if (mk_cli_gpu_env("bench", &o.gpu)) return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             mk_bench_usage(stdout);
             return 0;
         }
+        int g = mk_cli_gpu_flag("bench", argc, argv, &i, &o.gpu);
+        if (g < 0) return 2;
+        if (g) continue;
         if (!strcmp(a, "--json")) {
             o.json = true;
             continue;

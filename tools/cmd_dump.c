@@ -10,13 +10,14 @@
 
 static void mk_dump_usage(FILE *f) {
     fprintf(f, "usage: mk dump -m FILE [--workers N] [--ctx N] [--schedule dynamic|static] [--barriers]\n"
-               "               [--fuse-attn-output] [--json]\n"
+               "               [--fuse-attn-output] [--tasks-per-worker N] [--attn-block N] [--json]\n"
                "  Compiles one decode step of FILE for N workers (default 132, an H100's SM count) and a\n"
                "  KV cache of --ctx positions (default 512), validates it, and prints every instruction:\n"
                "  tasks, weight bytes per task, the counter it signals and the counters it waits on, then\n"
                "  totals (instructions, barriers and weight bytes per token).\n"
                "  --barriers joins every dependency with a grid barrier (a baseline for comparisons).\n"
-               "  --fuse-attn-output folds the attention combine into the attention-output matvec.\n");
+               "  --fuse-attn-output folds the attention combine into the attention-output matvec.\n"
+               "  --tasks-per-worker and --attn-block tile as the GPU backends' flags of those names do.\n");
 }
 
 int mk_cmd_dump(int argc, char **argv) {
@@ -52,6 +53,12 @@ int mk_cmd_dump(int argc, char **argv) {
             cp.barriers = true;
         } else if (!strcmp(a, "--fuse-attn-output")) {
             cp.fuse_attn_output = true;
+        } else if (!strcmp(a, "--tasks-per-worker")) {
+            if (mk_cli_uint("dump", a, v, 0, 1u << 16, &cp.tasks_per_worker)) return 2;
+            i++;
+        } else if (!strcmp(a, "--attn-block")) {
+            if (mk_cli_uint("dump", a, v, 0, 1u << 20, &cp.attn_block)) return 2;
+            i++;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else {

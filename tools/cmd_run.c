@@ -10,6 +10,7 @@
 
 #include "core/gen.h"
 #include "runtime/mk.h"
+#include "graph/executor.h"
 #include "tools/cli.h"
 #include "tools/cmds.h"
 
@@ -39,6 +40,7 @@ static void mk_run_usage(FILE *f) {
             "  --ids              print the generated token ids, space-separated, instead of text\n"
             "  -v, --verbose      report backend choices\n",
             MK_RUN_DEFAULT_N);
+    fputs(mk_cli_gpu_usage, f);
 }
 
 static int mk_run_bad(const char *opt, const char *val, const char *want) {
@@ -122,11 +124,25 @@ static int mk_run_make_default_model(char *path, size_t cap) {
     return 0;
 }
 
+/* The session's plain mirror of the GPU settings (runtime/mk.h). */
+static void mk_run_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *out) {
+    out->dynamic_schedule = s->dynamic_schedule;
+    out->tasks_per_worker = s->tasks_per_worker;
+    out->attn_block = s->attn_block;
+    out->fuse_attn_output = s->fuse_attn_output;
+    out->blocks_per_sm = s->blocks_per_sm;
+    out->no_rope_table = s->no_rope_table;
+    out->trace = (int)s->trace;
+    out->kernel_image = s->kernel_image;
+}
+
 int mk_cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = "";
     long long n_predict = MK_RUN_DEFAULT_N;
     int print_ids = 0;
     struct mk_session_params sp = mk_session_default_params();
+    struct mk_gpu_settings gpu = mk_gpu_default_settings();
+    if (mk_cli_gpu_env("run", &gpu)) return 2;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -134,6 +150,9 @@ int mk_cmd_run(int argc, char **argv) {
             mk_run_usage(stdout);
             return 0;
         }
+        int g = mk_cli_gpu_flag("run", argc, argv, &i, &gpu);
+        if (g < 0) return 2;
+        if (g) continue;
         if (!strcmp(a, "--ids")) {
             print_ids = 1;
             continue;
@@ -188,6 +207,8 @@ int mk_cmd_run(int argc, char **argv) {
             return 2;
         }
     }
+
+    mk_run_gpu_params(&gpu, &sp.gpu);
 
     int rc = 1;
     char tmp_path[4096] = "";

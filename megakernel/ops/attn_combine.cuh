@@ -6,7 +6,7 @@
 
 __device__ void mk_op_attn_combine(const struct mk_task_ctx *c) {
     const struct mk_instr *in = c->in;
-    const uint32_t nb = in->p[1], hd = in->p[5];
+    const uint32_t nb = in->args.combine.n_blocks, hd = in->args.combine.head_dim;
     const uint32_t h = c->t;
     const float *part = mk_arena(c) + in->buf[0] + (uint64_t)h * nb * (hd + 2u);
     float *out = mk_arena(c) + in->buf[1] + (uint64_t)h * hd;

@@ -11,7 +11,8 @@
 
 __device__ void mk_op_attn_output(const struct mk_task_ctx *c) {
     const struct mk_instr *in = c->in;
-    const uint32_t nb = in->p[1], bs = in->p[2], nh = in->p[3], hd = in->p[5], n = nh * hd;
+    const struct mk_args_attn_out *ao = &in->args.attn_out;
+    const uint32_t nb = ao->n_blocks, bs = ao->block, nh = ao->n_head, hd = ao->head_dim, n = nh * hd;
     struct mk_wdesc w = mk_weight(c, in->weight[0]);
     /* Blocks past the position hold an earlier step's partials: only the live ones count. */
     const uint32_t live = min(nb, ((uint32_t)c->cmd->pos + bs) / bs);
@@ -54,7 +55,7 @@ __device__ void mk_op_attn_output(const struct mk_task_ctx *c) {
         }
     }
     __syncthreads();
-    mk_matvec_residual_tile(c, &w, xs);
+    mk_matvec_residual_tile(c, &w, xs, ao->rows_per_task);
 }
 
 #endif

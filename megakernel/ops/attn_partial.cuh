@@ -8,8 +8,9 @@
  * round of parallel loads, instead of one dependent L2 round trip per position. */
 __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
     const struct mk_instr *in = c->in;
-    const uint32_t bs = in->p[0], nb = in->p[1], layer = in->p[2];
-    const uint32_t n_head = in->p[3], n_head_kv = in->p[4], hd = in->p[5];
+    const struct mk_args_attn *at = &in->args.attn;
+    const uint32_t bs = at->block, nb = at->n_blocks, layer = at->layer;
+    const uint32_t n_head = at->n_head, n_head_kv = at->n_head_kv, hd = at->head_dim;
     const uint32_t h = c->t / nb, b = c->t % nb;
     const int32_t pos = c->cmd->pos;
     if (pos < 0 || (uint32_t)pos >= c->a->n_ctx) mk_device_fail(c->a, MK_DEVERR_BAD_POS, (uint32_t)pos);

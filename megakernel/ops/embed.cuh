@@ -10,8 +10,8 @@ __device__ void mk_op_embed(const struct mk_task_ctx *c) {
     int32_t tok = c->cmd->token;
     if (tok < 0 || (uint32_t)tok >= w.rows) mk_device_fail(c->a, MK_DEVERR_BAD_TOKEN, (uint32_t)tok);
     const uint8_t *row = mk_row(&w, (uint32_t)tok);
-    uint32_t e0 = c->t * in->p[0];
-    uint32_t e1 = min(e0 + in->p[0], in->p[1]);
+    uint32_t e0 = c->t * in->args.embed.elems_per_task;
+    uint32_t e1 = min(e0 + in->args.embed.elems_per_task, in->args.embed.n_embd);
     float *x = mk_arena(c) + in->buf[0];
     for (uint32_t e = e0 + threadIdx.x; e < e1; e += MK_BLOCK_THREADS) x[e] = mk_elem(w.dtype, row, e);
 }

@@ -22,12 +22,14 @@ __device__ __forceinline__ void mk_matvec_residual_rows(const struct mk_wdesc *w
     }
 }
 
-/* out[buf1 + r] += W[r] . xs for the task's rows; xs (w.cols floats, shared memory) is ready. */
-__device__ void mk_matvec_residual_tile(const struct mk_task_ctx *c, const struct mk_wdesc *w, const float *xs) {
+/* out[buf1 + r] += W[r] . xs for the task's rows_per_task rows; xs (w.cols floats, shared
+ * memory) is ready. */
+__device__ void mk_matvec_residual_tile(const struct mk_task_ctx *c, const struct mk_wdesc *w, const float *xs,
+                                        uint32_t rows_per_task) {
     const struct mk_instr *in = c->in;
-    uint32_t r0 = c->t * in->p[0];
+    uint32_t r0 = c->t * rows_per_task;
     if (r0 >= w->rows) return;
-    uint32_t count = min(in->p[0], w->rows - r0);
+    uint32_t count = min(rows_per_task, w->rows - r0);
     float *out = mk_arena(c) + in->buf[1];
     uint32_t warp = threadIdx.x >> 5;
     int R = mk_rows_per_warp(count);
@@ -46,7 +48,7 @@ __device__ void mk_op_matvec_residual(const struct mk_task_ctx *c) {
     struct mk_wdesc w = mk_weight(c, c->in->weight[0]);
     float *xs = c->smem;
     mk_block_load(xs, mk_arena(c) + c->in->buf[0], w.cols);
-    mk_matvec_residual_tile(c, &w, xs);
+    mk_matvec_residual_tile(c, &w, xs, c->in->args.matvec.rows_per_task);
 }
 
 #endif

@@ -38,10 +38,11 @@ __device__ void mk_op_norm_gate_up_silu(const struct mk_task_ctx *c) {
     struct mk_wdesc gw = mk_weight(c, in->weight[1]);
     struct mk_wdesc uw = mk_weight(c, in->weight[2]);
     float *xs = c->smem;
-    mk_block_rmsnorm(c, xs, mk_arena(c) + in->buf[0], gw.cols, in->weight[0], in->f[0]);
-    uint32_t r0 = c->t * in->p[0];
+    const struct mk_args_norm_matvec *ga = &in->args.gate_up;
+    mk_block_rmsnorm(c, xs, mk_arena(c) + in->buf[0], gw.cols, in->weight[0], ga->eps);
+    uint32_t r0 = c->t * ga->rows_per_task;
     if (r0 >= gw.rows) return;
-    uint32_t count = min(in->p[0], gw.rows - r0);
+    uint32_t count = min(ga->rows_per_task, gw.rows - r0);
     float *hb = mk_arena(c) + in->buf[1];
     const bool vec = gw.vec && uw.vec;
     const uint32_t warp = threadIdx.x >> 5;

@@ -37,11 +37,12 @@ __device__ void mk_op_norm_lm_head(const struct mk_task_ctx *c) {
     const struct mk_instr *in = c->in;
     struct mk_wdesc w = mk_weight(c, in->weight[1]);
     float *xs = c->smem;
-    mk_block_rmsnorm(c, xs, mk_arena(c) + in->buf[0], w.cols, in->weight[0], in->f[0]);
-    uint32_t r0 = c->t * in->p[0];
+    const struct mk_args_norm_matvec *la = &in->args.lm_head;
+    mk_block_rmsnorm(c, xs, mk_arena(c) + in->buf[0], w.cols, in->weight[0], la->eps);
+    uint32_t r0 = c->t * la->rows_per_task;
     float best = -INFINITY;
     uint32_t best_i = r0; /* as the CPU executor: an all -inf tile names its first row */
-    uint32_t count = r0 < w.rows ? min(in->p[0], w.rows - r0) : 0u;
+    uint32_t count = r0 < w.rows ? min(la->rows_per_task, w.rows - r0) : 0u;
     float *logits = mk_arena(c) + in->buf[1];
     const uint32_t warp = threadIdx.x >> 5;
     int R = mk_rows_per_warp(count);

@@ -47,20 +47,21 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
     q.m[0] = mk_weight(c, in->weight[1]);
     q.m[1] = mk_weight(c, in->weight[2]);
     q.m[2] = mk_weight(c, in->weight[3]);
-    q.q_dim = in->p[2];
-    q.kv_dim = in->p[3];
-    const uint32_t layer = in->p[1], head_dim = in->p[4], n_rot = in->p[5];
+    const struct mk_args_qkv *qa = &in->args.qkv;
+    q.q_dim = qa->q_dim;
+    q.kv_dim = qa->kv_dim;
+    const uint32_t layer = qa->layer, head_dim = qa->head_dim, n_rot = qa->n_rot;
     const int32_t pos = c->cmd->pos;
     if (pos < 0 || (uint32_t)pos >= c->a->n_ctx) mk_device_fail(c->a, MK_DEVERR_BAD_POS, (uint32_t)pos);
     const uint32_t n = q.m[0].cols;
     float *xs = c->smem;
     float *res = c->smem + mk_layout_align4(n);
-    mk_block_rmsnorm(c, xs, mk_arena(c) + in->buf[0], n, in->weight[0], in->f[0]);
+    mk_block_rmsnorm(c, xs, mk_arena(c) + in->buf[0], n, in->weight[0], qa->eps);
 
     const uint32_t total = q.q_dim + 2u * q.kv_dim;
-    const uint32_t r0 = c->t * in->p[0];
+    const uint32_t r0 = c->t * qa->rows_per_task;
     if (r0 >= total) return;
-    const uint32_t count = min(in->p[0], total - r0);
+    const uint32_t count = min(qa->rows_per_task, total - r0);
     const bool vec = q.m[0].vec && q.m[1].vec && q.m[2].vec;
     const uint32_t warp = threadIdx.x >> 5;
     /* Mixed formats (Q4_K_M gives some layers a Q6_K wv) take one row per warp. */
@@ -77,13 +78,15 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
     }
     __syncthreads();
 
-    /* Pairs (2i, 2i+1) never straddle a task: p0, q_dim, kv_dim and head_dim are even. */
+    /* Pairs (2i, 2i+1) never straddle a task: rows_per_task, q_dim, kv_dim and head_dim are even. */
     float *qout = mk_arena(c) + in->buf[1];
     const uint64_t cache_row = ((uint64_t)layer * c->a->n_ctx + (uint32_t)pos) * q.kv_dim;
     float *kc = (float *)c->a->k_cache + cache_row;
     float *vc = (float *)c->a->v_cache + cache_row;
-    const float2 *table =
-        mk_rope_table && mk_rope_pairs * 2u == n_rot && mk_rope_base == in->f[1] ? (const float2 *)mk_rope_table : NULL;
+    const struct mk_kernel_args *ka = c->a;
+    const float2 *table = ka->rope_table && ka->rope_pairs * 2u == n_rot && ka->rope_base == qa->rope_base
+                              ? (const float2 *)ka->rope_table
+                              : NULL;
     for (uint32_t i = 2u * threadIdx.x; i < count; i += 2u * MK_BLOCK_THREADS) {
         uint32_t r = r0 + i;
         float a = res[i], b = res[i + 1];
@@ -98,7 +101,7 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
                     sn = t.y;
                 } else {
                     /* In double, as the CPU executor does, so both round the same angles. */
-                    double theta = (double)pos * pow((double)in->f[1], -(double)dim / (double)n_rot);
+                    double theta = (double)pos * pow((double)qa->rope_base, -(double)dim / (double)n_rot);
                     cs = (float)cos(theta);
                     sn = (float)sin(theta);
                 }

@@ -26,7 +26,7 @@ __device__ int32_t mk_sample_greedy(const struct mk_task_ctx *c) {
     const float *tiles = mk_arena(c) + in->buf[2];
     float best = -INFINITY;
     uint32_t bi = 0xffffffffu;
-    for (uint32_t t = threadIdx.x; t < in->p[1]; t += MK_BLOCK_THREADS) {
+    for (uint32_t t = threadIdx.x; t < in->args.sample.n_tiles; t += MK_BLOCK_THREADS) {
         float v = __ldcg(tiles + 2u * t);
         uint32_t i = __float_as_uint(__ldcg(tiles + 2u * t + 1u));
         if (mk_better(v, i, best, bi)) {
@@ -69,7 +69,7 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
     const struct mk_instr *in = c->in;
     const struct mk_step_cmd *cmd = c->cmd;
     const float *logits = mk_arena(c) + in->buf[1];
-    const uint32_t V = in->p[2];
+    const uint32_t V = in->args.sample.vocab;
     uint32_t k =
         (cmd->top_k <= 0 || cmd->top_k > (int32_t)MK_SAMPLE_MAX_CAND) ? MK_SAMPLE_MAX_CAND : (uint32_t)cmd->top_k;
     if (k > V) k = V;
@@ -193,8 +193,8 @@ __device__ void mk_op_sample(const struct mk_task_ctx *c) {
     st->out_token = tok;
     if (c->a->mailbox) {
         struct mk_mailbox *mb = (struct mk_mailbox *)c->a->mailbox;
-        /* The step's start time rides in the step state's reserved words (written by block 0). */
-        uint64_t t0 = ((uint64_t)__ldcg(&st->reserved[1]) << 32) | __ldcg(&st->reserved[0]);
+        /* Block 0 wrote the step's start time when it took the command. */
+        uint64_t t0 = __ldcg((const unsigned long long *)&st->t_start_ns);
         mb->out_token = tok;
         mb->t_start_ns = t0;
         mb->t_end_ns = mk_globaltimer();
