@@ -22,10 +22,22 @@
 enum {
     MK_FTYPE_ALL_F32 = 0,
     MK_FTYPE_MOSTLY_F16 = 1,
+    MK_FTYPE_MOSTLY_Q4_0 = 2,
+    MK_FTYPE_MOSTLY_Q4_1 = 3,
     MK_FTYPE_MOSTLY_Q8_0 = 7,
+    MK_FTYPE_MOSTLY_Q5_0 = 8,
+    MK_FTYPE_MOSTLY_Q5_1 = 9,
+    MK_FTYPE_MOSTLY_Q2_K = 10,
+    MK_FTYPE_MOSTLY_Q3_K_S = 11,
+    MK_FTYPE_MOSTLY_Q3_K_M = 12,
+    MK_FTYPE_MOSTLY_Q3_K_L = 13,
     MK_FTYPE_MOSTLY_Q4_K_S = 14,
     MK_FTYPE_MOSTLY_Q4_K_M = 15,
+    MK_FTYPE_MOSTLY_Q5_K_S = 16,
+    MK_FTYPE_MOSTLY_Q5_K_M = 17,
     MK_FTYPE_MOSTLY_Q6_K = 18,
+    MK_FTYPE_MOSTLY_IQ4_NL = 25,
+    MK_FTYPE_MOSTLY_IQ4_XS = 30,
     MK_FTYPE_MOSTLY_BF16 = 32,
 };
 
@@ -51,16 +63,61 @@ const struct mk_gen_preset *mk_gen_find_preset(const char *name) {
 
 /* ---- formats ---- */
 
+/* Per weight type: the file type of a file with every matrix in it (--pure in llama-quantize). */
+static const struct {
+    enum mk_dtype type;
+    uint32_t ftype;
+} mk_gen_pure_ftypes[] = {
+    { MK_DTYPE_F32, MK_FTYPE_ALL_F32 },          { MK_DTYPE_F16, MK_FTYPE_MOSTLY_F16 },
+    { MK_DTYPE_BF16, MK_FTYPE_MOSTLY_BF16 },     { MK_DTYPE_Q4_0, MK_FTYPE_MOSTLY_Q4_0 },
+    { MK_DTYPE_Q4_1, MK_FTYPE_MOSTLY_Q4_1 },     { MK_DTYPE_Q5_0, MK_FTYPE_MOSTLY_Q5_0 },
+    { MK_DTYPE_Q5_1, MK_FTYPE_MOSTLY_Q5_1 },     { MK_DTYPE_Q8_0, MK_FTYPE_MOSTLY_Q8_0 },
+    { MK_DTYPE_Q2_K, MK_FTYPE_MOSTLY_Q2_K },     { MK_DTYPE_Q3_K, MK_FTYPE_MOSTLY_Q3_K_S },
+    { MK_DTYPE_Q4_K, MK_FTYPE_MOSTLY_Q4_K_S },   { MK_DTYPE_Q5_K, MK_FTYPE_MOSTLY_Q5_K_S },
+    { MK_DTYPE_Q6_K, MK_FTYPE_MOSTLY_Q6_K },     { MK_DTYPE_IQ4_NL, MK_FTYPE_MOSTLY_IQ4_NL },
+    { MK_DTYPE_IQ4_XS, MK_FTYPE_MOSTLY_IQ4_XS },
+};
+
+/* llama.cpp's quantized file types, by their LLAMA_FTYPE_MOSTLY_ names, with the default type. */
+static const struct {
+    const char *name;
+    enum mk_dtype type;
+    uint32_t ftype;
+} mk_gen_mixes[] = {
+    { "Q4_0", MK_DTYPE_Q4_0, MK_FTYPE_MOSTLY_Q4_0 },       { "Q4_1", MK_DTYPE_Q4_1, MK_FTYPE_MOSTLY_Q4_1 },
+    { "Q5_0", MK_DTYPE_Q5_0, MK_FTYPE_MOSTLY_Q5_0 },       { "Q5_1", MK_DTYPE_Q5_1, MK_FTYPE_MOSTLY_Q5_1 },
+    { "Q8_0", MK_DTYPE_Q8_0, MK_FTYPE_MOSTLY_Q8_0 },       { "Q2_K", MK_DTYPE_Q2_K, MK_FTYPE_MOSTLY_Q2_K },
+    { "Q3_K_S", MK_DTYPE_Q3_K, MK_FTYPE_MOSTLY_Q3_K_S },   { "Q3_K_M", MK_DTYPE_Q3_K, MK_FTYPE_MOSTLY_Q3_K_M },
+    { "Q3_K_L", MK_DTYPE_Q3_K, MK_FTYPE_MOSTLY_Q3_K_L },   { "Q4_K_S", MK_DTYPE_Q4_K, MK_FTYPE_MOSTLY_Q4_K_S },
+    { "Q4_K_M", MK_DTYPE_Q4_K, MK_FTYPE_MOSTLY_Q4_K_M },   { "Q5_K_S", MK_DTYPE_Q5_K, MK_FTYPE_MOSTLY_Q5_K_S },
+    { "Q5_K_M", MK_DTYPE_Q5_K, MK_FTYPE_MOSTLY_Q5_K_M },   { "Q6_K", MK_DTYPE_Q6_K, MK_FTYPE_MOSTLY_Q6_K },
+    { "IQ4_NL", MK_DTYPE_IQ4_NL, MK_FTYPE_MOSTLY_IQ4_NL }, { "IQ4_XS", MK_DTYPE_IQ4_XS, MK_FTYPE_MOSTLY_IQ4_XS },
+};
+
+const char mk_gen_format_names[] =
+    "every matrix in one type: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, "
+    "iq4_xs; llama.cpp's mixes: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, "
+    "Q5_K_M, Q6_K, IQ4_NL, IQ4_XS (names with _S/_M/_L also in lowercase)";
+
 int mk_gen_parse_format(const char *name, struct mk_gen_format *out) {
     if (!name) return -1;
-    if (!strcmp(name, "q4_k_m")) {
-        *out = (struct mk_gen_format){ .type = MK_DTYPE_Q4_K, .q4_k_m = true };
-        return 0;
+    /* Capitals name llama.cpp's file types; a lowercase type name is that type throughout. A
+     * suffixed name cannot be a type, so q4_k_m is accepted too. */
+    const size_t len = strlen(name);
+    const bool suffixed = len > 2 && name[len - 2] == '_' && strchr("SMLsml", name[len - 1]);
+    for (size_t i = 0; i < sizeof mk_gen_mixes / sizeof mk_gen_mixes[0]; i++) {
+        if (suffixed ? !strcasecmp(name, mk_gen_mixes[i].name) : !strcmp(name, mk_gen_mixes[i].name)) {
+            *out = (struct mk_gen_format){ .type = mk_gen_mixes[i].type, .ftype = mk_gen_mixes[i].ftype, .mix = true };
+            return 0;
+        }
     }
-    enum mk_dtype t;
-    if (mk_dtype_parse(name, &t) != 0) return -1;
-    *out = (struct mk_gen_format){ .type = t, .q4_k_m = false };
-    return 0;
+    for (size_t i = 0; i < sizeof mk_gen_pure_ftypes / sizeof mk_gen_pure_ftypes[0]; i++) {
+        if (!strcmp(name, mk_dtype_get(mk_gen_pure_ftypes[i].type)->name)) {
+            *out = (struct mk_gen_format){ .type = mk_gen_pure_ftypes[i].type, .ftype = mk_gen_pure_ftypes[i].ftype };
+            return 0;
+        }
+    }
+    return -1;
 }
 
 static bool mk_gen_ends_with(const char *s, const char *suffix) {
@@ -73,35 +130,79 @@ static bool mk_gen_use_more_bits(int i_layer, int n_layer) {
     return i_layer < n_layer / 8 || i_layer >= 7 * n_layer / 8 || (i_layer - n_layer / 8) % 3 == 2;
 }
 
-enum mk_dtype mk_gen_tensor_type(struct mk_gen_format f, const char *name, uint32_t n_dims, int64_t cols,
-                                 uint32_t n_layer, bool has_output) {
-    if (n_dims < 2) return MK_DTYPE_F32;
-    enum mk_dtype t = f.type;
-    if (f.q4_k_m) {
-        unsigned layer;
-        bool is_head = !strcmp(name, "output.weight") || (!has_output && !strcmp(name, "token_embd.weight"));
-        bool more = (mk_gen_ends_with(name, ".attn_v.weight") || mk_gen_ends_with(name, ".ffn_down.weight")) &&
-                    sscanf(name, "blk.%u.", &layer) == 1 && layer < n_layer &&
-                    mk_gen_use_more_bits((int)layer, (int)n_layer);
-        t = is_head || more ? MK_DTYPE_Q6_K : MK_DTYPE_Q4_K;
+/* llama-quantize's type for a layer matrix of a mix (llama_tensor_get_type_impl for the llama
+ * arch without experts; the 70B-only attn_v bump is left out). il is the layer, n its count. */
+static enum mk_dtype mk_gen_mix_layer_type(uint32_t ftype, enum mk_dtype t, const char *name, int il, int n,
+                                           uint32_t n_gqa) {
+    if (mk_gen_ends_with(name, ".attn_v.weight")) {
+        switch (ftype) {
+        case MK_FTYPE_MOSTLY_Q2_K: return n_gqa >= 4 ? MK_DTYPE_Q4_K : MK_DTYPE_Q3_K;
+        case MK_FTYPE_MOSTLY_Q3_K_M: return il < 2 ? MK_DTYPE_Q5_K : MK_DTYPE_Q4_K;
+        case MK_FTYPE_MOSTLY_Q3_K_L: return MK_DTYPE_Q5_K;
+        case MK_FTYPE_MOSTLY_IQ4_NL:
+        case MK_FTYPE_MOSTLY_IQ4_XS: return n_gqa >= 4 ? MK_DTYPE_Q5_K : t;
+        case MK_FTYPE_MOSTLY_Q4_K_M:
+        case MK_FTYPE_MOSTLY_Q5_K_M: return mk_gen_use_more_bits(il, n) ? MK_DTYPE_Q6_K : t;
+        case MK_FTYPE_MOSTLY_Q4_K_S: return il < 4 ? MK_DTYPE_Q5_K : t;
+        default: return t;
+        }
     }
-    /* As llama.cpp: K-quants fall back to 8 bits for rows they cannot block, then to f16. */
-    if ((t == MK_DTYPE_Q4_K || t == MK_DTYPE_Q6_K) && cols % MK_QK_K) t = MK_DTYPE_Q8_0;
-    if (t == MK_DTYPE_Q8_0 && cols % MK_QK8_0) t = MK_DTYPE_F16;
+    if (mk_gen_ends_with(name, ".ffn_down.weight")) {
+        switch (ftype) {
+        case MK_FTYPE_MOSTLY_Q2_K: return MK_DTYPE_Q3_K;
+        case MK_FTYPE_MOSTLY_Q3_K_M: return il < n / 16 ? MK_DTYPE_Q5_K : MK_DTYPE_Q4_K;
+        case MK_FTYPE_MOSTLY_Q3_K_L: return MK_DTYPE_Q5_K;
+        case MK_FTYPE_MOSTLY_Q4_K_M:
+        case MK_FTYPE_MOSTLY_Q5_K_M: return mk_gen_use_more_bits(il, n) ? MK_DTYPE_Q6_K : t;
+        case MK_FTYPE_MOSTLY_IQ4_NL:
+        case MK_FTYPE_MOSTLY_IQ4_XS:
+        case MK_FTYPE_MOSTLY_Q4_K_S: return il < n / 8 ? MK_DTYPE_Q5_K : t;
+        default: return t;
+        }
+    }
+    if (mk_gen_ends_with(name, ".attn_output.weight")) {
+        switch (ftype) {
+        case MK_FTYPE_MOSTLY_Q2_K: return MK_DTYPE_Q3_K;
+        case MK_FTYPE_MOSTLY_Q3_K_M: return MK_DTYPE_Q4_K;
+        case MK_FTYPE_MOSTLY_Q3_K_L: return MK_DTYPE_Q5_K;
+        default: return t;
+        }
+    }
     return t;
 }
 
-uint32_t mk_gen_file_type(struct mk_gen_format f) {
-    if (f.q4_k_m) return MK_FTYPE_MOSTLY_Q4_K_M;
-    switch (f.type) {
-    case MK_DTYPE_F32: return MK_FTYPE_ALL_F32;
-    case MK_DTYPE_F16: return MK_FTYPE_MOSTLY_F16;
-    case MK_DTYPE_BF16: return MK_FTYPE_MOSTLY_BF16;
-    case MK_DTYPE_Q8_0: return MK_FTYPE_MOSTLY_Q8_0;
-    case MK_DTYPE_Q4_K: return MK_FTYPE_MOSTLY_Q4_K_S;
-    case MK_DTYPE_Q6_K: return MK_FTYPE_MOSTLY_Q6_K;
+enum mk_dtype mk_gen_tensor_type(struct mk_gen_format f, const char *name, uint32_t n_dims, int64_t cols,
+                                 struct mk_gen_model_shape shape) {
+    if (n_dims < 2) return MK_DTYPE_F32;
+    enum mk_dtype t = f.type;
+    const bool quantized = t != MK_DTYPE_F32 && t != MK_DTYPE_F16 && t != MK_DTYPE_BF16;
+    if (f.mix && quantized) {
+        unsigned layer;
+        const bool is_head =
+            !strcmp(name, "output.weight") || (!shape.has_output && !strcmp(name, "token_embd.weight"));
+        if (is_head) {
+            if (cols % mk_dtype_get(t)->block_size)
+                t = MK_DTYPE_Q8_0;
+            else if (t != MK_DTYPE_Q8_0)
+                t = MK_DTYPE_Q6_K;
+        } else if (sscanf(name, "blk.%u.", &layer) == 1 && layer < shape.n_layer) {
+            t = mk_gen_mix_layer_type(f.ftype, t, name, (int)layer, (int)shape.n_layer, shape.n_gqa);
+        }
     }
-    return MK_FTYPE_ALL_F32;
+    /* As llama.cpp's tensor_type_fallback: a smaller block of about as many bits, then f16. */
+    if (cols % mk_dtype_get(t)->block_size) {
+        switch (t) {
+        case MK_DTYPE_IQ4_XS: t = MK_DTYPE_IQ4_NL; break;
+        case MK_DTYPE_Q2_K:
+        case MK_DTYPE_Q3_K: t = MK_DTYPE_Q4_0; break;
+        case MK_DTYPE_Q4_K: t = MK_DTYPE_Q5_0; break;
+        case MK_DTYPE_Q5_K: t = MK_DTYPE_Q5_1; break;
+        case MK_DTYPE_Q6_K: t = MK_DTYPE_Q8_0; break;
+        default: break;
+        }
+        if (cols % mk_dtype_get(t)->block_size) t = MK_DTYPE_F16;
+    }
+    return t;
 }
 
 /* ---- values ---- */
@@ -372,8 +473,7 @@ enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, str
     struct mk_gen_format fmt;
     const char *dtype = p->dtype ? p->dtype : def.dtype;
     if (mk_gen_parse_format(dtype, &fmt) != 0)
-        return mk_error_set(err, MK_ERR_INVALID_ARG, "unknown dtype '%s' (f32, f16, bf16, q8_0, q4_k, q6_k, q4_k_m)",
-                            dtype);
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "unknown dtype '%s' (%s)", dtype, mk_gen_format_names);
 
     enum mk_status st;
     struct mk_gguf_writer *w = NULL;
@@ -384,20 +484,23 @@ enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, str
     const int64_t e = pr->n_embd, q = (int64_t)pr->n_head * head_dim, kv = (int64_t)pr->n_head_kv * head_dim;
     const int64_t ff = pr->n_ff, nv = pr->n_vocab;
     size_t n_ts = 0, cap = (size_t)9 * L + 3;
+    const struct mk_gen_model_shape shape = { .n_layer = L,
+                                              .n_gqa = pr->n_head / pr->n_head_kv,
+                                              .has_output = !pr->tied_output };
 
     if ((st = mk_gen_vocab_build(pr->n_vocab, &voc, err)) != MK_OK) return st;
     if (!(ts = calloc(cap, sizeof *ts))) {
         st = mk_error_set(err, MK_ERR_NOMEM, "no memory for the tensor list");
         goto fail;
     }
-#define MK_GEN_ADD(rows_, cols_, ...)                                                            \
-    do {                                                                                         \
-        struct mk_gen_tensor *t_ = &ts[n_ts++];                                                  \
-        snprintf(t_->name, sizeof t_->name, __VA_ARGS__);                                        \
-        t_->rows = (rows_) ? (rows_) : 1;                                                        \
-        t_->cols = (cols_);                                                                      \
-        t_->n_dims = (rows_) ? 2 : 1;                                                            \
-        t_->type = mk_gen_tensor_type(fmt, t_->name, t_->n_dims, t_->cols, L, !pr->tied_output); \
+#define MK_GEN_ADD(rows_, cols_, ...)                                              \
+    do {                                                                           \
+        struct mk_gen_tensor *t_ = &ts[n_ts++];                                    \
+        snprintf(t_->name, sizeof t_->name, __VA_ARGS__);                          \
+        t_->rows = (rows_) ? (rows_) : 1;                                          \
+        t_->cols = (cols_);                                                        \
+        t_->n_dims = (rows_) ? 2 : 1;                                              \
+        t_->type = mk_gen_tensor_type(fmt, t_->name, t_->n_dims, t_->cols, shape); \
     } while (0)
     MK_GEN_ADD(nv, e, "token_embd.weight");
     for (uint32_t l = 0; l < L; l++) {
@@ -422,7 +525,7 @@ enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, str
     snprintf(seed_str, sizeof seed_str, "%llu", (unsigned long long)p->seed);
     MK_GEN_TRY(mk_gguf_writer_kv_str(w, "general.architecture", "llama"));
     MK_GEN_TRY(mk_gguf_writer_kv_str(w, "general.name", name));
-    MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "general.file_type", mk_gen_file_type(fmt)));
+    MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "general.file_type", fmt.ftype));
     MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "general.quantization_version", 2));
     MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "llama.context_length", pr->n_ctx));
     MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "llama.embedding_length", pr->n_embd));
@@ -593,12 +696,30 @@ static uint32_t mk_gen_count_layers(const struct mk_gguf *g) {
     return n;
 }
 
+/* An unsigned integer key of g, or def when it is missing or of another type; the mix rules only
+ * use it to pick between two types, so a malformed value need not stop quantizing. */
+static uint64_t mk_gen_kv_uint(const struct mk_gguf *g, const char *key, uint64_t def) {
+    const struct mk_gguf_kv *kv = mk_gguf_find_kv(g, key);
+    if (!kv) return def;
+    switch (kv->type) {
+    case MK_GGUF_UINT8:
+    case MK_GGUF_UINT16:
+    case MK_GGUF_UINT32:
+    case MK_GGUF_UINT64: return kv->v.u64;
+    case MK_GGUF_INT8:
+    case MK_GGUF_INT16:
+    case MK_GGUF_INT32:
+    case MK_GGUF_INT64: return kv->v.i64 > 0 ? (uint64_t)kv->v.i64 : def;
+    default: return def;
+    }
+}
+
 enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, const char *dtype, bool progress,
                                     struct mk_error *err) {
     struct mk_gen_format fmt;
     if (mk_gen_parse_format(dtype, &fmt) != 0)
-        return mk_error_set(err, MK_ERR_INVALID_ARG, "unknown dtype '%s' (f32, f16, bf16, q8_0, q4_k, q6_k, q4_k_m)",
-                            dtype ? dtype : "(null)");
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "unknown dtype '%s' (%s)", dtype ? dtype : "(null)",
+                            mk_gen_format_names);
     struct stat si, so;
     if (stat(in_path, &si) == 0 && stat(out_path, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "%s: output and input are the same file", out_path);
@@ -611,8 +732,13 @@ enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, c
     enum mk_status st = mk_gguf_open(in_path, &g, err);
     if (st != MK_OK) return st;
     const uint64_t n_kv = mk_gguf_kv_count(g), n_t = mk_gguf_tensor_count(g);
-    const uint32_t n_layer = mk_gen_count_layers(g);
-    const bool has_output = mk_gguf_find_tensor(g, "output.weight") != NULL;
+    const uint64_t n_head = mk_gen_kv_uint(g, "llama.attention.head_count", 1);
+    const uint64_t n_head_kv = mk_gen_kv_uint(g, "llama.attention.head_count_kv", n_head);
+    const struct mk_gen_model_shape shape = {
+        .n_layer = mk_gen_count_layers(g),
+        .n_gqa = n_head_kv && n_head >= n_head_kv ? (uint32_t)(n_head / n_head_kv) : 1,
+        .has_output = mk_gguf_find_tensor(g, "output.weight") != NULL,
+    };
     if (!(types = calloc(n_t ? n_t : 1, sizeof *types))) {
         st = mk_error_set(err, MK_ERR_NOMEM, "%s: no memory for %llu tensors", in_path, (unsigned long long)n_t);
         goto fail;
@@ -630,13 +756,13 @@ enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, c
         /* The writer pads with its own alignment: an inherited alignment key would lie. */
         if (!strcmp(key, "general.alignment")) continue;
         if (!strcmp(key, "general.file_type")) {
-            MK_GEN_TRY(mk_gguf_writer_kv_u32(w, key, mk_gen_file_type(fmt)));
+            MK_GEN_TRY(mk_gguf_writer_kv_u32(w, key, fmt.ftype));
             wrote_ftype = true;
             continue;
         }
         if ((st = mk_gen_copy_kv(w, in_path, key, kv, err)) != MK_OK) goto fail;
     }
-    if (!wrote_ftype) MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "general.file_type", mk_gen_file_type(fmt)));
+    if (!wrote_ftype) MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "general.file_type", fmt.ftype));
 
     s.w = w;
     s.progress = (struct mk_gen_progress){ .on = progress && isatty(2), .label = "mk quantize", .last_permille = -1 };
@@ -648,7 +774,7 @@ enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, c
                               (unsigned long long)i);
             goto fail;
         }
-        types[i] = mk_gen_tensor_type(fmt, key, t->n_dims, (int64_t)t->ne[0], n_layer, has_output);
+        types[i] = mk_gen_tensor_type(fmt, key, t->n_dims, (int64_t)t->ne[0], shape);
         uint64_t rows = t->ne[0] ? t->n_elements / t->ne[0] : 0;
         MK_GEN_TRY(mk_gguf_writer_add_tensor(w, key, types[i], t->n_dims, t->ne));
         s.progress.total += rows * mk_dtype_row_bytes(types[i], (int64_t)t->ne[0]);

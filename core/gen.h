@@ -14,7 +14,7 @@ extern "C" {
 
 struct mk_gen_params {
     const char *preset; /* "tiny", "llama-1b", "llama-8b" */
-    const char *dtype;  /* "f32", "f16", "bf16", "q8_0", "q4_k", "q6_k" or the mix "q4_k_m" */
+    const char *dtype;  /* a type name ("f32", "q4_0", ...) or a llama.cpp mix ("Q4_K_M"); see mk_gen_format */
     uint64_t seed;
     bool progress; /* progress bar on stderr, only when stderr is a terminal */
 };
@@ -32,25 +32,37 @@ struct mk_gen_preset {
 /* The preset called name, or NULL. */
 const struct mk_gen_preset *mk_gen_find_preset(const char *name);
 
-/* A target weight format: one dtype for every matrix, or llama.cpp's Q4_K_M mix. */
+/* A target weight format: one dtype for every matrix (a lowercase type name, like llama-quantize
+ * --pure), or one of llama.cpp's file types (its LLAMA_FTYPE name: Q4_0, Q2_K, Q3_K_M, Q4_K_M,
+ * IQ4_XS, ...), whose tensor mix follows llama-quantize without an importance matrix. */
 struct mk_gen_format {
-    enum mk_dtype type; /* MK_DTYPE_Q4_K for the mix */
-    bool q4_k_m;
+    enum mk_dtype type; /* every matrix, or the file type's default (Q4_K for Q4_K_M) */
+    uint32_t ftype;     /* llama.cpp's general.file_type (LLAMA_FTYPE_*) */
+    bool mix;           /* a llama.cpp file type: some tensors get another type */
 };
 
-/* Parses a --dtype value; 0 on success, -1 when unknown. */
+/* Parses a --dtype value ("q4_0", "Q4_K_M", "q4_k_m", ...); 0 on success, -1 when unknown. */
 int mk_gen_parse_format(const char *name, struct mk_gen_format *out);
+/* The accepted --dtype values, for help and error messages. */
+extern const char mk_gen_format_names[];
 
-/* The format a tensor gets. 1-D tensors (norms) are always F32. With the Q4_K_M mix, as in
- * llama.cpp: output.weight (token_embd.weight when the file has no output.weight, because it is
- * then the head) is Q6_K; attn_v and ffn_down are Q6_K in the layers where use_more_bits holds
- * (the first n_layer/8, the last n_layer/8 and every third layer between); everything else Q4_K.
- * A row length that the block size does not divide falls back to Q8_0, then F16. */
+/* What the mix rules look at in a model besides the tensor itself. */
+struct mk_gen_model_shape {
+    uint32_t n_layer;
+    uint32_t n_gqa;  /* query heads per KV head */
+    bool has_output; /* an output.weight; otherwise token_embd.weight is also the head */
+};
+
+/* The format a tensor gets. 1-D tensors (norms) are always F32. With a mix, as llama-quantize
+ * (llama arch, no experts): the head (output.weight, or token_embd.weight when the file has no
+ * output.weight) is Q6_K (Q8_0 for Q8_0 files or rows the default type cannot block); attn_v,
+ * ffn_down and attn_output get more bits by the file type's rules, some only in the layers where
+ * use_more_bits holds (the first n_layer/8, the last n_layer/8 and every third layer between).
+ * Then, for any format, a row length the block size does not divide falls back as in llama.cpp
+ * (q2_k, q3_k to q4_0; q4_k to q5_0; q5_k to q5_1; q6_k to q8_0; iq4_xs to iq4_nl), and to F16
+ * when that does not divide either. */
 enum mk_dtype mk_gen_tensor_type(struct mk_gen_format f, const char *name, uint32_t n_dims, int64_t cols,
-                                 uint32_t n_layer, bool has_output);
-
-/* llama.cpp's general.file_type for a format (LLAMA_FTYPE_*; plain q4_k is reported as Q4_K_S). */
-uint32_t mk_gen_file_type(struct mk_gen_format f);
+                                 struct mk_gen_model_shape shape);
 
 /* Elements [first, first + n) of tensor `name` (row-major, rows of `cols` = ne[0]) as mk_gen_write
  * generates them, before any rounding to the file's format. Each element is a pure function of

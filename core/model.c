@@ -232,10 +232,8 @@ static enum mk_status mk_model_read_vocab(struct mk_model_impl *mi, struct mk_er
 
 /* ---- tensors ---- */
 
-static bool mk_model_is_supported_matrix_type(uint32_t t) {
-    return t == MK_DTYPE_F32 || t == MK_DTYPE_F16 || t == MK_DTYPE_BF16 || t == MK_DTYPE_Q8_0 || t == MK_DTYPE_Q4_K ||
-           t == MK_DTYPE_Q6_K;
-}
+/* Matrices may be in any weight type mk_dtype knows; norms stay f32. */
+static bool mk_model_is_supported_matrix_type(uint32_t t) { return mk_dtype_get(t) != NULL; }
 
 static const char *mk_model_type_name(uint32_t t) {
     const char *n = mk_dtype_ggml_name(t);
@@ -271,7 +269,8 @@ static enum mk_status mk_model_bind(struct mk_model_impl *mi, const char *name, 
         return mk_error_set(err, MK_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s; mk reads %s", file, name,
                             mk_model_type_name(t->type),
                             is_1d ? "norm weights only as f32 ('mk quantize' converts them)"
-                                  : "matrices as f32, f16, bf16, q8_0, q4_k or q6_k");
+                                  : "matrices as f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, "
+                                    "q6_k, iq4_nl or iq4_xs");
     const struct mk_dtype_info *info = mk_dtype_get(t->type);
     MK_ASSERT(info != NULL);
     if (cols % info->block_size)

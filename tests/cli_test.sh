@@ -20,8 +20,8 @@ run 2 "$MK" gen --preset tiny
 has "$T/err" "no output file"
 run 2 "$MK" gen --preset llama-70b -o "$T/x.gguf"
 has "$T/err" "llama-70b"
-run 2 "$MK" gen --dtype q5_k -o "$T/x.gguf"
-has "$T/err" "q5_k"
+run 2 "$MK" gen --dtype iq2_xxs -o "$T/x.gguf"
+has "$T/err" "iq2_xxs"
 run 2 "$MK" gen --seed -3 -o "$T/x.gguf"
 run 2 "$MK" quantize "$T/x.gguf"
 run 2 "$MK" info

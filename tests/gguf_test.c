@@ -751,9 +751,9 @@ static void test_tensor_cases(void) {
     EXPECT_FAIL("unknown tensor type", &b, MK_ERR_FORMAT, "tensor 't'", "type = 99 (not a ggml type)");
     reset(&b);
     uint64_t ne_q[1] = { 32 };
-    one_tensor(&b, "blk.0.ffn_up.weight", 1, ne_q, 2, 0, 32);
-    EXPECT_FAIL("q4_0 tensor", &b, MK_ERR_UNSUPPORTED, "tensor 'blk.0.ffn_up.weight'",
-                "type q4_0 (2) is not supported by mk");
+    one_tensor(&b, "blk.0.ffn_up.weight", 1, ne_q, 16, 0, 32);
+    EXPECT_FAIL("iq2_xxs tensor", &b, MK_ERR_UNSUPPORTED, "tensor 'blk.0.ffn_up.weight'",
+                "type iq2_xxs (16) is not supported by mk");
     reset(&b);
     uint64_t ne_33[1] = { 33 };
     one_tensor(&b, "t", 1, ne_33, MK_DTYPE_Q8_0, 0, 64);
@@ -1303,8 +1303,8 @@ static void test_writer_errors(void) {
 
     /* Unsupported, malformed and duplicate tensors. */
     MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
-    MK_CHECK(mk_gguf_writer_add_tensor(w, "t", 2, 2, ne) == MK_ERR_UNSUPPORTED);
-    MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "type q4_0 (2) is not supported by mk") != NULL);
+    MK_CHECK(mk_gguf_writer_add_tensor(w, "t", 16, 2, ne) == MK_ERR_UNSUPPORTED);
+    MK_CHECK(strstr(mk_gguf_writer_error(w)->msg, "type iq2_xxs (16) is not supported by mk") != NULL);
     mk_gguf_writer_abort(w);
     MK_CHECK(mk_gguf_writer_create(path, &w, &err) == MK_OK);
     uint64_t ne_bad[1] = { 33 };

@@ -349,10 +349,10 @@ static void test_synthetic(void) {
                 "llama.attention.head_count_kv 3", "head_count 4");
     expect_fail(build("f16_norm", (struct spec){ .retype = "blk.0.attn_norm.weight", .retype_to = MK_DTYPE_F16 }),
                 MK_ERR_UNSUPPORTED, "'blk.0.attn_norm.weight'", "type f16");
-    const char *q40 =
-        build("q4_0_matrix", (struct spec){ .retype = "blk.1.ffn_gate.weight", .retype_to = MK_DTYPE_Q8_0 });
-    patch_type(q40, "blk.1.ffn_gate.weight", 2, 2 /* ggml q4_0 */);
-    expect_fail(q40, MK_ERR_UNSUPPORTED, "'blk.1.ffn_gate.weight'", "q4_0");
+    const char *iq2 =
+        build("iq2_xxs_matrix", (struct spec){ .retype = "blk.1.ffn_gate.weight", .retype_to = MK_DTYPE_Q8_0 });
+    patch_type(iq2, "blk.1.ffn_gate.weight", 2, 16 /* ggml iq2_xxs, which mk does not read */);
+    expect_fail(iq2, MK_ERR_UNSUPPORTED, "'blk.1.ffn_gate.weight'", "iq2_xxs");
     expect_fail(build("missing_key", (struct spec){ .no_embd_key = true }), MK_ERR_FORMAT, "llama.embedding_length",
                 "missing");
     expect_fail(build("block_count_too_big", (struct spec){ .block_count = 3 }), MK_ERR_FORMAT, "block_count is 3",

@@ -19,9 +19,12 @@ static void mk_gen_usage(FILE *f) {
                "                 llama-1b (Llama-3.2-1B shape: 2048 wide, 16 layers, 32/8 heads,\n"
                "                 FFN 8192, 128256 tokens, tied head), llama-8b (Llama-3-8B shape: 4096\n"
                "                 wide, 32 layers, 32/8 heads, FFN 14336, 128256 tokens, separate head)\n"
-               "  --dtype TYPE   f32 (default), f16, bf16, q8_0, q4_k, q6_k, or q4_k_m (llama.cpp's\n"
-               "                 Q4_K_M mix: Q6_K head and Q6_K attn_v/ffn_down in about half the\n"
-               "                 layers, Q4_K elsewhere); norm weights are always f32\n"
+               "  --dtype TYPE   a weight type for every matrix: f32 (default), f16, bf16, q4_0, q4_1,\n"
+               "                 q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs; or\n"
+               "                 llama.cpp's mix of that name, in capitals, as llama-quantize makes it\n"
+               "                 without an imatrix: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K_S, Q3_K_M,\n"
+               "                 Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS (the\n"
+               "                 _S/_M/_L ones also in lowercase); norm weights are always f32\n"
                "  --seed S       weight seed (default 42)\n"
                "  -o FILE        output path (required)\n");
 }
@@ -88,7 +91,7 @@ int mk_cmd_gen(int argc, char **argv) {
         return 2;
     }
     if (mk_gen_parse_format(p.dtype, &fmt) != 0) {
-        fprintf(stderr, "mk gen: unknown dtype '%s' (f32, f16, bf16, q8_0, q4_k, q6_k, q4_k_m)\n", p.dtype);
+        fprintf(stderr, "mk gen: unknown dtype '%s' (%s)\n", p.dtype, mk_gen_format_names);
         return 2;
     }
     struct timespec t0, t1;

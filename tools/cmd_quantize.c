@@ -15,10 +15,14 @@ static void mk_quantize_usage(FILE *f) {
                "metadata is copied and general.file_type is updated. Tensors already in their target\n"
                "format are copied unchanged.\n"
                "\n"
-               "  --dtype TYPE   f32, f16, bf16, q8_0, q4_k, q6_k, or q4_k_m (llama.cpp's Q4_K_M mix:\n"
-               "                 Q6_K head and Q6_K attn_v/ffn_down in about half the layers, Q4_K\n"
-               "                 elsewhere). Rows whose length the K-quant block (256) does not divide\n"
-               "                 fall back to q8_0, and to f16 when 32 does not divide them either.\n");
+               "  --dtype TYPE   a weight type for every matrix (like llama-quantize --pure): f32, f16,\n"
+               "                 bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k,\n"
+               "                 iq4_nl, iq4_xs; or llama.cpp's mix of that name, in capitals, with\n"
+               "                 llama-quantize's per-tensor choices (no imatrix): Q4_0, Q4_1, Q5_0,\n"
+               "                 Q5_1, Q8_0, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S,\n"
+               "                 Q5_K_M, Q6_K, IQ4_NL, IQ4_XS (_S/_M/_L also in lowercase). Rows a\n"
+               "                 block does not divide fall back as in llama.cpp (q4_k to q5_0, q6_k\n"
+               "                 to q8_0, ...), and to f16 when 32 does not divide them either.\n");
 }
 
 int mk_cmd_quantize(int argc, char **argv) {
@@ -56,7 +60,7 @@ int mk_cmd_quantize(int argc, char **argv) {
     }
     struct mk_gen_format fmt;
     if (mk_gen_parse_format(dtype, &fmt) != 0) {
-        fprintf(stderr, "mk quantize: unknown dtype '%s' (f32, f16, bf16, q8_0, q4_k, q6_k, q4_k_m)\n", dtype);
+        fprintf(stderr, "mk quantize: unknown dtype '%s' (%s)\n", dtype, mk_gen_format_names);
         return 2;
     }
     struct timespec t0, t1;
