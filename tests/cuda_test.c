@@ -316,15 +316,15 @@ static void test_hang(const struct mk_model *m) {
     }
 }
 
-/* Loads path, first writing it from the BF16 preset when it is missing (it stays for later runs);
- * NULL, as a failed check, when either fails. */
-static struct mk_model *load_or_generate(const char *path, const char *preset) {
+/* Loads path, first writing it from the preset in dtype when it is missing (it stays for later
+ * runs); NULL, as a failed check, when either fails. */
+static struct mk_model *load_or_generate(const char *path, const char *preset, const char *dtype) {
     struct stat sb;
     struct mk_error err;
     if (stat(path, &sb) != 0) {
         struct mk_gen_params gp = mk_gen_default_params();
         gp.preset = preset;
-        gp.dtype = "bf16";
+        gp.dtype = dtype;
         double t0 = now_ms();
         if (mk_gen_write(path, &gp, &err) != MK_OK) {
             fprintf(stderr, "gen %s: %s\n", preset, err.msg);
@@ -342,6 +342,60 @@ static struct mk_model *load_or_generate(const char *path, const char *preset) {
     return m;
 }
 
+/* Runs every GPU backend over the reference's tokens: logits within 1e-3 (relative) at every step,
+ * and greedy tokens equal unless they part at a near tie that rounding order can flip. */
+static void check_gpu_kinds(const struct mk_model *m, const struct trace *t, uint32_t n_ctx, const char *what) {
+    for (int k = 0; k < N_GPU_KINDS; k++) {
+        struct mk_backend *b = create_gpu(m, gpu_kinds[k], n_ctx, 0);
+        if (!b) continue;
+        int diff;
+        uint64_t med;
+        double e = compare_backend(b, t, &diff, &med, what);
+        printf("RESULT %s %s: tokens %s cpu for %u steps%s, max rel logit err %.3g, median step %.1f us\n", what,
+               b->vt->name, diff < 0 ? "equal" : "part from", t->n, diff < 0 ? "" : " (see above)", e, med / 1e3);
+        MK_CHECK(e < 1e-3);
+        if (diff >= 0) {
+            const float *ref = t->logits + (size_t)diff * t->vocab;
+            int32_t cpu_pick = t->out[diff];
+            float second = -INFINITY;
+            for (uint32_t i = 0; i < t->vocab; i++)
+                if ((int32_t)i != cpu_pick && ref[i] > second) second = ref[i];
+            double margin = ref[cpu_pick] - second;
+            double scale = fabs(ref[cpu_pick]);
+            printf("RESULT %s %s: parts at step %d, cpu top-2 margin %.3g (%.3g relative)\n", what, b->vt->name, diff,
+                   margin, margin / (scale > 0 ? scale : 1));
+            MK_CHECK(margin <= 1e-3 * (scale > 1 ? scale : 1));
+        }
+        b->vt->free(b);
+    }
+}
+
+/* Every weight type and llama.cpp mix on the tiny preset: each GPU backend against the CPU
+ * executor, which the CPU tests tie to ggml's dequantization. */
+static void test_quant(void) {
+    static const char *const formats[] = {
+        "f16",    "bf16",   "q8_0",   "q4_0",   "q4_1",   "q5_0",   "q5_1", "q2_k",
+        "q3_k",   "q4_k",   "q5_k",   "q6_k",   "iq4_nl", "iq4_xs", "Q2_K", "Q3_K_S",
+        "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_XS"
+    };
+    const char *tmp = getenv("TMPDIR");
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
+        char path[600], what[64];
+        snprintf(path, sizeof path, "%s/mk_tiny_%s.gguf", tmp && *tmp ? tmp : "/tmp", formats[f]);
+        snprintf(what, sizeof what, "tiny-%s", formats[f]);
+        struct mk_model *m = load_or_generate(path, "tiny", formats[f]);
+        if (!m) continue;
+        struct trace t;
+        if (cpu_reference(m, 256, 1, 32, &t) != 0) {
+            MK_CHECK(0);
+        } else {
+            check_gpu_kinds(m, &t, 256, what);
+            trace_free(&t);
+        }
+        mk_model_free(m);
+    }
+}
+
 /* llama-1b shape in BF16: greedy tokens of every backend against the CPU executor for 64 steps;
  * where a token differs, the reference's own margin must be within the logit error there. */
 static void test_llama1b(void) {
@@ -352,7 +406,7 @@ static void test_llama1b(void) {
         snprintf(buf, sizeof buf, "%s/mk_llama1b_bf16.gguf", tmp && *tmp ? tmp : "/tmp");
         path = buf;
     }
-    struct mk_model *m = load_or_generate(path, "llama-1b");
+    struct mk_model *m = load_or_generate(path, "llama-1b", "bf16");
     if (!m) return;
     const uint32_t steps = 64, n_ctx = 512;
     struct trace t;
@@ -363,30 +417,7 @@ static void test_llama1b(void) {
         return;
     }
     printf("INFO cpu reference llama-1b bf16: %u steps in %.1f s\n", steps, (now_ms() - t0) / 1e3);
-    for (int k = 0; k < N_GPU_KINDS; k++) {
-        struct mk_backend *b = create_gpu(m, gpu_kinds[k], n_ctx, 0);
-        if (!b) continue;
-        int diff;
-        uint64_t med;
-        double e = compare_backend(b, &t, &diff, &med, "llama-1b-bf16");
-        printf("RESULT llama-1b-bf16 %s: tokens %s cpu for %u steps%s, max rel logit err %.3g, median step %.1f us\n",
-               b->vt->name, diff < 0 ? "equal" : "part from", steps, diff < 0 ? "" : " (see above)", e, med / 1e3);
-        MK_CHECK(e < 1e-3);
-        if (diff >= 0) {
-            /* A legitimate parting is a near tie that rounding order can flip. */
-            const float *ref = t.logits + (size_t)diff * t.vocab;
-            int32_t cpu_pick = t.out[diff];
-            float second = -INFINITY;
-            for (uint32_t i = 0; i < t.vocab; i++)
-                if ((int32_t)i != cpu_pick && ref[i] > second) second = ref[i];
-            double margin = ref[cpu_pick] - second;
-            double scale = fabs(ref[cpu_pick]);
-            printf("RESULT llama-1b-bf16 %s: parts at step %d, cpu top-2 margin %.3g (%.3g relative)\n", b->vt->name,
-                   diff, margin, margin / (scale > 0 ? scale : 1));
-            MK_CHECK(margin <= 1e-3 * (scale > 1 ? scale : 1));
-        }
-        b->vt->free(b);
-    }
+    check_gpu_kinds(m, &t, n_ctx, "llama-1b-bf16");
     trace_free(&t);
     mk_model_free(m);
 }
@@ -555,7 +586,7 @@ static void test_bench8b(void) {
     const char *tmp = getenv("TMPDIR");
     char path[512];
     snprintf(path, sizeof path, "%s/mk_llama8b_bf16.gguf", tmp && *tmp ? tmp : "/tmp");
-    struct mk_model *m = load_or_generate(path, "llama-8b");
+    struct mk_model *m = load_or_generate(path, "llama-8b", "bf16");
     if (!m) return;
     bench_model(m, "llama-8b-bf16", 128);
     if (!getenv("MK_BENCH_SKIP_TRACE")) trace_model(m, "llama-8b-bf16", 16, MK_GPU_TRACE_AFTER_WAITS);
@@ -603,6 +634,7 @@ int main(int argc, char **argv) {
     if (all || !strcmp(only, "context")) test_context_limit(m);
     if (all || !strcmp(only, "hang")) test_hang(m);
     mk_model_free(m);
+    if (all || !strcmp(only, "quant")) test_quant();
     if (all || !strcmp(only, "llama1b")) test_llama1b();
     if (!strcmp(only, "bench")) test_bench(dir);
     if (!strcmp(only, "bench8b")) test_bench8b();

@@ -5,14 +5,17 @@
 #   BIN_DIR  folder of binaries built elsewhere with `bazel build -c opt`: cuda_test (and mk,
 #            megakernel_module.cubin/.ptx, variant_*.cubin when present); default gpu/. Models: $MK_MODELS_DIR, else
 #            BIN_DIR/models (copies of ../shared/models files, never committed).
-#   what     any of: info tests ptx llama1b bench bench8b variants nodriver mk (default: all but
-#            bench8b and variants).
+#   what     any of: info tests quant ptx llama1b bench bench8b variants nodriver mk peer (default:
+#            all but bench8b, variants and peer).
+#   peer     builds llama.cpp from $LLAMA_TARBALL (a .tar.gz of its source, e.g. vendor/llama.cpp of
+#            the llama-cpp-python sdist) unless $LLAMA_BUILD already holds bin/llama-bench, then runs
+#            llama-bench on each file in $PEER_MODELS (space-separated GGUFs) as mk's figures were.
 # Writes $OUT/gpu_check.log (everything) and $OUT/summary.txt (the RESULT/BENCH/TRACE lines and
 # the verdict of each part). Exit status 1 when any part failed.
 set -u
 BIN=${1:-gpu}
 shift || true
-WHAT=${*:-info tests ptx llama1b bench nodriver mk}
+WHAT=${*:-info tests quant ptx llama1b bench nodriver mk}
 OUT=${OUT:-/tmp/mk-gpu-check}
 mkdir -p "$OUT"
 LOG=$OUT/gpu_check.log
@@ -67,6 +70,10 @@ for w in $WHAT; do
         # The optional ATTN_OUTPUT op (combine fused into the attention output) must agree too.
         run "cuda_test stories, fused attention output" 300 env MK_CUDA_FUSE_ATTN_OUTPUT=1 "$BIN/cuda_test" stories
         ;;
+    quant)
+        # Every weight type and llama.cpp mix on the tiny preset, each GPU backend against the CPU.
+        run "cuda_test quant" 300 "$BIN/cuda_test" quant
+        ;;
     ptx)
         # The PTX path (what GPUs other than sm_90 run), JIT-compiled by the driver.
         [ -f "$BIN/megakernel_module.ptx" ] &&
@@ -115,6 +122,23 @@ for w in $WHAT; do
             m1b=$TMPDIR/mk_llama1b_bf16.gguf
             [ -f "$m1b" ] && run "mk bench llama-1b" 400 "$BIN/mk" bench -m "$m1b" --backend megakernel,perop,graph -n 128
         fi
+        ;;
+    peer)
+        LLAMA_BUILD=${LLAMA_BUILD:-$TMPDIR/llama.cpp/build}
+        if [ ! -x "$LLAMA_BUILD/bin/llama-bench" ]; then
+            src=$(dirname "$LLAMA_BUILD")
+            mkdir -p "$(dirname "$src")"
+            run "llama.cpp unpack" 120 tar xzf "${LLAMA_TARBALL:-gpu/llama.cpp-subset.tar.gz}" -C "$(dirname "$src")"
+            run "llama.cpp configure" 300 cmake -S "$src" -B "$LLAMA_BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+                -DCMAKE_CUDA_ARCHITECTURES=90a -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
+                -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
+            run "llama.cpp build" 900 cmake --build "$LLAMA_BUILD" -j "$(nproc)" --target llama-bench
+        fi
+        for f in ${PEER_MODELS:-}; do
+            run "llama-bench $(basename "$f")" 300 "$LLAMA_BUILD/bin/llama-bench" -m "$f" -ngl 99 -p 0 -n 128 -fa 1 \
+                -o md
+        done
+        grep -E '^\| .*tg128' "$LOG" >> "$SUM"
         ;;
     *)
         note "unknown part '$w'"
