@@ -179,41 +179,14 @@ __device__ __forceinline__ float mk_dot_f16x8(uint4 w, float4 a, float4 b) {
     return s;
 }
 
-/* This lane's part of row . xs for a block format: one loop per format, so each decode is
- * specialised and the switch stays outside it. Not inlined: one copy serves every op and R. */
-__device__ __noinline__ float mk_dot_row_quant(const uint8_t *row, uint32_t dtype, uint32_t n, const float *xs) {
-    const uint32_t lane = threadIdx.x & 31u;
-    float acc = 0.0f;
-    switch (dtype) {
-#define MK_DOT_ELEMS(T)                                                                \
-    case T:                                                                            \
-        for (uint32_t e = lane; e < n; e += 32u) acc += mk_q_value(T, row, e) * xs[e]; \
-        break;
-        MK_DOT_ELEMS(MK_DEV_Q4_0)
-        MK_DOT_ELEMS(MK_DEV_Q4_1)
-        MK_DOT_ELEMS(MK_DEV_Q5_0)
-        MK_DOT_ELEMS(MK_DEV_Q5_1)
-        MK_DOT_ELEMS(MK_DEV_Q8_0)
-        MK_DOT_ELEMS(MK_DEV_Q2_K)
-        MK_DOT_ELEMS(MK_DEV_Q3_K)
-        MK_DOT_ELEMS(MK_DEV_Q4_K)
-        MK_DOT_ELEMS(MK_DEV_Q5_K)
-        MK_DOT_ELEMS(MK_DEV_Q6_K)
-        MK_DOT_ELEMS(MK_DEV_IQ4_NL)
-        MK_DOT_ELEMS(MK_DEV_IQ4_XS)
-#undef MK_DOT_ELEMS
-    default: break;
-    }
-    return acc;
-}
-
 /* 16-byte loads in flight per lane in the row-dot loop. */
 #ifndef MK_DOT_INFLIGHT
 #define MK_DOT_INFLIGHT 8
 #endif
 
 /* acc[r] = row[r] . xs over n elements for R (1, 2 or 4, a constant after inlining) rows of one
- * format, reduced over the warp: every lane gets the sums. All rows share dtype and `vec`. */
+ * float format (f32, f16, bf16; block formats take mk_qrows), reduced over the warp: every lane
+ * gets the sums. All rows share dtype and `vec`. */
 __device__ __forceinline__ void mk_dot_rows(const uint8_t *const *row, const int R, uint32_t dtype, bool vec,
                                             uint32_t n, const float *xs, float *acc) {
     const uint32_t lane = threadIdx.x & 31u;
@@ -267,16 +240,10 @@ __device__ __forceinline__ void mk_dot_rows(const uint8_t *const *row, const int
             }
         }
     } else {
-        const bool plain = dtype == MK_DEV_F32 || dtype == MK_DEV_F16 || dtype == MK_DEV_BF16;
-        if (plain) {
-            for (uint32_t e = lane; e < n; e += 32u) {
-                float x = xs[e];
+        for (uint32_t e = lane; e < n; e += 32u) {
+            float x = xs[e];
 #pragma unroll
-                for (int r = 0; r < R; r++) acc[r] += mk_elem(dtype, row[r], e) * x;
-            }
-        } else {
-#pragma unroll
-            for (int r = 0; r < R; r++) acc[r] = mk_dot_row_quant(row[r], dtype, n, xs);
+            for (int r = 0; r < R; r++) acc[r] += mk_elem(dtype, row[r], e) * x;
         }
     }
 #pragma unroll
@@ -288,6 +255,169 @@ __device__ __forceinline__ int mk_rows_per_warp(uint32_t count) {
     if (count >= 4u * MK_BLOCK_WARPS) return 4;
     if (count >= 2u * MK_BLOCK_WARPS) return 2;
     return 1;
+}
+
+/* ---- Block formats: rows streamed through shared memory (the staged path). ---- */
+
+/* Rows [row0, row0 + n) of one matrix whose results go to res[res0 ...]. */
+struct mk_qseg {
+    const uint8_t *ptr;
+    uint32_t dtype, row_bytes, cols;
+    uint32_t row0, n, res0;
+};
+
+__device__ __forceinline__ struct mk_qseg mk_qseg_make(const struct mk_wdesc *w, uint32_t row0, uint32_t n,
+                                                       uint32_t res0) {
+    struct mk_qseg s;
+    s.ptr = w->ptr;
+    s.dtype = w->dtype;
+    s.row_bytes = w->row_bytes;
+    s.cols = w->cols;
+    s.row0 = row0;
+    s.n = n;
+    s.res0 = res0;
+    return s;
+}
+
+/* Bytes per chunk of a row of format t: whole blocks, a multiple of 16, at most MK_QSTAGE_BYTES. */
+__device__ __forceinline__ uint32_t mk_qchunk_bytes(uint32_t t) {
+    uint32_t bb = mk_q_block_bytes(t), unit = bb;
+    while (unit % 16u) unit += bb;
+    return MK_QSTAGE_BYTES / unit * unit;
+}
+
+__device__ __forceinline__ void mk_cp_async16(void *dst, const void *src, uint32_t src_bytes) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void mk_cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void mk_cp_async_wait_stages(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(MK_QSTAGES - 1) : "memory");
+}
+
+/* A warp's cursor: its k-th row of the segments (k = warp, warp + MK_BLOCK_WARPS, ...) and the
+ * chunk of that row. */
+struct mk_qcur {
+    uint32_t k, ch;
+};
+
+/* Locates row k of the segments: its segment and row in it; false past the end. */
+__device__ __forceinline__ bool mk_qcur_seg(const struct mk_qseg *seg, uint32_t nseg, uint32_t k, uint32_t *s,
+                                            uint32_t *r) {
+    for (uint32_t i = 0; i < nseg; i++) {
+        if (k < seg[i].n) {
+            *s = i;
+            *r = k;
+            return true;
+        }
+        k -= seg[i].n;
+    }
+    return false;
+}
+
+/* Starts the copy of the cursor's chunk into buf (every lane takes part; nothing past the end),
+ * then commits a group either way, so that group counts stay in step with chunks. */
+__device__ __forceinline__ void mk_qissue(const struct mk_qseg *seg, uint32_t nseg, struct mk_qcur c, uint8_t *buf) {
+    const uint32_t lane = threadIdx.x & 31u;
+    uint32_t s, r;
+    if (mk_qcur_seg(seg, nseg, c.k, &s, &r)) {
+        const uint32_t cb = mk_qchunk_bytes(seg[s].dtype), off = c.ch * cb;
+        const uint8_t *src = seg[s].ptr + (uint64_t)(seg[s].row0 + r) * seg[s].row_bytes + off;
+        const uint32_t len = min(cb, seg[s].row_bytes - off);
+        if ((((uintptr_t)src) & 15u) == 0) {
+            for (uint32_t j = 16u * lane; j < len; j += 512u) mk_cp_async16(buf + j, src + j, min(16u, len - j));
+        } else {
+            /* Rows only 2-byte aligned (an odd count of 84-, 110- or 210-byte blocks before them). */
+            for (uint32_t j = 2u * lane; j < len; j += 64u)
+                *(unsigned short *)(buf + j) = __ldg((const unsigned short *)(src + j));
+        }
+    }
+    mk_cp_async_commit();
+}
+
+__device__ __forceinline__ void mk_qcur_next(const struct mk_qseg *seg, uint32_t nseg, struct mk_qcur *c) {
+    uint32_t s, r;
+    if (!mk_qcur_seg(seg, nseg, c->k, &s, &r)) return;
+    if (++c->ch * mk_qchunk_bytes(seg[s].dtype) >= seg[s].row_bytes) {
+        c->ch = 0;
+        c->k += MK_BLOCK_WARPS;
+    }
+}
+
+/* This lane's part of a staged chunk of `len` bytes of format t against x (from the chunk's first
+ * element): 8 lanes per 32-element group, four elements each. One loop per format, so each decode
+ * is specialised and the switch stays outside it. */
+__device__ __noinline__ float mk_qchunk_dot(uint32_t t, const uint8_t *chunk, uint32_t len, const float *x) {
+    const uint32_t lane = threadIdx.x & 31u, q = lane & 7u;
+    float acc = 0.0f;
+    /* Block size and groups per block are constants inside each case: no divisions in the loop. */
+    switch (t) {
+#define MK_QCHUNK_LOOP(T)                                                         \
+    case T: {                                                                     \
+        const uint32_t bb = mk_q_block_bytes(T), gpb = mk_q_block_elems(T) / 32u; \
+        const uint32_t groups = len / bb * gpb;                                   \
+        for (uint32_t gi = lane >> 3; gi < groups; gi += 4u) {                    \
+            const float4 x4 = *(const float4 *)(x + 32u * gi + 4u * q);           \
+            const float xa[4] = { x4.x, x4.y, x4.z, x4.w };                       \
+            acc += mk_q_dot4(T, chunk + gi / gpb * bb, gi % gpb, q, xa);          \
+        }                                                                         \
+        break;                                                                    \
+    }
+        MK_QCHUNK_LOOP(MK_DEV_F32)
+        MK_QCHUNK_LOOP(MK_DEV_F16)
+        MK_QCHUNK_LOOP(MK_DEV_BF16)
+        MK_QCHUNK_LOOP(MK_DEV_Q4_0)
+        MK_QCHUNK_LOOP(MK_DEV_Q4_1)
+        MK_QCHUNK_LOOP(MK_DEV_Q5_0)
+        MK_QCHUNK_LOOP(MK_DEV_Q5_1)
+        MK_QCHUNK_LOOP(MK_DEV_Q8_0)
+        MK_QCHUNK_LOOP(MK_DEV_Q2_K)
+        MK_QCHUNK_LOOP(MK_DEV_Q3_K)
+        MK_QCHUNK_LOOP(MK_DEV_Q4_K)
+        MK_QCHUNK_LOOP(MK_DEV_Q5_K)
+        MK_QCHUNK_LOOP(MK_DEV_Q6_K)
+        MK_QCHUNK_LOOP(MK_DEV_IQ4_NL)
+        MK_QCHUNK_LOOP(MK_DEV_IQ4_XS)
+#undef MK_QCHUNK_LOOP
+    default: break;
+    }
+    return acc;
+}
+
+/* res[seg.res0 + i] = row(seg.row0 + i) . xs for every row of the segments, in any format. Each
+ * warp streams its rows chunk by chunk through MK_QSTAGES buffers of `stage` (MK_QSTAGE_BYTES each
+ * per warp): the copies of the next chunks are in flight while it decodes the current one. Ends
+ * with __syncthreads, so res is complete for the whole block. */
+__device__ __noinline__ void mk_qrows(const struct mk_qseg *seg, uint32_t nseg, const float *xs, float *res,
+                                      uint8_t *stage) {
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    uint8_t *bufs = stage + warp * MK_QSTAGES * MK_QSTAGE_BYTES;
+    struct mk_qcur prod = { warp, 0u }, cons = prod;
+    for (uint32_t i = 0; i + 1u < MK_QSTAGES; i++) {
+        mk_qissue(seg, nseg, prod, bufs + i * MK_QSTAGE_BYTES);
+        mk_qcur_next(seg, nseg, &prod);
+    }
+    float acc = 0.0f;
+    uint32_t s, r;
+    for (uint32_t it = 0; mk_qcur_seg(seg, nseg, cons.k, &s, &r); it++) {
+        mk_qissue(seg, nseg, prod, bufs + ((it + MK_QSTAGES - 1u) % MK_QSTAGES) * MK_QSTAGE_BYTES);
+        mk_qcur_next(seg, nseg, &prod);
+        mk_cp_async_wait_stages();
+        __syncwarp();
+        const uint32_t cb = mk_qchunk_bytes(seg[s].dtype), off = cons.ch * cb;
+        const uint32_t len = min(cb, seg[s].row_bytes - off);
+        const uint32_t e0 = off / mk_q_block_bytes(seg[s].dtype) * mk_q_block_elems(seg[s].dtype);
+        acc += mk_qchunk_dot(seg[s].dtype, bufs + (it % MK_QSTAGES) * MK_QSTAGE_BYTES, len, xs + e0);
+        __syncwarp(); /* this buffer is refilled by the next iteration's copy */
+        if (off + len >= seg[s].row_bytes) {
+            acc = mk_warp_sum(acc);
+            if (lane == 0) res[seg[s].res0 + r] = acc;
+            acc = 0.0f;
+        }
+        mk_qcur_next(seg, nseg, &cons);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
 }
 
 #endif

@@ -30,21 +30,55 @@ MK_LAYOUT_FN uint32_t mk_layout_align4(uint32_t n) { return (n + 3u) & ~3u; }
 #define MK_ATTN_TILE 64u
 MK_LAYOUT_FN uint32_t mk_layout_attn_tile(uint32_t block) { return block < MK_ATTN_TILE ? block : MK_ATTN_TILE; }
 
+/* Block-format (quantized) matrices are staged through shared memory: each warp streams its rows
+ * in chunks of at most MK_QSTAGE_BYTES through MK_QSTAGES buffers, copies running ahead of the
+ * decoding (megakernel/common.cuh, mk_qrows). */
+#define MK_QSTAGE_BYTES 2048u
+#define MK_QSTAGES      3u
+MK_LAYOUT_FN uint32_t mk_layout_qstage_words(void) { return MK_BLOCK_WARPS * MK_QSTAGES * MK_QSTAGE_BYTES / 4u; }
+
+/* A ggml block format rather than f32 (0), f16 (1) or bf16 (30). */
+MK_LAYOUT_FN int mk_layout_is_block_format(uint32_t dtype) { return dtype != 0u && dtype != 1u && dtype != 30u; }
+
+/* The staged path's extra words: `res` results (rows of the task, 4-aligned) and the stages. */
+MK_LAYOUT_FN uint32_t mk_layout_qextra_words(int staged, uint32_t res) {
+    return staged ? mk_layout_align4(res) + mk_layout_qstage_words() : 0u;
+}
+
 /* 4-byte words of dynamic shared memory the op of `in` uses; the kernels carve exactly this.
- * `w` is the weight table (for the column count of the first matrix). */
+ * `w` is the weight table (column counts, and formats for the staged path). */
 MK_LAYOUT_FN uint32_t mk_layout_smem_words(const struct mk_instr *in, const struct mk_weight_ref *w) {
     switch (in->op) {
-    case MK_OP_MATVEC_RESIDUAL: return mk_layout_align4(w[in->weight[0]].cols);
-    case MK_OP_ATTN_OUTPUT:
-        return mk_layout_align4(w[in->weight[0]].cols) + 2u * in->args.attn_out.n_head * in->args.attn_out.n_blocks;
-    case MK_OP_NORM_QKV_ROPE:
-        return mk_layout_align4(w[in->weight[1]].cols) + mk_layout_align4(in->args.qkv.rows_per_task);
+    case MK_OP_MATVEC_RESIDUAL:
+        return mk_layout_align4(w[in->weight[0]].cols) +
+               mk_layout_qextra_words(mk_layout_is_block_format(w[in->weight[0]].dtype), in->args.matvec.rows_per_task);
+    case MK_OP_ATTN_OUTPUT: {
+        uint32_t own = mk_layout_align4(w[in->weight[0]].cols) +
+                       mk_layout_align4(2u * in->args.attn_out.n_head * in->args.attn_out.n_blocks);
+        return own + mk_layout_qextra_words(mk_layout_is_block_format(w[in->weight[0]].dtype),
+                                            in->args.attn_out.rows_per_task);
+    }
+    case MK_OP_NORM_QKV_ROPE: {
+        int staged = mk_layout_is_block_format(w[in->weight[1]].dtype) ||
+                     mk_layout_is_block_format(w[in->weight[2]].dtype) ||
+                     mk_layout_is_block_format(w[in->weight[3]].dtype);
+        return mk_layout_align4(w[in->weight[1]].cols) + mk_layout_align4(in->args.qkv.rows_per_task) +
+               (staged ? mk_layout_qstage_words() : 0u);
+    }
     case MK_OP_ATTN_PARTIAL: {
         uint32_t tile = mk_layout_attn_tile(in->args.attn.block), hd = in->args.attn.head_dim;
         return mk_layout_align4(hd) + 2u * tile * (hd + 1u) + mk_layout_align4(tile) + MK_BLOCK_THREADS;
     }
-    case MK_OP_NORM_GATE_UP_SILU: return mk_layout_align4(w[in->weight[1]].cols);
-    case MK_OP_NORM_LM_HEAD: return mk_layout_align4(w[in->weight[1]].cols);
+    case MK_OP_NORM_GATE_UP_SILU: {
+        int staged =
+            mk_layout_is_block_format(w[in->weight[1]].dtype) || mk_layout_is_block_format(w[in->weight[2]].dtype);
+        return mk_layout_align4(w[in->weight[1]].cols) +
+               mk_layout_qextra_words(staged, 2u * in->args.gate_up.rows_per_task);
+    }
+    case MK_OP_NORM_LM_HEAD:
+        return mk_layout_align4(w[in->weight[1]].cols) +
+               mk_layout_qextra_words(mk_layout_is_block_format(w[in->weight[1]].dtype),
+                                      in->args.lm_head.rows_per_task);
     case MK_OP_SAMPLE: return MK_SAMPLE_SMEM_WORDS;
     default: return 0;
     }

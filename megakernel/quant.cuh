@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #endif
 #include <stdint.h>
+#include <string.h>
 
 /* ggml type ids (core/dtype.h is host C; the ids are ggml's and never change). */
 #define MK_DEV_Q4_0   2u
@@ -25,7 +26,8 @@
 
 /* Lanes of a warp decode 32 neighbouring elements, so the block header each lane reads is the
  * same address for the whole warp (one broadcast) and the quant bytes are neighbours. Loads go
- * through the read-only path byte by byte: ggml blocks are only 2-byte aligned. */
+ * through the read-only path byte by byte: ggml blocks are only 2-byte aligned. Staged blocks in
+ * shared memory take the mk_s_ loads below instead (the read-only path faults there). */
 __device__ __forceinline__ uint32_t mk_q_u8(const uint8_t *p) { return __ldg(p); }
 
 __device__ __forceinline__ float mk_q_half(const uint8_t *p) {
@@ -150,6 +152,171 @@ __device__ __forceinline__ float mk_q_value(uint32_t t, const uint8_t *row, uint
         uint32_t sh = mk_q_u8(b + 2u) | (mk_q_u8(b + 3u) << 8);
         uint32_t ls = ((mk_q_u8(b + 4u + (k >> 1)) >> (4u * (k & 1u))) & 15u) | (((sh >> (2u * k)) & 3u) << 4);
         return mk_q_half(b) * (float)((int)ls - 32) * mk_q_iq4(mk_q_nibble32(b + 8u + 16u * k, i));
+    }
+    default: return 0.0f;
+    }
+}
+
+/* ---- Staged decoding: ggml blocks copied into shared memory, four neighbours per lane. ---- */
+
+/* Bytes and elements of one ggml block of type t (f32/f16/bf16 as 32-element runs); 0 if unknown. */
+__host__ __device__ __forceinline__ uint32_t mk_q_block_bytes(uint32_t t) {
+    switch (t) {
+    case 0u: return 128u; /* f32 */
+    case 1u:              /* f16 */
+    case 30u: return 64u; /* bf16 */
+    case MK_DEV_Q8_0: return 34u;
+    case MK_DEV_Q4_0: return 18u;
+    case MK_DEV_Q4_1: return 20u;
+    case MK_DEV_Q5_0: return 22u;
+    case MK_DEV_Q5_1: return 24u;
+    case MK_DEV_IQ4_NL: return 18u;
+    case MK_DEV_Q2_K: return 84u;
+    case MK_DEV_Q3_K: return 110u;
+    case MK_DEV_Q4_K: return 144u;
+    case MK_DEV_Q5_K: return 176u;
+    case MK_DEV_Q6_K: return 210u;
+    case MK_DEV_IQ4_XS: return 136u;
+    default: return 0u;
+    }
+}
+
+__host__ __device__ __forceinline__ uint32_t mk_q_block_elems(uint32_t t) {
+    return t == MK_DEV_Q2_K || t == MK_DEV_Q3_K || t == MK_DEV_Q4_K || t == MK_DEV_Q5_K || t == MK_DEV_Q6_K ||
+                   t == MK_DEV_IQ4_XS
+               ? 256u
+               : 32u;
+}
+
+/* Loads from a staged copy (shared memory, or any memory in host tests): every offset used is
+ * even, since every ggml block size is. */
+__device__ __forceinline__ uint32_t mk_s_u16(const uint8_t *p) { return *(const unsigned short *)p; }
+__device__ __forceinline__ uint32_t mk_s_w32(const uint8_t *p) { return mk_s_u16(p) | (mk_s_u16(p + 2) << 16); }
+__device__ __forceinline__ float mk_s_half(const uint8_t *p) {
+    return __half2float(__ushort_as_half((unsigned short)mk_s_u16(p)));
+}
+__device__ __forceinline__ uint32_t mk_s_byte(uint32_t w, uint32_t i) { return (w >> (8u * i)) & 255u; }
+
+/* mk_q_scale_min_k4 and mk_q_scale_q3k on a staged block. */
+__device__ __forceinline__ void mk_s_scale_min_k4(uint32_t j, const uint8_t *s, float *sc, float *m) {
+    if (j < 4u) {
+        *sc = (float)(s[j] & 63u);
+        *m = (float)(s[j + 4u] & 63u);
+    } else {
+        *sc = (float)((s[j + 4u] & 15u) | ((s[j - 4u] >> 6) << 4));
+        *m = (float)((s[j + 4u] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+__device__ __forceinline__ int mk_s_scale_q3k(uint32_t i, const uint8_t *s) {
+    uint32_t g = i >> 2, r = i & 3u;
+    uint32_t lo = g < 2u ? s[4u * g + r] & 15u : s[4u * (g - 2u) + r] >> 4;
+    uint32_t hi = (s[8u + r] >> (2u * g)) & 3u;
+    return (int)(lo | (hi << 4)) - 32;
+}
+
+/* Sum over i < 4 of value(e0 + i) * x[i], where e0 = 32 * g + 4 * q (q = 0..7) counts from the start
+ * of the block at b and g is the 32-element group in it; the values are those of mk_q_value. The
+ * scale and minimum are applied once per four: d * sum(q x) - m * sum(x). */
+__device__ __forceinline__ float mk_q_dot4(uint32_t t, const uint8_t *b, uint32_t g, uint32_t q, const float *x) {
+    const uint32_t e = 4u * q; /* first element in the 32-element group */
+    float sq = 0.0f, sx = x[0] + x[1] + x[2] + x[3];
+    switch (t) {
+    case 0u: { /* f32 */
+        const float *f = (const float *)(b + 4u * e);
+        return f[0] * x[0] + f[1] * x[1] + f[2] * x[2] + f[3] * x[3];
+    }
+    case 1u: { /* f16 */
+        const uint8_t *h = b + 2u * e;
+        return mk_s_half(h) * x[0] + mk_s_half(h + 2) * x[1] + mk_s_half(h + 4) * x[2] + mk_s_half(h + 6) * x[3];
+    }
+    case 30u: { /* bf16 */
+        uint32_t lo = mk_s_w32(b + 2u * e), hi = mk_s_w32(b + 2u * e + 4u);
+        float v0, v1, v2, v3;
+        uint32_t u0 = lo << 16, u1 = lo & 0xffff0000u, u2 = hi << 16, u3 = hi & 0xffff0000u;
+        memcpy(&v0, &u0, 4);
+        memcpy(&v1, &u1, 4);
+        memcpy(&v2, &u2, 4);
+        memcpy(&v3, &u3, 4);
+        return v0 * x[0] + v1 * x[1] + v2 * x[2] + v3 * x[3];
+    }
+    case MK_DEV_Q8_0: {
+        uint32_t w = mk_s_w32(b + 2u + e);
+        for (uint32_t i = 0; i < 4u; i++) sq += (float)(int8_t)mk_s_byte(w, i) * x[i];
+        return mk_s_half(b) * sq;
+    }
+    case MK_DEV_Q4_0:
+    case MK_DEV_Q4_1:
+    case MK_DEV_IQ4_NL: {
+        const bool one = t == MK_DEV_Q4_1;
+        uint32_t w = mk_s_w32(b + (one ? 4u : 2u) + (e & 15u)), sh = e < 16u ? 0u : 4u;
+        for (uint32_t i = 0; i < 4u; i++) {
+            uint32_t n = (mk_s_byte(w, i) >> sh) & 15u;
+            sq += (t == MK_DEV_IQ4_NL ? mk_q_iq4(n) : (float)((int)n - (one ? 0 : 8))) * x[i];
+        }
+        float d = mk_s_half(b);
+        return one ? d * sq + mk_s_half(b + 2u) * sx : d * sq;
+    }
+    case MK_DEV_Q5_0:
+    case MK_DEV_Q5_1: {
+        const bool one = t == MK_DEV_Q5_1;
+        const uint8_t *qh = b + (one ? 4u : 2u);
+        uint32_t h = mk_s_w32(qh) >> e, w = mk_s_w32(qh + 4u + (e & 15u)), sh = e < 16u ? 0u : 4u;
+        for (uint32_t i = 0; i < 4u; i++) {
+            int n = (int)(((mk_s_byte(w, i) >> sh) & 15u) | (((h >> i) & 1u) << 4));
+            sq += (float)(n - (one ? 0 : 16)) * x[i];
+        }
+        float d = mk_s_half(b);
+        return one ? d * sq + mk_s_half(b + 2u) * sx : d * sq;
+    }
+    case MK_DEV_Q2_K: {
+        uint32_t n = g >> 2, j = g & 3u;
+        uint32_t sc = b[8u * n + 2u * j + (e >> 4)];
+        uint32_t w = mk_s_w32(b + 16u + 32u * n + e);
+        for (uint32_t i = 0; i < 4u; i++) sq += (float)((mk_s_byte(w, i) >> (2u * j)) & 3u) * x[i];
+        return mk_s_half(b + 80u) * (float)(sc & 15u) * sq - mk_s_half(b + 82u) * (float)(sc >> 4) * sx;
+    }
+    case MK_DEV_Q3_K: {
+        uint32_t n = g >> 2, j = g & 3u;
+        uint32_t hm = mk_s_w32(b + e), w = mk_s_w32(b + 32u + 32u * n + e);
+        for (uint32_t i = 0; i < 4u; i++) {
+            int v = (int)((mk_s_byte(w, i) >> (2u * j)) & 3u) - (((mk_s_byte(hm, i) >> g) & 1u) ? 0 : 4);
+            sq += (float)v * x[i];
+        }
+        int s = mk_s_scale_q3k(2u * g + (e >> 4), b + 96u);
+        return mk_s_half(b + 108u) * (float)s * sq;
+    }
+    case MK_DEV_Q4_K:
+    case MK_DEV_Q5_K: {
+        const bool five = t == MK_DEV_Q5_K;
+        uint32_t w = mk_s_w32(b + (five ? 48u : 16u) + 32u * (g >> 1) + e), sh = (g & 1u) ? 4u : 0u;
+        uint32_t h = five ? mk_s_w32(b + 16u + e) : 0u;
+        for (uint32_t i = 0; i < 4u; i++) {
+            uint32_t v = (mk_s_byte(w, i) >> sh) & 15u;
+            if (five) v += ((mk_s_byte(h, i) >> g) & 1u) << 4;
+            sq += (float)v * x[i];
+        }
+        float sc, m;
+        mk_s_scale_min_k4(g, b + 4u, &sc, &m);
+        return mk_s_half(b) * sc * sq - mk_s_half(b + 2u) * m * sx;
+    }
+    case MK_DEV_Q6_K: {
+        uint32_t n = g >> 2, kk = g & 3u;
+        uint32_t lw = mk_s_w32(b + 64u * n + 32u * (kk & 1u) + e), hw = mk_s_w32(b + 128u + 32u * n + e);
+        uint32_t sh = kk < 2u ? 0u : 4u;
+        for (uint32_t i = 0; i < 4u; i++) {
+            int v = (int)(((mk_s_byte(lw, i) >> sh) & 15u) | (((mk_s_byte(hw, i) >> (2u * kk)) & 3u) << 4)) - 32;
+            sq += (float)v * x[i];
+        }
+        float sc = (float)(int8_t)b[192u + 8u * n + 2u * kk + (e >> 4)];
+        return mk_s_half(b + 208u) * sc * sq;
+    }
+    case MK_DEV_IQ4_XS: {
+        uint32_t sh16 = mk_s_u16(b + 2u);
+        uint32_t ls = ((b[4u + (g >> 1)] >> (4u * (g & 1u))) & 15u) | (((sh16 >> (2u * g)) & 3u) << 4);
+        uint32_t w = mk_s_w32(b + 8u + 16u * g + (e & 15u)), sh = e < 16u ? 0u : 4u;
+        for (uint32_t i = 0; i < 4u; i++) sq += mk_q_iq4((mk_s_byte(w, i) >> sh) & 15u) * x[i];
+        return mk_s_half(b) * (float)((int)ls - 32) * sq;
     }
     default: return 0.0f;
     }

@@ -47,11 +47,60 @@ static int check_type(uint32_t t, const struct mk_dtype_info *info) {
     return bad;
 }
 
+/* The staged four-at-a-time dot (mk_q_dot4, what the GPU matvecs run) against the element
+ * decoder above, block by block, for every type it takes (the float formats too). */
+static int check_dot4(uint32_t t, const struct mk_dtype_info *info) {
+    const uint32_t bb = mk_q_block_bytes(t), be = mk_q_block_elems(t);
+    if (bb == 0) {
+        fprintf(stderr, "%s: mk_q_block_bytes knows no size\n", info->name);
+        return 1;
+    }
+    const int64_t n = 8 * 256;
+    if ((int64_t)mk_dtype_row_bytes((enum mk_dtype)t, n) != (int64_t)(n / be * bb)) {
+        fprintf(stderr, "%s: block of %u bytes / %u elements disagrees with core/dtype\n", info->name, bb, be);
+        return 1;
+    }
+    std::vector<float> w(n), x(n);
+    std::vector<uint8_t> row(mk_dtype_row_bytes((enum mk_dtype)t, n));
+    for (int64_t i = 0; i < n; i++) {
+        w[i] = rng_uniform() * (i % 97 == 0 ? 50.0f : 1.0f);
+        x[i] = rng_uniform();
+    }
+    mk_quantize_row((enum mk_dtype)t, w.data(), row.data(), n);
+    std::vector<float> vals(n);
+    mk_dequantize_row((enum mk_dtype)t, row.data(), vals.data(), n);
+    int bad = 0;
+    for (int64_t e0 = 0; e0 < n; e0 += 4) {
+        const uint8_t *b = row.data() + (e0 / be) * bb;
+        uint32_t in_block = (uint32_t)(e0 % be);
+        float got = mk_q_dot4(t, b, in_block / 32u, (in_block % 32u) / 4u, &x[e0]);
+        /* Scale and minimum are applied to the sums, as ggml's GPU kernels do: the rounding is
+         * relative to the largest value of the group times the inputs, not to the result. */
+        double want = 0.0, sum_x = 0.0, vmax = 0.0;
+        for (int i = 0; i < 4; i++) {
+            want += (double)vals[e0 + i] * x[e0 + i];
+            sum_x += fabs((double)x[e0 + i]);
+        }
+        for (int64_t i = e0 - e0 % 32; i < e0 - e0 % 32 + 32; i++) vmax = fmax(vmax, fabs((double)vals[i]));
+        if (fabs(got - want) > 2e-6 * sum_x * vmax + 1e-30) {
+            if (bad < 5)
+                fprintf(stderr, "%s: dot4 at element %lld: %.9g, elementwise %.9g\n", info->name, (long long)e0,
+                        (double)got, want);
+            bad++;
+        }
+    }
+    return bad;
+}
+
 int main(void) {
     int failures = 0, checked = 0;
     for (uint32_t t = 0; t < 64; t++) {
         const struct mk_dtype_info *info = mk_dtype_get(t);
-        if (!info || info->block_size == 1) continue;
+        if (!info) continue;
+        int bad4 = check_dot4(t, info);
+        printf("%-8s staged dot4 %s\n", info->name, bad4 ? "DIFFERS" : "agrees");
+        failures += bad4 != 0;
+        if (info->block_size == 1) continue;
         int bad = check_type(t, info);
         printf("%-8s %s\n", info->name, bad ? "DIFFERS" : "bit-identical");
         failures += bad != 0;

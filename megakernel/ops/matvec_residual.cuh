@@ -23,14 +23,21 @@ __device__ __forceinline__ void mk_matvec_residual_rows(const struct mk_wdesc *w
 }
 
 /* out[buf1 + r] += W[r] . xs for the task's rows_per_task rows; xs (w.cols floats, shared
- * memory) is ready. */
+ * memory) is ready. Block formats use `scratch` (shared memory: results, then the stages). */
 __device__ void mk_matvec_residual_tile(const struct mk_task_ctx *c, const struct mk_wdesc *w, const float *xs,
-                                        uint32_t rows_per_task) {
+                                        uint32_t rows_per_task, float *scratch) {
     const struct mk_instr *in = c->in;
     uint32_t r0 = c->t * rows_per_task;
     if (r0 >= w->rows) return;
     uint32_t count = min(rows_per_task, w->rows - r0);
     float *out = mk_arena(c) + in->buf[1];
+    if (mk_layout_is_block_format(w->dtype)) {
+        struct mk_qseg seg = mk_qseg_make(w, r0, count, 0u);
+        mk_qrows(&seg, 1u, xs, scratch, (uint8_t *)(scratch + mk_layout_align4(rows_per_task)));
+        for (uint32_t i = threadIdx.x; i < count; i += MK_BLOCK_THREADS)
+            out[r0 + i] = __ldcg(out + r0 + i) + scratch[i];
+        return;
+    }
     uint32_t warp = threadIdx.x >> 5;
     int R = mk_rows_per_warp(count);
     if (R == 4) {
@@ -48,7 +55,7 @@ __device__ void mk_op_matvec_residual(const struct mk_task_ctx *c) {
     struct mk_wdesc w = mk_weight(c, c->in->weight[0]);
     float *xs = c->smem;
     mk_block_load(xs, mk_arena(c) + c->in->buf[0], w.cols);
-    mk_matvec_residual_tile(c, &w, xs, c->in->args.matvec.rows_per_task);
+    mk_matvec_residual_tile(c, &w, xs, c->in->args.matvec.rows_per_task, xs + mk_layout_align4(w.cols));
 }
 
 #endif

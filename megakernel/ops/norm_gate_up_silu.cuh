@@ -44,6 +44,16 @@ __device__ void mk_op_norm_gate_up_silu(const struct mk_task_ctx *c) {
     if (r0 >= gw.rows) return;
     uint32_t count = min(ga->rows_per_task, gw.rows - r0);
     float *hb = mk_arena(c) + in->buf[1];
+    if (mk_layout_is_block_format(gw.dtype) || mk_layout_is_block_format(uw.dtype)) {
+        struct mk_qseg seg[2] = { mk_qseg_make(&gw, r0, count, 0u), mk_qseg_make(&uw, r0, count, count) };
+        float *res = xs + mk_layout_align4(gw.cols);
+        mk_qrows(seg, 2u, xs, res, (uint8_t *)(res + mk_layout_align4(2u * ga->rows_per_task)));
+        for (uint32_t i = threadIdx.x; i < count; i += MK_BLOCK_THREADS) {
+            float gate = res[i];
+            hb[r0 + i] = gate / (1.0f + expf(-gate)) * res[count + i];
+        }
+        return;
+    }
     const bool vec = gw.vec && uw.vec;
     const uint32_t warp = threadIdx.x >> 5;
     if (count >= 2u * MK_BLOCK_WARPS) {

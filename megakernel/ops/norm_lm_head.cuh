@@ -46,7 +46,29 @@ __device__ void mk_op_norm_lm_head(const struct mk_task_ctx *c) {
     float *logits = mk_arena(c) + in->buf[1];
     const uint32_t warp = threadIdx.x >> 5;
     int R = mk_rows_per_warp(count);
-    if (R == 4) {
+    if (mk_layout_is_block_format(w.dtype)) {
+        float *res = xs + mk_layout_align4(w.cols);
+        if (count) {
+            struct mk_qseg seg = mk_qseg_make(&w, r0, count, 0u);
+            mk_qrows(&seg, 1u, xs, res, (uint8_t *)(res + mk_layout_align4(la->rows_per_task)));
+        }
+        /* Each thread's best of its rows, then the warp's (lane 0 holds it, as below). */
+        for (uint32_t i = threadIdx.x; i < count; i += MK_BLOCK_THREADS) {
+            logits[r0 + i] = res[i];
+            if (mk_better(res[i], r0 + i, best, best_i)) {
+                best = res[i];
+                best_i = r0 + i;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, o);
+            uint32_t oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+            if (mk_better(ob, oi, best, best_i)) {
+                best = ob;
+                best_i = oi;
+            }
+        }
+    } else if (R == 4) {
         for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u)
             mk_lm_rows(&w, xs, logits, r0, count, g, &best, &best_i, 4);
     } else if (R == 2) {

@@ -64,18 +64,32 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
     const uint32_t count = min(qa->rows_per_task, total - r0);
     const bool vec = q.m[0].vec && q.m[1].vec && q.m[2].vec;
     const uint32_t warp = threadIdx.x >> 5;
-    /* Mixed formats (Q4_K_M gives some layers a Q6_K wv) take one row per warp. */
-    const bool same = q.m[0].dtype == q.m[1].dtype && q.m[0].dtype == q.m[2].dtype;
-    int R = same ? mk_rows_per_warp(count) : 1;
-    if (R == 4) {
-        for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u)
-            mk_qkv_rows(&q, xs, res, r0, count, g, vec, 4);
-    } else if (R == 2) {
-        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u)
-            mk_qkv_rows(&q, xs, res, r0, count, g, vec, 2);
+    if (mk_layout_is_block_format(q.m[0].dtype) || mk_layout_is_block_format(q.m[1].dtype) ||
+        mk_layout_is_block_format(q.m[2].dtype)) {
+        /* [r0, r0 + count) of [wq; wk; wv] as up to three runs of rows, one per matrix. */
+        struct mk_qseg seg[3];
+        uint32_t nseg = 0, done = 0;
+        while (done < count) {
+            uint32_t row = r0 + done, m = mk_qkv_which(&q, &row);
+            uint32_t n = min(count - done, q.m[m].rows - row);
+            seg[nseg++] = mk_qseg_make(&q.m[m], row, n, done);
+            done += n;
+        }
+        mk_qrows(seg, nseg, xs, res, (uint8_t *)(res + mk_layout_align4(qa->rows_per_task)));
     } else {
-        for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS) mk_qkv_rows(&q, xs, res, r0, count, g, vec, 1);
-    }
+        /* Mixed formats (Q4_K_M gives some layers a Q6_K wv) take one row per warp. */
+        const bool same = q.m[0].dtype == q.m[1].dtype && q.m[0].dtype == q.m[2].dtype;
+        int R = same ? mk_rows_per_warp(count) : 1;
+        if (R == 4) {
+            for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u)
+                mk_qkv_rows(&q, xs, res, r0, count, g, vec, 4);
+        } else if (R == 2) {
+            for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u)
+                mk_qkv_rows(&q, xs, res, r0, count, g, vec, 2);
+        } else {
+            for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS) mk_qkv_rows(&q, xs, res, r0, count, g, vec, 1);
+        }
+    } /* float formats */
     __syncthreads();
 
     /* Pairs (2i, 2i+1) never straddle a task: rows_per_task, q_dim, kv_dim and head_dim are even. */
