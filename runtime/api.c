@@ -192,6 +192,7 @@ int64_t mk_lm_chat_apply(const struct mk_lm *lm, const char *tmpl, const struct 
     st = mk_chat_apply(t, cm, n, add_generation_prompt, out, cap, &len, err);
     free(cm);
     if (st != MK_OK) return st;
+    if (len >= cap && cap > 0) out[cap - 1] = '\0'; /* a truncated text ends like snprintf's */
     return len > INT64_MAX ? MK_ERR_NOMEM : (int64_t)len;
 }
 

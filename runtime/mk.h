@@ -147,8 +147,8 @@ const char *mk_lm_chat_template(const struct mk_lm *lm);
  * add_generation_prompt, byte for byte as llama.cpp's llama_chat_apply_template. tmpl names a
  * built-in template (see mk_chat_template_name_at) or is NULL for the one the file's
  * tokenizer.chat_template stands for. BOS is not written: tokenize the text with add_bos = true
- * and parse_special = true. Like snprintf, writes at most cap bytes, NUL-terminated when the text
- * fits, and returns the text's length (call again with more room when it is >= cap); or a
+ * and parse_special = true. Like snprintf, writes at most cap bytes, always NUL-terminated when
+ * cap > 0 (truncated when the text does not fit), and returns the text's length (call again with more room when it is >= cap); or a
  * negative enum mk_status with err (may be NULL) saying why: MK_ERR_INVALID_ARG for an unknown
  * name or a message without role or content, MK_ERR_UNSUPPORTED when tmpl is NULL and the file
  * has no template or one mk does not render. */
