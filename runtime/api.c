@@ -379,7 +379,7 @@ int64_t mk_lm_tokenize_prompt(const struct mk_lm *lm, const char *text, int32_t 
         if (cap >= 1) ids[0] = bos;
         return 1;
     }
-    return mk_tokenizer_encode(lm->tok, text, len, lm->model->vocab.add_bos && bos >= 0, false, ids, cap);
+    return mk_tokenizer_encode(lm->tok, text, len, mk_tokenizer_add_bos(lm->tok) && bos >= 0, false, ids, cap);
 }
 
 enum mk_status mk_session_feed_text(struct mk_session *s, const char *text) {

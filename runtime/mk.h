@@ -88,8 +88,9 @@ struct mk_lm_info {
     uint64_t n_params;
     uint64_t bytes_per_token; /* weight bytes one decode step reads */
     int32_t bos, eos;         /* -1 when absent */
-    bool add_bos;             /* prompts start with BOS */
-    bool can_decode;          /* false for vocabulary-only files */
+    bool
+        add_bos; /* prompts start with BOS (tokenizer.ggml.add_bos_token, else llama.cpp's default for the vocabulary) */
+    bool can_decode; /* false for vocabulary-only files */
     double load_ms;
 };
 struct mk_lm_info mk_lm_get_info(const struct mk_lm *lm);

@@ -14,6 +14,10 @@ run 0 "$MK" gen -o "$T/plain.gguf"
 run 0 "$MK" tokenize -m "$T/chat.gguf" -p "<|im_end|>" --ids
 [ "$(cat "$T/out")" = "[1, 508]" ] || fail "<|im_end|> is not token 508: $(cat "$T/out")"
 common=(--temp 0 --backend cpu -t 2)
+run 0 "$MK" info "$T/chat.gguf"
+has "$T/out" "chat:         template chatml"
+run 0 "$MK" info "$T/plain.gguf"
+has "$T/out" "no tokenizer.chat_template"
 
 # ---- mk run --chat: the prompt is the rendered template, its markers special tokens ----
 run 0 "$MK" run -m "$T/chat.gguf" --chat --system "Be brief." -p "Hi" -n 4 -v "${common[@]}"
