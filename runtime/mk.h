@@ -215,7 +215,8 @@ const struct mk_error *mk_session_error(const struct mk_session *s);
  * with MK_ERR_CONTEXT_FULL, evaluating nothing, when they do not all fit. */
 enum mk_status mk_session_feed(struct mk_session *s, const int32_t *ids, size_t n);
 /* Tokenizes and feeds text. At the start of the sequence, BOS comes first when the vocabulary
- * adds it; an empty text at the start feeds BOS alone. */
+ * adds it; an empty text at the start feeds BOS alone. Control-token text stays text: to parse it
+ * (a chat prompt), tokenize with mk_lm_tokenize(..., parse_special = true) and feed the ids. */
 enum mk_status mk_session_feed_text(struct mk_session *s, const char *text);
 
 /* Called once per generated token with its id and text; return nonzero to stop. */
