@@ -52,7 +52,9 @@ static const struct mk_gen_preset mk_gen_presets[] = {
 };
 
 struct mk_gen_params mk_gen_default_params(void) {
-    return (struct mk_gen_params){ .preset = "tiny", .dtype = "f32", .seed = 42, .progress = false };
+    return (struct mk_gen_params){
+        .preset = "tiny", .dtype = "f32", .seed = 42, .progress = false, .chat_template = NULL, .eot_id = -1
+    };
 }
 
 const struct mk_gen_preset *mk_gen_find_preset(const char *name) {
@@ -457,6 +459,22 @@ static enum mk_status mk_gen_vocab_build(uint32_t n, struct mk_gen_vocab *v, str
     return MK_OK;
 }
 
+const char *const mk_gen_chat_tokens[] = {
+    "<|im_start|>", "<|im_end|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+};
+const unsigned mk_gen_n_chat_tokens = sizeof mk_gen_chat_tokens / sizeof mk_gen_chat_tokens[0];
+
+/* The last pieces give way to the chat markers: the weights depend only on token ids, so a chat
+ * model computes exactly what the plain one does, and only the rarest letter pieces are lost. */
+static void mk_gen_vocab_add_chat(struct mk_gen_vocab *v) {
+    for (unsigned i = 0; i < mk_gen_n_chat_tokens; i++) {
+        uint32_t id = v->n - mk_gen_n_chat_tokens + i;
+        v->pieces[id] = mk_gen_chat_tokens[i];
+        v->types[id] = MK_TOKEN_CONTROL;
+        v->scores[id] = 0.0f;
+    }
+}
+
 #define MK_GEN_TRY(call)                      \
     do {                                      \
         if ((st = (call)) != MK_OK) {         \
@@ -488,7 +506,11 @@ enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, str
                                               .n_gqa = pr->n_head / pr->n_head_kv,
                                               .has_output = !pr->tied_output };
 
+    if (p->eot_id >= 0 && (uint32_t)p->eot_id >= pr->n_vocab)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "eot id %d is outside the vocab of %u tokens", (int)p->eot_id,
+                            pr->n_vocab);
     if ((st = mk_gen_vocab_build(pr->n_vocab, &voc, err)) != MK_OK) return st;
+    if (p->chat_template) mk_gen_vocab_add_chat(&voc);
     if (!(ts = calloc(cap, sizeof *ts))) {
         st = mk_error_set(err, MK_ERR_NOMEM, "no memory for the tensor list");
         goto fail;
@@ -546,6 +568,8 @@ enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, str
     MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0));
     MK_GEN_TRY(mk_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", true));
     MK_GEN_TRY(mk_gguf_writer_kv_bool(w, "tokenizer.ggml.add_eos_token", false));
+    if (p->eot_id >= 0) MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)p->eot_id));
+    if (p->chat_template) MK_GEN_TRY(mk_gguf_writer_kv_str(w, "tokenizer.chat_template", p->chat_template));
     MK_GEN_TRY(mk_gguf_writer_kv_str(w, "mk.gen.preset", pr->name));
     MK_GEN_TRY(mk_gguf_writer_kv_str(w, "mk.gen.seed", seed_str));
 

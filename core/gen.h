@@ -17,9 +17,18 @@ struct mk_gen_params {
     const char *dtype;  /* a type name ("f32", "q4_0", ...) or a llama.cpp mix ("Q4_K_M"); see mk_gen_format */
     uint64_t seed;
     bool progress; /* progress bar on stderr, only when stderr is a terminal */
+    /* Written as tokenizer.chat_template when not NULL (a template name such as "chatml" or the
+     * Jinja text); the vocab's last tokens then become the control tokens of mk_gen_chat_tokens,
+     * so that a test model can be talked to in ChatML or Llama 3 format. */
+    const char *chat_template;
+    int32_t eot_id; /* written as tokenizer.ggml.eot_token_id when >= 0 (default -1: absent) */
 };
 
-/* preset "tiny", dtype "f32", seed 42, no progress. */
+/* The control tokens a vocab with a chat template ends with, in id order. */
+extern const char *const mk_gen_chat_tokens[];
+extern const unsigned mk_gen_n_chat_tokens;
+
+/* preset "tiny", dtype "f32", seed 42, no progress, no chat template, no EOT id. */
 struct mk_gen_params mk_gen_default_params(void);
 
 struct mk_gen_preset {

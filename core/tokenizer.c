@@ -697,6 +697,12 @@ bool mk_tokenizer_add_eos(const struct mk_tokenizer *t) { return t->add_eos; }
 int32_t mk_tokenizer_eot(const struct mk_tokenizer *t) { return t->eot; }
 const char *mk_tokenizer_pre(const struct mk_tokenizer *t) { return t->kind == MK_TOK_BPE ? t->pre->name : ""; }
 
+const char *mk_tokenizer_token_text(const struct mk_tokenizer *t, int32_t id, size_t *len) {
+    if (id < 0 || (uint32_t)id >= t->n_vocab) return NULL;
+    *len = t->text_len[id];
+    return mk_tok_text(t, id);
+}
+
 uint32_t mk_tokenizer_n_vocab(const struct mk_tokenizer *t) { return t->n_vocab; }
 int32_t mk_tokenizer_bos(const struct mk_tokenizer *t) { return t->bos; }
 int32_t mk_tokenizer_eos(const struct mk_tokenizer *t) { return t->eos; }

@@ -56,6 +56,9 @@ size_t mk_tokenizer_piece(const struct mk_tokenizer *t, int32_t prev_id, int32_t
 /* Whole sequence to text; same conventions. Returns bytes needed. */
 size_t mk_tokenizer_decode(const struct mk_tokenizer *t, const int32_t *ids, size_t n, char *out, size_t cap);
 
+/* The vocab's text of token id, as stored (U+2581 for spaces, "<0x0A>" for a byte token, a control
+ * token's own text), with its byte length in *len; NULL when id is outside the vocab. */
+const char *mk_tokenizer_token_text(const struct mk_tokenizer *t, int32_t id, size_t *len);
 uint32_t mk_tokenizer_n_vocab(const struct mk_tokenizer *t);
 int32_t mk_tokenizer_bos(const struct mk_tokenizer *t);
 int32_t mk_tokenizer_eos(const struct mk_tokenizer *t);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "runtime/mk.h"
+#include "core/chat.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "runtime/backend.h"
@@ -23,6 +24,8 @@ struct mk_session {
     int32_t next;                       /* token the last step sampled, -1 before any step */
     bool next_emitted;                  /* next went to the caller but is not evaluated yet */
     int32_t last_token;                 /* the token before the next piece, for dropping the dummy-prefix space */
+    int32_t *tokens;                    /* (n_ctx) the token evaluated at each position, for feed_sequence */
+    bool ignore_eog;                    /* generation does not stop on end-of-generation tokens */
     struct mk_timings timings;
     struct mk_error err;
     int cancel; /* set by mk_session_cancel from any thread; taken by the next step */
@@ -84,7 +87,7 @@ struct mk_lm_info mk_lm_get_info(const struct mk_lm *lm) {
         .bytes_per_token = m->vocab_only ? 0 : mk_model_bytes_per_token(m),
         .bos = m->vocab.bos,
         .eos = m->vocab.eos,
-        .add_bos = m->vocab.add_bos,
+        .add_bos = lm->tok ? mk_tokenizer_add_bos(lm->tok) : m->vocab.add_bos,
         .can_decode = !m->vocab_only,
         .load_ms = lm->load_ms,
     };
@@ -107,6 +110,92 @@ size_t mk_lm_detokenize(const struct mk_lm *lm, const int32_t *ids, size_t n, ch
     return mk_tokenizer_decode(lm->tok, ids, n, out, cap);
 }
 
+int64_t mk_lm_token_text(const struct mk_lm *lm, int32_t id, char *out, size_t cap) {
+    if (!lm->tok) return MK_ERR_UNSUPPORTED;
+    size_t len;
+    const char *text = mk_tokenizer_token_text(lm->tok, id, &len);
+    if (!text) return MK_ERR_INVALID_ARG;
+    if (out) memcpy(out, text, len < cap ? len : cap);
+    return (int64_t)len;
+}
+
+bool mk_lm_is_eog(const struct mk_lm *lm, int32_t id) {
+    if (!lm->tok) return id >= 0 && id == lm->model->vocab.eos;
+    return mk_tokenizer_is_eog(lm->tok, id);
+}
+
+/* ---- Chat templates ---- */
+
+const char *mk_chat_template_name_at(size_t i) {
+    return i + 1 < MK_CHAT_COUNT ? mk_chat_template_name((enum mk_chat_template)(i + 1)) : NULL;
+}
+
+/* The template tokenizer.chat_template stands for; MK_CHAT_UNKNOWN with *has = false when absent. */
+static enum mk_chat_template mk_api_file_template(const struct mk_lm *lm, struct mk_gguf_str *text, bool *has) {
+    const struct mk_gguf_kv *kv = lm->model->gguf ? mk_gguf_find_kv(lm->model->gguf, "tokenizer.chat_template") : NULL;
+    *has = kv && kv->type == MK_GGUF_STRING;
+    if (!*has) return MK_CHAT_UNKNOWN;
+    *text = kv->v.str;
+    return mk_chat_detect_template(text->data, (size_t)text->len);
+}
+
+const char *mk_lm_chat_template(const struct mk_lm *lm) {
+    struct mk_gguf_str text;
+    bool has;
+    enum mk_chat_template t = mk_api_file_template(lm, &text, &has);
+    return t == MK_CHAT_UNKNOWN ? NULL : mk_chat_template_name(t);
+}
+
+/* Every template name, comma-separated, for error messages. */
+static void mk_api_template_names(char *out, size_t cap) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; mk_chat_template_name_at(i) && used < cap; i++)
+        used += (size_t)snprintf(out + used, cap - used, "%s%s", i ? ", " : "", mk_chat_template_name_at(i));
+}
+
+/* The template tmpl names, or the file's; an error naming the file or the name otherwise. */
+static enum mk_status mk_api_choose_template(const struct mk_lm *lm, const char *tmpl, enum mk_chat_template *out,
+                                             struct mk_error *err) {
+    char names[1024];
+    if (tmpl) {
+        *out = mk_chat_template_from_name(tmpl);
+        if (*out != MK_CHAT_UNKNOWN) return MK_OK;
+        mk_api_template_names(names, sizeof names);
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "unknown chat template '%s' (known: %s)", tmpl, names);
+    }
+    struct mk_gguf_str text;
+    bool has;
+    *out = mk_api_file_template(lm, &text, &has);
+    if (*out != MK_CHAT_UNKNOWN) return MK_OK;
+    const char *path = lm->model->gguf ? mk_gguf_path(lm->model->gguf) : "the model";
+    if (!has)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                            "%s has no tokenizer.chat_template: name a template (chatml, llama3, ...)", path);
+    return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                        "%s: tokenizer.chat_template (%llu bytes, starting \"%.*s\") is not a format mk renders: "
+                        "name a template (chatml, llama3, ...)",
+                        path, (unsigned long long)text.len, (int)(text.len < 40 ? text.len : 40), text.data);
+}
+
+int64_t mk_lm_chat_apply(const struct mk_lm *lm, const char *tmpl, const struct mk_chat_msg *msgs, size_t n,
+                         bool add_generation_prompt, char *out, size_t cap, struct mk_error *err) {
+    if (!lm || (n && !msgs)) return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_lm_chat_apply: no model or no messages");
+    enum mk_chat_template t;
+    enum mk_status st = mk_api_choose_template(lm, tmpl, &t, err);
+    if (st != MK_OK) return st;
+    /* The public message mirrors core's field by field (mk.h includes only standard headers). */
+    struct mk_chat_message *cm = malloc((n ? n : 1) * sizeof *cm);
+    if (!cm) return mk_error_set(err, MK_ERR_NOMEM, "mk_lm_chat_apply: out of memory for %zu messages", n);
+    for (size_t i = 0; i < n; i++) cm[i] = (struct mk_chat_message){ .role = msgs[i].role, .content = msgs[i].content };
+    size_t len = 0;
+    st = mk_chat_apply(t, cm, n, add_generation_prompt, out, cap, &len, err);
+    free(cm);
+    if (st != MK_OK) return st;
+    if (len >= cap && cap > 0) out[cap - 1] = '\0'; /* a truncated text ends like snprintf's */
+    return len > INT64_MAX ? MK_ERR_NOMEM : (int64_t)len;
+}
+
 /* ---- Sessions ---- */
 
 struct mk_session_params mk_session_default_params(void) {
@@ -117,6 +206,7 @@ struct mk_session_params mk_session_default_params(void) {
         .device = 0,
         .sampling = { .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = MK_SEED_RANDOM },
         .verbose = 0,
+        .ignore_eog = 0,
     };
     return p;
 }
@@ -172,6 +262,7 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
     if (s->sampling.seed == MK_SEED_RANDOM) s->sampling.seed = mk_api_random_seed(s);
     s->next = -1;
     s->last_token = -1;
+    s->ignore_eog = p->ignore_eog != 0;
     struct mk_backend_params bp = {
         .kind = p->backend,
         .n_ctx = p->n_ctx ? p->n_ctx : (c->n_ctx_train && c->n_ctx_train < 4096 ? c->n_ctx_train : 4096),
@@ -186,6 +277,11 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
         free(s);
         return st;
     }
+    s->tokens = malloc((size_t)s->backend->n_ctx * sizeof *s->tokens);
+    if (!s->tokens) {
+        mk_session_free(s);
+        return mk_error_set(err, MK_ERR_NOMEM, "mk_session_create: out of memory for %u positions", (unsigned)bp.n_ctx);
+    }
     s->timings.load_ms = lm->load_ms;
     s->timings.init_ms = mk_api_now_ms() - t0;
     mk_error_clear(&s->err);
@@ -196,6 +292,7 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
 void mk_session_free(struct mk_session *s) {
     if (!s) return;
     if (s->backend) s->backend->vt->free(s->backend);
+    free(s->tokens);
     free(s);
 }
 
@@ -220,7 +317,7 @@ static enum mk_status mk_session_step(struct mk_session *s, int32_t token) {
         return mk_error_set(&s->err, MK_ERR_CANCELLED, "cancelled before position %u", (unsigned)s->n_past);
     enum mk_status st = s->backend->vt->step(s->backend, &cmd, &out, &s->err);
     if (st != MK_OK) return st;
-    s->n_past++;
+    s->tokens[s->n_past++] = token;
     s->next = out;
     s->next_emitted = false;
     s->last_token = token;
@@ -282,7 +379,7 @@ int64_t mk_lm_tokenize_prompt(const struct mk_lm *lm, const char *text, int32_t 
         if (cap >= 1) ids[0] = bos;
         return 1;
     }
-    return mk_tokenizer_encode(lm->tok, text, len, lm->model->vocab.add_bos && bos >= 0, false, ids, cap);
+    return mk_tokenizer_encode(lm->tok, text, len, mk_tokenizer_add_bos(lm->tok) && bos >= 0, false, ids, cap);
 }
 
 enum mk_status mk_session_feed_text(struct mk_session *s, const char *text) {
@@ -318,6 +415,7 @@ const char *mk_stop_reason_str(enum mk_stop_reason r) {
     case MK_STOP_CALLBACK: return "stopped by the callback";
     case MK_STOP_CONTEXT_FULL: return "context full";
     case MK_STOP_CANCELLED: return "cancelled";
+    case MK_STOP_EOG: return "end of generation";
     }
     return "unknown";
 }
@@ -333,6 +431,7 @@ enum mk_status mk_session_generate(struct mk_session *s, int32_t n_max, mk_token
         goto done;
     }
     const int32_t eos = s->lm->model->vocab.eos;
+    const bool stop_eog = !s->ignore_eog;
     char small[64];
     char *piece = small;
     size_t piece_cap = sizeof small;
@@ -363,8 +462,8 @@ enum mk_status mk_session_generate(struct mk_session *s, int32_t n_max, mk_token
             s->timings.n_eval++;
         }
         const int32_t tok = s->next;
-        if (tok == eos) {
-            reason = MK_STOP_EOS;
+        if (stop_eog && mk_lm_is_eog(s->lm, tok)) {
+            reason = tok == eos ? MK_STOP_EOS : MK_STOP_EOG;
             break;
         }
         s->next_emitted = true;
@@ -411,6 +510,46 @@ enum mk_status mk_session_reset(struct mk_session *s) {
     s->timings.load_ms = load_ms;
     s->timings.init_ms = init_ms;
     return MK_OK;
+}
+
+enum mk_status mk_session_rewind(struct mk_session *s, uint32_t n_keep) {
+    mk_error_clear(&s->err);
+    if (n_keep > s->n_past)
+        return mk_error_set(&s->err, MK_ERR_INVALID_ARG, "rewind: cannot keep %u positions, only %u are evaluated",
+                            (unsigned)n_keep, (unsigned)s->n_past);
+    if (n_keep == 0) {
+        /* The reference backend keeps logits until reset; the others keep nothing per sequence. */
+        enum mk_status st = s->backend->vt->reset(s->backend, &s->err);
+        if (st != MK_OK) return st;
+    }
+    /* Positions at or after n_keep are overwritten by the next steps before any attention reads them. */
+    s->n_past = n_keep;
+    s->next = -1;
+    s->next_emitted = false;
+    s->last_token = n_keep ? s->tokens[n_keep - 1] : -1;
+    return MK_OK;
+}
+
+enum mk_status mk_session_feed_sequence(struct mk_session *s, const int32_t *ids, size_t n, uint32_t *n_reused) {
+    mk_error_clear(&s->err);
+    if (n_reused) *n_reused = 0;
+    const uint32_t n_ctx = s->backend->n_ctx;
+    if (n == 0 || !ids) return mk_error_set(&s->err, MK_ERR_INVALID_ARG, "feed_sequence: no tokens");
+    if (n > n_ctx)
+        return mk_error_set(&s->err, MK_ERR_CONTEXT_FULL,
+                            "context full: a sequence of %zu tokens does not fit in n_ctx = %u", n, (unsigned)n_ctx);
+    size_t keep = 0;
+    while (keep < s->n_past && keep < n && s->tokens[keep] == ids[keep]) keep++;
+    /* The last generated token, sampled but not evaluated, counts as held when it is what comes next. */
+    const bool pending = keep == s->n_past && s->next_emitted && keep < n && ids[keep] == s->next;
+    if (!pending && keep == n) keep = n - 1; /* the last token is evaluated again for its logits */
+    enum mk_status st = MK_OK;
+    if (!pending && (keep < s->n_past || s->next_emitted)) st = mk_session_rewind(s, (uint32_t)keep);
+    if (st != MK_OK) return st;
+    const size_t from = keep + (pending ? 1 : 0);
+    st = mk_session_feed(s, ids + from, n - from);
+    if (st == MK_OK && n_reused) *n_reused = (uint32_t)keep;
+    return st;
 }
 
 enum mk_status mk_session_logits(struct mk_session *s, float *out, size_t cap) {

@@ -16,7 +16,8 @@
  *     mk_lm_free(lm);
  *
  * A model (struct mk_lm) is read-only once loaded: any number of sessions, in any threads, may
- * share it. A session is used by one thread at a time. There is no global state. */
+ * share it, and every mk_lm_* query is thread-safe. A session is used by one thread at a time (only
+ * mk_session_cancel may come from another thread or a signal handler). There is no global state. */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -87,27 +88,73 @@ struct mk_lm_info {
     uint64_t n_params;
     uint64_t bytes_per_token; /* weight bytes one decode step reads */
     int32_t bos, eos;         /* -1 when absent */
-    bool add_bos;             /* prompts start with BOS */
-    bool can_decode;          /* false for vocabulary-only files */
+    bool
+        add_bos; /* prompts start with BOS (tokenizer.ggml.add_bos_token, else llama.cpp's default for the vocabulary) */
+    bool can_decode; /* false for vocabulary-only files */
     double load_ms;
 };
 struct mk_lm_info mk_lm_get_info(const struct mk_lm *lm);
 
-/* Tokenizes len bytes of text. add_bos prepends BOS; parse_special turns control-token text
- * such as "<s>" into its id. SentencePiece vocabularies add the dummy-prefix space. Writes at most
- * cap ids and returns how many the text needs (call again with more room when that exceeds cap),
- * or a negative enum mk_status. */
+/* Every mk_lm_* function below only reads the model: any number of threads may call them at once
+ * on one model (mk_lm_free must come after all of them). */
+
+/* Tokenizes len bytes of text. add_bos adds the special tokens the file asks for, as llama.cpp's
+ * add_special does: BOS when tokenizer.ggml.add_bos_token is true (absent, its default is true for
+ * SentencePiece vocabularies and for the BPE pre-tokenizers llama.cpp starts with BOS, such as
+ * llama-bpe; mk_lm_info.add_bos says what applies), EOS when add_eos_token is true; false adds
+ * neither. parse_special turns control-token text such as "<s>" or "<|im_start|>" into its id
+ * (false tokenizes it as plain text). SentencePiece vocabularies add the dummy-prefix space.
+ * Writes at most cap ids and returns how many the text needs (call again with more room when
+ * that exceeds cap), or a negative enum mk_status. */
 int64_t mk_lm_tokenize(const struct mk_lm *lm, const char *text, size_t len, bool add_bos, bool parse_special,
                        int32_t *ids, size_t cap);
 /* Tokenizes a prompt the way mk_session_feed_text does at the start of a sequence: BOS first
- * when the vocabulary adds it, the dummy-prefix space, and an empty prompt as BOS alone. Same
- * return convention as mk_lm_tokenize. */
+ * when the vocabulary adds it, the dummy-prefix space, control-token text left as text, and an
+ * empty prompt as BOS alone. Same return convention as mk_lm_tokenize. */
 int64_t mk_lm_tokenize_prompt(const struct mk_lm *lm, const char *text, int32_t *ids, size_t cap);
 /* Text of one token; prev_id is the token before it (-1 at the start) so that the dummy-prefix
- * space after BOS is dropped. Writes at most cap bytes (no NUL); returns the bytes needed. */
+ * space after BOS is dropped. Control tokens ("<|im_end|>") give no text. Writes at most cap bytes
+ * (no NUL); returns the bytes needed. */
 size_t mk_lm_token_piece(const struct mk_lm *lm, int32_t prev_id, int32_t id, char *out, size_t cap);
 /* Text of a whole sequence, same conventions. */
 size_t mk_lm_detokenize(const struct mk_lm *lm, const int32_t *ids, size_t n, char *out, size_t cap);
+/* The vocabulary's raw text of token id: "<|im_end|>", "\xe2\x96\x81the" (U+2581 marks a space in
+ * SentencePiece vocabularies), "<0x0A>" for a byte token. Writes at most cap bytes (no NUL) and
+ * returns the bytes needed, or MK_ERR_INVALID_ARG for an id outside the vocabulary
+ * (MK_ERR_UNSUPPORTED for a file without one). */
+int64_t mk_lm_token_text(const struct mk_lm *lm, int32_t id, char *out, size_t cap);
+/* True when id ends generation: EOS, EOT (tokenizer.ggml.eot_token_id), EOM, and tokens such as
+ * <|im_end|>, <|eot_id|>, <|eom_id|>, <end_of_turn> that llama.cpp treats as such. */
+bool mk_lm_is_eog(const struct mk_lm *lm, int32_t id);
+
+/* ---- Chat templates ---- */
+
+/* One turn of a conversation. */
+struct mk_chat_msg {
+    const char *role;    /* "system", "user" or "assistant" */
+    const char *content; /* UTF-8 text */
+};
+
+/* The i-th name mk_lm_chat_apply accepts ("chatml", "llama3", "mistral-v7", ...), NULL past the
+ * last one. */
+const char *mk_chat_template_name_at(size_t i);
+
+/* Name of the built-in template the file's tokenizer.chat_template stands for (detected the way
+ * llama.cpp detects its built-in templates), or NULL when the file has none or one mk does not
+ * render. */
+const char *mk_lm_chat_template(const struct mk_lm *lm);
+
+/* Renders n messages with a chat template, then the assistant's opening when
+ * add_generation_prompt, byte for byte as llama.cpp's llama_chat_apply_template. tmpl names a
+ * built-in template (see mk_chat_template_name_at) or is NULL for the one the file's
+ * tokenizer.chat_template stands for. BOS is not written: tokenize the text with add_bos = true
+ * and parse_special = true. Like snprintf, writes at most cap bytes, always NUL-terminated when
+ * cap > 0 (truncated when the text does not fit), and returns the text's length (call again with more room when it is >= cap); or a
+ * negative enum mk_status with err (may be NULL) saying why: MK_ERR_INVALID_ARG for an unknown
+ * name or a message without role or content, MK_ERR_UNSUPPORTED when tmpl is NULL and the file
+ * has no template or one mk does not render. */
+int64_t mk_lm_chat_apply(const struct mk_lm *lm, const char *tmpl, const struct mk_chat_msg *msgs, size_t n,
+                         bool add_generation_prompt, char *out, size_t cap, struct mk_error *err);
 
 /* ---- Sessions ---- */
 
@@ -143,11 +190,14 @@ struct mk_gpu_params {
 struct mk_session_params {
     uint32_t n_ctx;               /* KV-cache positions; 0 = min(model's n_ctx_train, 4096) */
     enum mk_backend_kind backend; /* MK_BACKEND_AUTO: megakernel, else perop, else cpu */
-    uint32_t n_threads;           /* cpu backend workers; 0 = number of cores */
+    uint32_t n_threads;           /* cpu backend workers; 0 = auto (the number of cores) */
     int device;                   /* CUDA device ordinal */
     struct mk_sampling_params sampling;
     int verbose;              /* backends report their choices on stderr */
     struct mk_gpu_params gpu; /* GPU backends only; all zero = defaults */
+    /* nonzero: generation goes on through EOS and every other end-of-generation token (they are
+     * passed to the callback like any token), as llama.cpp's --ignore-eos. Default 0. */
+    int ignore_eog;
 };
 struct mk_session_params mk_session_default_params(void);
 
@@ -165,7 +215,8 @@ const struct mk_error *mk_session_error(const struct mk_session *s);
  * with MK_ERR_CONTEXT_FULL, evaluating nothing, when they do not all fit. */
 enum mk_status mk_session_feed(struct mk_session *s, const int32_t *ids, size_t n);
 /* Tokenizes and feeds text. At the start of the sequence, BOS comes first when the vocabulary
- * adds it; an empty text at the start feeds BOS alone. */
+ * adds it; an empty text at the start feeds BOS alone. Control-token text stays text: to parse it
+ * (a chat prompt), tokenize with mk_lm_tokenize(..., parse_special = true) and feed the ids. */
 enum mk_status mk_session_feed_text(struct mk_session *s, const char *text);
 
 /* Called once per generated token with its id and text; return nonzero to stop. */
@@ -174,14 +225,17 @@ typedef int (*mk_token_fn)(void *user, int32_t id, const char *piece, size_t pie
 enum mk_stop_reason {
     MK_STOP_NONE = 0,         /* generation failed (see the status) */
     MK_STOP_LENGTH = 1,       /* produced n_max tokens */
-    MK_STOP_EOS = 2,          /* the model produced end-of-sequence (not passed to the callback) */
+    MK_STOP_EOS = 2,          /* the model produced EOS (not passed to the callback) */
     MK_STOP_CALLBACK = 3,     /* the callback returned nonzero */
     MK_STOP_CONTEXT_FULL = 4, /* every KV-cache position is used */
     MK_STOP_CANCELLED = 5,    /* mk_session_cancel was called */
+    MK_STOP_EOG = 6,          /* another end-of-generation token, such as <|im_end|> or <|eot_id|> (the end
+                                 of a turn; not passed to the callback) */
 };
 const char *mk_stop_reason_str(enum mk_stop_reason r);
 
-/* Generates up to n_max tokens (n_max < 0: until EOS or a full context) after what was fed,
+/* Generates up to n_max tokens (n_max < 0: until EOS, another end-of-generation token (see
+ * mk_lm_is_eog) or a full context; ignore_eog turns the first two off) after what was fed,
  * calling fn (may be NULL) for each. Returns MK_OK for every stop reason; *why (may be NULL) says
  * which, *n_generated (may be NULL) how many tokens fn saw. Needs something fed first. */
 enum mk_status mk_session_generate(struct mk_session *s, int32_t n_max, mk_token_fn fn, void *user,
@@ -195,6 +249,17 @@ void mk_session_cancel(struct mk_session *s);
 
 /* Forgets the sequence (the KV cache and the timings of prompt and generation). */
 enum mk_status mk_session_reset(struct mk_session *s);
+/* Forgets every position from n_keep on (and a generated token not yet evaluated), keeping the
+ * first n_keep; the next feed continues at position n_keep. MK_ERR_INVALID_ARG when n_keep is
+ * beyond the positions evaluated. Timings are kept. */
+enum mk_status mk_session_rewind(struct mk_session *s, uint32_t n_keep);
+/* Makes the sequence ids[0..n) with as little work as possible, for multi-turn chat: keeps the
+ * longest prefix of ids the session already holds (its evaluated tokens, and the last generated
+ * token when that matches too), rewinds past the first difference and feeds the rest; at least
+ * the last token is evaluated, so that generation can follow. *n_reused (may be NULL) receives the
+ * evaluated positions kept, so n - *n_reused tokens were evaluated; afterwards mk_session_n_past is n. MK_ERR_CONTEXT_FULL, changing nothing, when n
+ * exceeds the context; MK_ERR_INVALID_ARG when n is 0. */
+enum mk_status mk_session_feed_sequence(struct mk_session *s, const int32_t *ids, size_t n, uint32_t *n_reused);
 
 /* Copies the logits (n_vocab floats) of the last evaluated position; cap is out's length. */
 enum mk_status mk_session_logits(struct mk_session *s, float *out, size_t cap);

@@ -1,4 +1,4 @@
-/* Tests the public C API end to end on stories260K: golden text and ids, logits, streaming, stops, two sessions, errors. */
+/* Tests the public C API end to end on stories260K and generated chat models: golden text, streaming, stops, chat, errors. */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/gen.h"
 #include "core/gguf.h"
 #include "runtime/mk.h"
 #include "tests/test_util.h"
@@ -450,6 +451,240 @@ static void test_eos(void) {
     rmdir(dir);
 }
 
+/* ---- Chat: generated tiny models whose vocab ends with the ChatML and Llama 3 markers ---- */
+
+/* The Jinja text ChatML models carry (what llama.cpp's detection looks at: <|im_start|>). */
+static const char k_chatml_jinja[] =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "
+    "'\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/* Writes the tiny preset with a chat template (and an EOT id when eot >= 0) to dir/name. */
+static int write_chat_model(const char *dir, const char *name, const char *tmpl, int32_t eot, char *path, size_t cap) {
+    snprintf(path, cap, "%s/%s", dir, name);
+    struct mk_gen_params gp = mk_gen_default_params();
+    gp.chat_template = tmpl;
+    gp.eot_id = eot;
+    struct mk_error err;
+    if (mk_gen_write(path, &gp, &err) != MK_OK) {
+        mk_test_fail("FAIL: writing %s: %s", path, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int32_t token_id(const struct mk_lm *lm, const char *text) {
+    char buf[64];
+    for (int32_t id = 0; id < (int32_t)mk_lm_get_info(lm).n_vocab; id++) {
+        int64_t n = mk_lm_token_text(lm, id, buf, sizeof buf);
+        if (n == (int64_t)strlen(text) && !memcmp(buf, text, (size_t)n)) return id;
+    }
+    return -1;
+}
+
+/* The rendered conversation tokenized as a chat prompt; count, ids in out (cap 512). */
+static int64_t chat_ids(const struct mk_lm *lm, const struct mk_chat_msg *msgs, size_t n, int32_t *out) {
+    char text[4096];
+    struct mk_error err;
+    int64_t len = mk_lm_chat_apply(lm, NULL, msgs, n, true, text, sizeof text, &err);
+    MK_CHECK_MSG(len > 0 && (size_t)len < sizeof text, "chat_apply: %s", err.msg);
+    if (len <= 0 || (size_t)len >= sizeof text) return -1;
+    int64_t k = mk_lm_tokenize(lm, text, (size_t)len, true, true, out, 512);
+    MK_CHECK(k > 0 && k <= 512);
+    return k;
+}
+
+static void test_chat_render(const struct mk_lm *lm, const struct mk_lm *plain) {
+    MK_CHECK(mk_lm_chat_template(lm) && !strcmp(mk_lm_chat_template(lm), "chatml"));
+    MK_CHECK(mk_lm_chat_template(plain) == NULL);
+    const struct mk_chat_msg msgs[] = { { "system", "Be brief." }, { "user", "Hi" } };
+    const char want[] = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                        "<|im_start|>assistant\n";
+    char out[256], small[8];
+    struct mk_error err;
+    MK_CHECK(mk_lm_chat_apply(lm, NULL, msgs, 2, true, out, sizeof out, &err) == (int64_t)strlen(want));
+    MK_CHECK(!strcmp(out, want));
+    /* snprintf's convention: the length needed, a truncated NUL-terminated prefix. */
+    MK_CHECK(mk_lm_chat_apply(lm, NULL, msgs, 2, true, small, sizeof small, &err) == (int64_t)strlen(want));
+    MK_CHECK(!strcmp(small, "<|im_st"));
+    /* Without the generation prompt the text stops after the last message; a name overrides the file. */
+    MK_CHECK(mk_lm_chat_apply(lm, NULL, msgs, 2, false, out, sizeof out, &err) ==
+             (int64_t)strlen(want) - (int64_t)strlen("<|im_start|>assistant\n"));
+    MK_CHECK(mk_lm_chat_apply(plain, "llama3", msgs + 1, 1, true, out, sizeof out, &err) > 0);
+    MK_CHECK(!strcmp(out, "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                          "<|start_header_id|>assistant<|end_header_id|>\n\n"));
+    MK_CHECK(mk_lm_chat_apply(lm, "no-such-format", msgs, 2, true, out, sizeof out, &err) == MK_ERR_INVALID_ARG);
+    MK_CHECK(strstr(err.msg, "'no-such-format'") && strstr(err.msg, "chatml"));
+    printf("api: unknown template: %.120s...\n", err.msg);
+    MK_CHECK(mk_lm_chat_apply(plain, NULL, msgs, 2, true, out, sizeof out, &err) == MK_ERR_UNSUPPORTED);
+    MK_CHECK(strstr(err.msg, "no tokenizer.chat_template") != NULL);
+    printf("api: no template: %s\n", err.msg);
+    const struct mk_chat_msg bad[] = { { "user", NULL } };
+    MK_CHECK(mk_lm_chat_apply(lm, NULL, bad, 1, true, out, sizeof out, &err) == MK_ERR_INVALID_ARG);
+    for (size_t i = 0; mk_chat_template_name_at(i); i++)
+        MK_CHECK(mk_lm_chat_apply(lm, mk_chat_template_name_at(i), msgs, 2, true, NULL, 0, &err) > 0);
+}
+
+static void test_special_tokens(const struct mk_lm *lm) {
+    const int32_t im_start = token_id(lm, "<|im_start|>"), im_end = token_id(lm, "<|im_end|>");
+    const int32_t eot_id = token_id(lm, "<|eot_id|>");
+    MK_CHECK(im_start > 0 && im_end > 0 && eot_id > 0);
+    char buf[16];
+    MK_CHECK(mk_lm_token_text(lm, im_end, buf, sizeof buf) == 10 && !memcmp(buf, "<|im_end|>", 10));
+    MK_CHECK(mk_lm_token_text(lm, 1, buf, 2) == 3 && !memcmp(buf, "<s", 2));
+    MK_CHECK(mk_lm_token_text(lm, -1, buf, sizeof buf) == MK_ERR_INVALID_ARG);
+    MK_CHECK(mk_lm_token_text(lm, (int32_t)mk_lm_get_info(lm).n_vocab, buf, sizeof buf) == MK_ERR_INVALID_ARG);
+    MK_CHECK(mk_lm_is_eog(lm, im_end) && mk_lm_is_eog(lm, eot_id) && mk_lm_is_eog(lm, mk_lm_get_info(lm).eos));
+    MK_CHECK(!mk_lm_is_eog(lm, im_start) && !mk_lm_is_eog(lm, 1) && !mk_lm_is_eog(lm, -1));
+    /* parse_special: the marker's text is its token, or plain text made of other tokens. */
+    int32_t a[32], b[32];
+    int64_t na = mk_lm_tokenize(lm, "<|im_start|>user", 16, true, true, a, 32);
+    int64_t nb = mk_lm_tokenize(lm, "<|im_start|>user", 16, true, false, b, 32);
+    MK_CHECK(na >= 3 && a[0] == 1 && a[1] == im_start);
+    MK_CHECK(nb > na && nb <= 32);
+    for (int64_t i = 0; i < nb && i < 32; i++) MK_CHECK(b[i] != im_start);
+}
+
+/* Multi-turn feeding: only the tokens beyond the shared prefix are evaluated, and the logits equal
+ * those of a fresh session fed the whole conversation. */
+static void test_multi_turn(const struct mk_lm *lm) {
+    struct mk_session *s = open_session(lm, MK_BACKEND_REF, 256, 0.0f, 1);
+    struct mk_session *fresh = open_session(lm, MK_BACKEND_REF, 256, 0.0f, 1);
+    if (!s || !fresh) goto done;
+    int32_t ids1[512], ids2[512];
+    struct mk_chat_msg conv[3] = { { "user", "Hello there" }, { "assistant", "" }, { "user", "And then?" } };
+    int64_t n1 = chat_ids(lm, conv, 1, ids1);
+    uint32_t reused = 99;
+    MK_CHECK(mk_session_feed_sequence(s, ids1, (size_t)n1, &reused) == MK_OK && reused == 0);
+    MK_CHECK(mk_session_n_past(s) == (uint32_t)n1);
+    struct collect c = { .stop_after = 0 };
+    enum mk_stop_reason why;
+    uint32_t n_gen = 0;
+    MK_CHECK(mk_session_generate(s, 6, collect_token, &c, &why, &n_gen) == MK_OK && n_gen == 6);
+    conv[1].content = c.text;
+    int64_t n2 = chat_ids(lm, conv, 3, ids2);
+    MK_CHECK(n2 > n1 && !memcmp(ids1, ids2, (size_t)n1 * sizeof *ids1));
+    const uint32_t prompt_before = mk_session_timings(s).n_prompt;
+    MK_CHECK(mk_session_feed_sequence(s, ids2, (size_t)n2, &reused) == MK_OK);
+    const uint32_t evaluated = mk_session_timings(s).n_prompt - prompt_before;
+    printf("api: turn 2 is %lld tokens: %u kept, %u evaluated (turn 1 was %lld + 6 generated)\n", (long long)n2,
+           (unsigned)reused, (unsigned)evaluated, (long long)n1);
+    MK_CHECK(reused >= (uint32_t)n1 && evaluated == (uint32_t)n2 - reused);
+    MK_CHECK(mk_session_n_past(s) == (uint32_t)n2);
+    float *la = malloc(512 * sizeof *la), *lb = malloc(512 * sizeof *lb);
+    MK_CHECK(mk_session_feed(fresh, ids2, (size_t)n2) == MK_OK);
+    MK_CHECK(mk_session_logits(s, la, 512) == MK_OK && mk_session_logits(fresh, lb, 512) == MK_OK);
+    float diff = 0.0f;
+    for (int i = 0; i < 512; i++) diff = fmaxf(diff, fabsf(la[i] - lb[i]));
+    MK_CHECK_MSG(diff < 1e-4f, "multi-turn logits differ from a fresh session's by %g", (double)diff);
+
+    /* A sequence that diverges at position 5 keeps 5 tokens and re-evaluates the rest. */
+    ids2[5] = ids2[5] == 300 ? 301 : 300;
+    MK_CHECK(mk_session_feed_sequence(s, ids2, (size_t)n2, &reused) == MK_OK && reused == 5);
+    MK_CHECK(mk_session_reset(fresh) == MK_OK && mk_session_feed(fresh, ids2, (size_t)n2) == MK_OK);
+    MK_CHECK(mk_session_logits(s, la, 512) == MK_OK && mk_session_logits(fresh, lb, 512) == MK_OK);
+    diff = 0.0f;
+    for (int i = 0; i < 512; i++) diff = fmaxf(diff, fabsf(la[i] - lb[i]));
+    MK_CHECK_MSG(diff < 1e-4f, "logits after a rewind differ from a fresh session's by %g", (double)diff);
+    /* The same sequence again evaluates only its last token; one too long changes nothing. */
+    const uint32_t before = mk_session_timings(s).n_prompt;
+    MK_CHECK(mk_session_feed_sequence(s, ids2, (size_t)n2, &reused) == MK_OK && reused == (uint32_t)n2 - 1);
+    MK_CHECK(mk_session_timings(s).n_prompt == before + 1);
+    int32_t *big = calloc(300, sizeof *big);
+    MK_CHECK(big && mk_session_feed_sequence(s, big, 300, &reused) == MK_ERR_CONTEXT_FULL);
+    MK_CHECK(mk_session_n_past(s) == (uint32_t)n2 && strstr(mk_session_last_error(s), "context full"));
+    MK_CHECK(mk_session_feed_sequence(s, ids2, 0, &reused) == MK_ERR_INVALID_ARG);
+    MK_CHECK(mk_session_rewind(s, (uint32_t)n2 + 1) == MK_ERR_INVALID_ARG);
+    MK_CHECK(mk_session_rewind(s, 0) == MK_OK && mk_session_n_past(s) == 0);
+    MK_CHECK(mk_session_generate(s, 1, NULL, NULL, &why, &n_gen) == MK_ERR_INVALID_ARG);
+    free(big);
+    free(la);
+    free(lb);
+done:
+    mk_session_free(s);
+    mk_session_free(fresh);
+}
+
+/* Greedy decoding's first answer token X, then the same weights with X as the EOT id: generation
+ * stops before emitting anything, with MK_STOP_EOG; ignore_eog lets X through. */
+static void test_eog_stop(const char *dir, const struct mk_lm *lm) {
+    const struct mk_chat_msg msgs[] = { { "user", "Hello" } };
+    int32_t ids[512];
+    int64_t n = chat_ids(lm, msgs, 1, ids);
+    struct mk_session *s = open_session(lm, MK_BACKEND_REF, 128, 0.0f, 1);
+    if (!s || n <= 0) {
+        mk_session_free(s);
+        return;
+    }
+    struct collect c = { .stop_after = 0 };
+    enum mk_stop_reason why;
+    uint32_t n_gen = 0;
+    MK_CHECK(mk_session_feed(s, ids, (size_t)n) == MK_OK);
+    MK_CHECK(mk_session_generate(s, 1, collect_token, &c, &why, &n_gen) == MK_OK && n_gen == 1);
+    mk_session_free(s);
+    const int32_t x = c.ids[0];
+    MK_CHECK_MSG(!mk_lm_is_eog(lm, x), "test bug: the first greedy token %d already ends generation", (int)x);
+    char path[4300];
+    struct mk_lm *eot = NULL;
+    struct mk_error err;
+    if (write_chat_model(dir, "eot.gguf", k_chatml_jinja, x, path, sizeof path) ||
+        mk_lm_load(path, &eot, &err) != MK_OK) {
+        mk_test_fail("FAIL: the EOT model: %s", path);
+        return;
+    }
+    MK_CHECK(mk_lm_is_eog(eot, x));
+    s = open_session(eot, MK_BACKEND_REF, 128, 0.0f, 1);
+    if (s) {
+        MK_CHECK(mk_session_feed(s, ids, (size_t)n) == MK_OK);
+        MK_CHECK(mk_session_generate(s, 10, NULL, NULL, &why, &n_gen) == MK_OK);
+        printf("api: with eot = %d greedy stops after %u tokens (%s)\n", (int)x, (unsigned)n_gen,
+               mk_stop_reason_str(why));
+        MK_CHECK(why == MK_STOP_EOG && n_gen == 0);
+        mk_session_free(s);
+    }
+    struct mk_session_params sp = mk_session_default_params();
+    sp.backend = MK_BACKEND_REF;
+    sp.n_ctx = 128;
+    sp.sampling.temperature = 0.0f;
+    sp.ignore_eog = 1;
+    s = NULL;
+    MK_CHECK(mk_session_create(eot, &sp, &s, &err) == MK_OK);
+    if (s) {
+        struct collect d = { .stop_after = 0 };
+        MK_CHECK(mk_session_feed(s, ids, (size_t)n) == MK_OK);
+        MK_CHECK(mk_session_generate(s, 3, collect_token, &d, &why, &n_gen) == MK_OK);
+        MK_CHECK(why == MK_STOP_LENGTH && n_gen == 3 && d.ids[0] == x);
+        mk_session_free(s);
+    }
+    mk_lm_free(eot);
+    unlink(path);
+}
+
+static void test_chat(void) {
+    char dir[4200], chat_path[4300], plain_path[4300];
+    if (!mk_test_make_tmp_dir(dir, sizeof dir, "mk-api-chat-")) {
+        mk_test_fail("FAIL: mkdtemp");
+        return;
+    }
+    struct mk_lm *lm = NULL, *plain = NULL;
+    struct mk_error err;
+    if (!write_chat_model(dir, "chatml.gguf", k_chatml_jinja, -1, chat_path, sizeof chat_path) &&
+        !write_chat_model(dir, "plain.gguf", NULL, -1, plain_path, sizeof plain_path)) {
+        MK_CHECK(mk_lm_load(chat_path, &lm, &err) == MK_OK);
+        MK_CHECK(mk_lm_load(plain_path, &plain, &err) == MK_OK);
+    }
+    if (lm && plain) {
+        test_chat_render(lm, plain);
+        test_special_tokens(lm);
+        test_multi_turn(lm);
+        test_eog_stop(dir, lm);
+    }
+    mk_lm_free(lm);
+    mk_lm_free(plain);
+    unlink(chat_path);
+    unlink(plain_path);
+    rmdir(dir);
+}
+
 static void test_load_errors(void) {
     struct mk_lm *lm = (struct mk_lm *)1;
     struct mk_error err;
@@ -490,6 +725,7 @@ static void test_load_errors(void) {
 
 int main(void) {
     test_defaults();
+    test_chat();
     g_models = mk_test_models_dir("stories260K-f32.gguf");
     if (!g_models) {
         printf("SKIP: models directory not found (set MK_MODELS_DIR); api_test's model checks need stories260K\n");

@@ -1,5 +1,6 @@
 /* 'mk gen': writes a Llama GGUF of a preset shape with deterministic random weights. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,10 @@ static void mk_gen_usage(FILE *f) {
                "                 Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS (the\n"
                "                 _S/_M/_L ones also in lowercase); norm weights are always f32\n"
                "  --seed S       weight seed (default 42)\n"
+               "  --chat-template T  write T as tokenizer.chat_template (a template name such as chatml or\n"
+               "                 llama3, or Jinja text); the vocab then ends with the control tokens\n"
+               "                 <|im_start|> <|im_end|> <|start_header_id|> <|end_header_id|> <|eot_id|>\n"
+               "  --eot-id N     write N as tokenizer.ggml.eot_token_id (an end-of-generation token)\n"
                "  -o FILE        output path (required)\n");
 }
 
@@ -64,6 +69,17 @@ int mk_cmd_gen(int argc, char **argv) {
                 return 2;
             }
             p.seed = s;
+        } else if ((v = mk_gen_opt(argc, argv, &i, "--chat-template", &missing))) {
+            p.chat_template = v;
+        } else if ((v = mk_gen_opt(argc, argv, &i, "--eot-id", &missing))) {
+            char *end;
+            errno = 0;
+            long id = strtol(v, &end, 10);
+            if (errno || end == v || *end || id < 0 || id > INT32_MAX) {
+                fprintf(stderr, "mk gen: --eot-id '%s' is not a token id (an integer >= 0)\n", v);
+                return 2;
+            }
+            p.eot_id = (int32_t)id;
         } else if ((v = mk_gen_opt(argc, argv, &i, "-o", &missing)) ||
                    (v = mk_gen_opt(argc, argv, &i, "--output", &missing))) {
             out = v;

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/chat.h"
 #include "core/dtype.h"
 #include "core/gguf.h"
 #include "core/model.h"
@@ -110,6 +111,23 @@ static void mk_info_print_vocab(const struct mk_vocab_data *v) {
     printf(", scores %s, token types %s\n", v->scores ? "yes" : "no", v->types ? "yes" : "no");
 }
 
+/* Which built-in chat format the file's tokenizer.chat_template stands for, if any. */
+static void mk_info_print_chat(const struct mk_gguf *g) {
+    const struct mk_gguf_kv *kv = mk_gguf_find_kv(g, "tokenizer.chat_template");
+    if (!kv || kv->type != MK_GGUF_STRING) {
+        printf("chat:         no tokenizer.chat_template (mk chat needs --chat-template NAME)\n");
+        return;
+    }
+    enum mk_chat_template t = mk_chat_detect_template(kv->v.str.data, (size_t)kv->v.str.len);
+    if (t == MK_CHAT_UNKNOWN)
+        printf("chat:         tokenizer.chat_template (%" PRIu64
+               " bytes) is no format mk renders (use --chat-template)\n",
+               kv->v.str.len);
+    else
+        printf("chat:         template %s (tokenizer.chat_template, %" PRIu64 " bytes)\n", mk_chat_template_name(t),
+               kv->v.str.len);
+}
+
 /* True when a separate head holds exactly the embedding's bytes (stories260K ships such a copy). */
 static bool mk_info_head_is_embedding_copy(const struct mk_model *m) {
     return !m->cfg.tied_output && m->output.type == m->token_embd.type && m->output.n_bytes == m->token_embd.n_bytes &&
@@ -189,6 +207,7 @@ int mk_cmd_info(int argc, char **argv) {
             printf("output head:  untied (output.weight, %s)\n", mk_dtype_get(m->output.type)->name);
     }
     if (st == MK_OK) mk_info_print_vocab(&m->vocab);
+    if (st == MK_OK && m->vocab.n_tokens) mk_info_print_chat(g);
     if (keys) {
         printf("\nmetadata (%" PRIu64 " keys):\n", mk_gguf_kv_count(g));
         for (uint64_t i = 0; i < mk_gguf_kv_count(g); i++) mk_info_print_kv(mk_gguf_kv_at(g, i));

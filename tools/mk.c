@@ -14,6 +14,7 @@ struct mk_subcommand {
 
 static const struct mk_subcommand mk_subcommands[] = {
     { "run", mk_cmd_run, "decode text from a model (a built-in synthetic model without -m)" },
+    { "chat", mk_cmd_chat, "talk with a model in its chat format, turn by turn, keeping the KV cache" },
     { "bench", mk_cmd_bench, "time decoding per backend against the memory-bandwidth floor" },
     { "info", mk_cmd_info, "describe a GGUF model: config, tokenizer, tensors, bytes per token" },
     { "dump", mk_cmd_dump, "print the compiled work-queue program of a model" },
