@@ -44,6 +44,36 @@ static enum mk_status mk_model_read_f32(const struct mk_gguf *g, const char *arc
     return mk_gguf_get_f32_opt(g, key, out, err);
 }
 
+/* rope.scaling.type as llama.cpp reads it: absent or "none" leaves positions alone, "linear"
+ * divides them by rope.scaling.factor (or the older rope.scale_linear); YaRN, LongRoPE and the
+ * rest change the angles in ways mk does not implement, so they are refused by name. */
+static enum mk_status mk_model_read_rope_scaling(const struct mk_gguf *g, struct mk_llama_config *cfg,
+                                                 struct mk_error *err) {
+    const char *file = mk_model_file(g), *a = cfg->arch;
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    struct mk_gguf_str type = { 0, NULL };
+    enum mk_status st = mk_gguf_get_str_opt(g, key, &type, err);
+    if (st != MK_OK) return st;
+    bool linear = !type.data || mk_gguf_str_eq(type, "linear");
+    if (!linear && !mk_gguf_str_eq(type, "none"))
+        return mk_error_set(err, MK_ERR_UNSUPPORTED, "%s: %s is '%.*s'; mk implements only 'none' and 'linear'", file,
+                            key, (int)(type.len > 64 ? 64 : type.len), type.data);
+    float factor = 0.0f;
+    const char *factor_key = "rope.scaling.factor";
+    if ((st = mk_model_read_f32(g, a, factor_key, &factor, err)) != MK_OK) return st;
+    if (factor == 0.0f) {
+        factor_key = "rope.scale_linear";
+        if ((st = mk_model_read_f32(g, a, factor_key, &factor, err)) != MK_OK) return st;
+    }
+    if (!linear || factor == 0.0f) return MK_OK;
+    if (!(factor > 0.0f))
+        return mk_error_set(err, MK_ERR_FORMAT, "%s: %s.%s is %g; a linear scaling factor must be positive", file, a,
+                            factor_key, (double)factor);
+    cfg->rope_freq_scale = 1.0f / factor;
+    return MK_OK;
+}
+
 /* Fills cfg from `<arch>.*` keys. Vocab-only files describe some other model, so there nothing is
  * required and nothing is cross-checked. */
 static enum mk_status mk_model_read_config(const struct mk_gguf *g, bool vocab_only, struct mk_llama_config *cfg,
@@ -56,11 +86,13 @@ static enum mk_status mk_model_read_config(const struct mk_gguf *g, bool vocab_o
         if (vocab_only) return MK_OK;
         return mk_error_set(err, MK_ERR_FORMAT, "%s: key general.architecture is missing", file);
     }
-    bool known = mk_gguf_str_eq(arch, "llama") || mk_gguf_str_eq(arch, "mistral");
+    bool known = mk_gguf_str_eq(arch, "llama") || mk_gguf_str_eq(arch, "mistral") || mk_gguf_str_eq(arch, "qwen2") ||
+                 mk_gguf_str_eq(arch, "qwen3");
     if (!vocab_only && !known)
         return mk_error_set(err, MK_ERR_UNSUPPORTED,
-                            "%s: general.architecture is '%.*s'; mk runs only 'llama' and 'mistral'", file,
-                            (int)(arch.len > 64 ? 64 : arch.len), arch.data);
+                            "%s: general.architecture is '%.*s'; mk runs only 'llama' (and 'mistral'), 'qwen2' and "
+                            "'qwen3'",
+                            file, (int)(arch.len > 64 ? 64 : arch.len), arch.data);
     if (arch.len >= sizeof cfg->arch || memchr(arch.data, '\0', arch.len)) {
         if (!vocab_only) return mk_error_set(err, MK_ERR_FORMAT, "%s: general.architecture is malformed", file);
         return MK_OK;
@@ -73,6 +105,11 @@ static enum mk_status mk_model_read_config(const struct mk_gguf *g, bool vocab_o
     cfg->n_ctx_train = 2048;
     cfg->rope_base = 10000.0f;
     cfg->rms_eps = 1e-5f;
+    cfg->rope_freq_scale = 1.0f;
+    /* llama.cpp rotates the Qwen families' q and k NEOX-style (their converters do not permute
+     * wq and wk the way the Llama converter does). */
+    cfg->rope_neox = !strncmp(a, "qwen", 4);
+    cfg->has_qk_norm = !strcmp(a, "qwen3");
     if ((st = mk_model_read_u32(g, a, "embedding_length", req, &cfg->n_embd, err)) != MK_OK) return st;
     if ((st = mk_model_read_u32(g, a, "feed_forward_length", req, &cfg->n_ff, err)) != MK_OK) return st;
     if ((st = mk_model_read_u32(g, a, "block_count", req, &cfg->n_layer, err)) != MK_OK) return st;
@@ -83,6 +120,10 @@ static enum mk_status mk_model_read_config(const struct mk_gguf *g, bool vocab_o
     if ((st = mk_model_read_f32(g, a, "rope.freq_base", &cfg->rope_base, err)) != MK_OK) return st;
     if ((st = mk_model_read_f32(g, a, "attention.layer_norm_rms_epsilon", &cfg->rms_eps, err)) != MK_OK) return st;
     cfg->head_dim = cfg->n_head ? cfg->n_embd / cfg->n_head : 0;
+    uint32_t key_len = UINT32_MAX, value_len = UINT32_MAX;
+    if ((st = mk_model_read_u32(g, a, "attention.key_length", false, &key_len, err)) != MK_OK) return st;
+    if ((st = mk_model_read_u32(g, a, "attention.value_length", false, &value_len, err)) != MK_OK) return st;
+    if (key_len != UINT32_MAX) cfg->head_dim = key_len;
     cfg->n_rot = cfg->head_dim;
     if ((st = mk_model_read_u32(g, a, "rope.dimension_count", false, &cfg->n_rot, err)) != MK_OK) return st;
     if (vocab_only) return MK_OK;
@@ -92,7 +133,7 @@ static enum mk_status mk_model_read_config(const struct mk_gguf *g, bool vocab_o
                             "%s: %s.embedding_length=%u, feed_forward_length=%u, block_count=%u, "
                             "attention.head_count=%u, attention.head_count_kv=%u: none may be 0",
                             file, a, cfg->n_embd, cfg->n_ff, cfg->n_layer, cfg->n_head, cfg->n_head_kv);
-    if (cfg->n_embd % cfg->n_head)
+    if (key_len == UINT32_MAX && cfg->n_embd % cfg->n_head)
         return mk_error_set(err, MK_ERR_FORMAT,
                             "%s: %s.embedding_length %u is not a multiple of %s.attention.head_count %u", file, a,
                             cfg->n_embd, a, cfg->n_head);
@@ -100,26 +141,37 @@ static enum mk_status mk_model_read_config(const struct mk_gguf *g, bool vocab_o
         return mk_error_set(err, MK_ERR_FORMAT,
                             "%s: %s.attention.head_count %u is not a multiple of %s.attention.head_count_kv %u", file,
                             a, cfg->n_head, a, cfg->n_head_kv);
+    /* Heads rotate in pairs. */
+    if (cfg->head_dim == 0 || cfg->head_dim % 2)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                            "%s: %s.attention.key_length %u: mk needs an even, non-zero head size", file, a,
+                            cfg->head_dim);
+    /* Separate key and value head sizes would change every attention shape: refuse them plainly.
+     * As in llama.cpp, an absent value_length means embedding_length / head_count. */
+    if (value_len == UINT32_MAX) value_len = cfg->n_embd / cfg->n_head;
+    if (value_len != cfg->head_dim)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                            "%s: %s.attention.value_length is %u; mk needs it equal to attention.key_length %u", file,
+                            a, value_len, cfg->head_dim);
+    if ((uint64_t)cfg->n_head * cfg->head_dim > UINT32_MAX / 4)
+        return mk_error_set(err, MK_ERR_FORMAT, "%s: %s.attention.head_count %u x key_length %u is too large", file, a,
+                            cfg->n_head, cfg->head_dim);
     if (cfg->n_rot == 0 || cfg->n_rot % 2 || cfg->n_rot > cfg->head_dim)
         return mk_error_set(err, MK_ERR_FORMAT,
                             "%s: %s.rope.dimension_count %u must be even, non-zero and at most the head size %u", file,
                             a, cfg->n_rot, cfg->head_dim);
-    /* Separate key/value head sizes would change every attention shape: refuse them plainly. */
-    static const char *const head_keys[] = { "attention.key_length", "attention.value_length" };
-    for (int i = 0; i < 2; i++) {
-        uint32_t v = cfg->head_dim;
-        if ((st = mk_model_read_u32(g, a, head_keys[i], false, &v, err)) != MK_OK) return st;
-        if (v != cfg->head_dim)
-            return mk_error_set(err, MK_ERR_UNSUPPORTED, "%s: %s.%s is %u; mk needs embedding_length/head_count = %u",
-                                file, a, head_keys[i], v, cfg->head_dim);
-    }
     if (!(cfg->rms_eps > 0.0f && cfg->rms_eps < 1.0f))
         return mk_error_set(err, MK_ERR_FORMAT, "%s: %s.attention.layer_norm_rms_epsilon %g is out of range", file, a,
                             (double)cfg->rms_eps);
     if (!(cfg->rope_base > 0.0f))
         return mk_error_set(err, MK_ERR_FORMAT, "%s: %s.rope.freq_base %g must be positive", file, a,
                             (double)cfg->rope_base);
-    return MK_OK;
+    uint32_t experts = 0;
+    if ((st = mk_model_read_u32(g, a, "expert_count", false, &experts, err)) != MK_OK) return st;
+    if (experts)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED, "%s: %s.expert_count is %u; mk runs only dense models", file, a,
+                            experts);
+    return mk_model_read_rope_scaling(g, cfg, err);
 }
 
 /* ---- vocabulary ---- */
@@ -232,6 +284,9 @@ static enum mk_status mk_model_read_vocab(struct mk_model_impl *mi, struct mk_er
 
 /* ---- tensors ---- */
 
+/* Names the model may bind: four global tensors, at most fourteen per layer. */
+static size_t mk_model_name_cap(uint32_t n_layer) { return (size_t)4 + 14 * (size_t)n_layer; }
+
 /* Matrices may be in any weight type mk_dtype knows; norms stay f32. */
 static bool mk_model_is_supported_matrix_type(uint32_t t) { return mk_dtype_get(t) != NULL; }
 
@@ -282,7 +337,7 @@ static enum mk_status mk_model_bind(struct mk_model_impl *mi, const char *name, 
         return mk_error_set(err, MK_ERR_FORMAT, "%s: tensor '%s' holds %llu bytes, expected %llu", file, name,
                             (unsigned long long)t->n_bytes, (unsigned long long)(row_bytes * n_rows));
 
-    MK_ASSERT(mi->n_names < (size_t)3 + 9 * (size_t)mi->pub.cfg.n_layer);
+    MK_ASSERT(mi->n_names < mk_model_name_cap(mi->pub.cfg.n_layer));
     char *own = mi->names + mi->n_names++ * MK_MODEL_NAME_CAP;
     snprintf(own, MK_MODEL_NAME_CAP, "%s", name);
     *w = (struct mk_weight){
@@ -294,6 +349,55 @@ static enum mk_status mk_model_bind(struct mk_model_impl *mi, const char *name, 
         .row_bytes = row_bytes,
         .n_bytes = t->n_bytes,
     };
+    return MK_OK;
+}
+
+/* The optional tensors of layer l: Q/K/V biases (all three or none, any architecture, as llama.cpp
+ * reads them) and qwen3's per-head q and k norms (required there, refused elsewhere by the
+ * unexpected-tensor check). */
+static enum mk_status mk_model_bind_layer_extras(struct mk_model_impl *mi, uint32_t l, uint64_t *n_bound,
+                                                 struct mk_error *err) {
+    struct mk_model *m = &mi->pub;
+    struct mk_llama_config *c = &m->cfg;
+    struct mk_layer_weights *L = &m->layers[l];
+    const char *file = mk_model_file(m->gguf);
+    const int64_t q = (int64_t)c->n_head * c->head_dim, kv = (int64_t)c->n_head_kv * c->head_dim;
+    struct {
+        const char *name;
+        int64_t n;
+        struct mk_weight *w;
+    } bias[] = { { "attn_q.bias", q, &L->bq }, { "attn_k.bias", kv, &L->bk }, { "attn_v.bias", kv, &L->bv } };
+    char name[MK_MODEL_NAME_CAP];
+    int n_bias = 0, missing = -1;
+    enum mk_status st;
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "blk.%u.%s", l, bias[i].name);
+        if (!mk_gguf_find_tensor(m->gguf, name)) {
+            if (missing < 0) missing = i;
+            continue;
+        }
+        if ((st = mk_model_bind(mi, name, 0, bias[i].n, bias[i].w, err)) != MK_OK) return st;
+        n_bias++;
+    }
+    /* The GPU and CPU ops take the three biases as one set. */
+    if (n_bias && missing >= 0)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                            "%s: layer %u has some attention biases but not tensor 'blk.%u.%s'; mk needs all three of "
+                            "q, k, v or none",
+                            file, l, l, bias[missing].name);
+    if (l == 0)
+        c->has_qkv_bias = n_bias == 3;
+    else if (c->has_qkv_bias != (n_bias == 3))
+        return mk_error_set(err, MK_ERR_UNSUPPORTED, "%s: tensor 'blk.%u.attn_q.bias' is %s, unlike layer 0", file, l,
+                            n_bias ? "present" : "missing");
+    *n_bound += (uint64_t)n_bias;
+    if (c->has_qk_norm) {
+        snprintf(name, sizeof name, "blk.%u.attn_q_norm.weight", l);
+        if ((st = mk_model_bind(mi, name, 0, c->head_dim, &L->q_norm, err)) != MK_OK) return st;
+        snprintf(name, sizeof name, "blk.%u.attn_k_norm.weight", l);
+        if ((st = mk_model_bind(mi, name, 0, c->head_dim, &L->k_norm, err)) != MK_OK) return st;
+        *n_bound += 2;
+    }
     return MK_OK;
 }
 
@@ -330,7 +434,7 @@ static enum mk_status mk_model_bind_tensors(struct mk_model_impl *mi, struct mk_
                             m->vocab.n_tokens, c->n_vocab);
 
     if (!(m->layers = calloc(c->n_layer, sizeof *m->layers)) ||
-        !(mi->names = calloc((size_t)3 + 9 * (size_t)c->n_layer, MK_MODEL_NAME_CAP)))
+        !(mi->names = calloc(mk_model_name_cap(c->n_layer), MK_MODEL_NAME_CAP)))
         return mk_error_set(err, MK_ERR_NOMEM, "%s: no memory for %u layers", file, c->n_layer);
 
     const int64_t e = c->n_embd, q = (int64_t)c->n_head * c->head_dim, kv = (int64_t)c->n_head_kv * c->head_dim;
@@ -363,8 +467,20 @@ static enum mk_status mk_model_bind_tensors(struct mk_model_impl *mi, struct mk_
             if ((st = mk_model_bind(mi, name, parts[i].rows, parts[i].cols, parts[i].w, err)) != MK_OK) return st;
             n_bound++;
         }
+        if ((st = mk_model_bind_layer_extras(mi, l, &n_bound, err)) != MK_OK) return st;
     }
-    /* Anything else (rope_freqs, biases, extra blocks) changes the maths: refuse it by name. */
+    if (mk_gguf_find_tensor(g, "rope_freqs.weight")) {
+        /* llama.cpp reads Llama 3's frequency divisors only for the llama architecture. */
+        if (strcmp(c->arch, "llama") && strcmp(c->arch, "mistral"))
+            return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                                "%s: tensor 'rope_freqs.weight' is not part of a %s model (only llama files carry it)",
+                                file, c->arch);
+        if ((st = mk_model_bind(mi, "rope_freqs.weight", 0, c->n_rot / 2, &m->rope_freqs, err)) != MK_OK) return st;
+        c->has_rope_freqs = true;
+        n_bound++;
+    }
+    /* Anything else (output or FFN biases, a fused attn_qkv, experts, extra blocks) changes the maths:
+     * refuse it by name. */
     if (n_bound != n_tensors) {
         for (uint64_t i = 0; i < n_tensors; i++) {
             const struct mk_gguf_tensor *t = mk_gguf_tensor_at(g, i);
@@ -441,10 +557,10 @@ static uint64_t mk_model_layer_sum(const struct mk_model *m, bool bytes) {
     uint64_t s = 0;
     for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
         const struct mk_layer_weights *L = &m->layers[l];
-        const struct mk_weight *ws[] = { &L->attn_norm, &L->wq,     &L->wk,   &L->wv,    &L->wo,
-                                         &L->ffn_norm,  &L->w_gate, &L->w_up, &L->w_down };
+        const struct mk_weight *ws[] = { &L->attn_norm, &L->wq,     &L->wk, &L->wv, &L->wo, &L->ffn_norm, &L->w_gate,
+                                         &L->w_up,      &L->w_down, &L->bq, &L->bk, &L->bv, &L->q_norm,   &L->k_norm };
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-            s += bytes ? ws[i]->n_bytes : (uint64_t)(ws[i]->rows * ws[i]->cols);
+            if (ws[i]->data) s += bytes ? ws[i]->n_bytes : (uint64_t)(ws[i]->rows * ws[i]->cols);
     }
     return s;
 }
@@ -453,6 +569,7 @@ uint64_t mk_model_param_count(const struct mk_model *m) {
     if (!m || m->vocab_only) return 0;
     uint64_t n = mk_model_layer_sum(m, false);
     n += (uint64_t)(m->token_embd.rows * m->token_embd.cols) + (uint64_t)m->output_norm.cols;
+    if (m->cfg.has_rope_freqs) n += (uint64_t)m->rope_freqs.cols;
     if (!m->cfg.tied_output) n += (uint64_t)(m->output.rows * m->output.cols);
     return n;
 }
@@ -460,5 +577,6 @@ uint64_t mk_model_param_count(const struct mk_model *m) {
 uint64_t mk_model_bytes_per_token(const struct mk_model *m) {
     if (!m || m->vocab_only) return 0;
     /* One embedding row is gathered; the LM head (the embedding table itself when tied) is read whole. */
-    return mk_model_layer_sum(m, true) + m->output_norm.n_bytes + m->token_embd.row_bytes + m->output.n_bytes;
+    return mk_model_layer_sum(m, true) + m->output_norm.n_bytes + m->token_embd.row_bytes + m->output.n_bytes +
+           (m->cfg.has_rope_freqs ? m->rope_freqs.n_bytes : 0);
 }

@@ -14,19 +14,25 @@ extern "C" {
 #endif
 
 struct mk_llama_config {
-    char arch[32];   /* "llama" or "mistral" */
+    char arch[32];   /* "llama" (or "mistral"), "qwen2" or "qwen3" */
     uint32_t n_embd; /* hidden size */
     uint32_t n_ff;   /* FFN inner size */
     uint32_t n_layer;
     uint32_t n_head;
     uint32_t n_head_kv; /* default n_head */
-    uint32_t head_dim;  /* n_embd / n_head */
+    uint32_t head_dim;  /* attention.key_length (= value_length), default n_embd / n_head */
     uint32_t n_rot;     /* rope.dimension_count, default head_dim */
     uint32_t n_vocab;
     uint32_t n_ctx_train; /* context_length, default 2048 */
     float rope_base;      /* rope.freq_base, default 10000 */
     float rms_eps;        /* attention.layer_norm_rms_epsilon, default 1e-5 */
     bool tied_output;     /* no output.weight: the LM head is token_embd */
+    /* Appended for the Qwen architectures and rope scaling (issue 11). */
+    bool rope_neox;        /* rotate pairs (i, i + n_rot/2) instead of (2i, 2i+1): qwen2, qwen3 */
+    float rope_freq_scale; /* positions are multiplied by this: 1 / rope.scaling.factor for linear, else 1 */
+    bool has_qkv_bias;     /* blk.N.attn_{q,k,v}.bias (qwen2; optional for llama, all three or none) */
+    bool has_qk_norm;      /* blk.N.attn_{q,k}_norm.weight: per-head RMSNorm of q and k before RoPE (qwen3) */
+    bool has_rope_freqs;   /* rope_freqs.weight: Llama 3 per-pair frequency divisors */
 };
 
 /* A 2-D weight in ggml orientation: rows of `cols` contiguous elements (ne[0] = cols, ne[1] = rows).
@@ -50,6 +56,9 @@ struct mk_layer_weights {
     struct mk_weight w_gate;    /* (n_ff, n_embd) */
     struct mk_weight w_up;      /* (n_ff, n_embd) */
     struct mk_weight w_down;    /* (n_embd, n_ff) */
+    /* Optional (data NULL when the model has none; see cfg.has_qkv_bias, has_qk_norm). */
+    struct mk_weight bq, bk, bv;     /* (n_head*head_dim), (n_head_kv*head_dim) twice */
+    struct mk_weight q_norm, k_norm; /* (head_dim) each */
 };
 
 /* Vocabulary of the file: tokens and merges point into the map; scores and types are aligned
@@ -75,6 +84,7 @@ struct mk_model {
     struct mk_weight output_norm;    /* (n_embd) */
     struct mk_weight output;         /* (n_vocab, n_embd); equals token_embd when tied */
     struct mk_layer_weights *layers; /* n_layer */
+    struct mk_weight rope_freqs;     /* (n_rot / 2), data NULL unless cfg.has_rope_freqs */
 };
 
 /* Opens and validates a model file. Errors name the file and the key or tensor at fault. */

@@ -25,13 +25,11 @@ static float mk_cpu_dot(const struct mk_weight_ref *w, uint32_t r, const float *
     return mk_dot_row((enum mk_dtype)w->dtype, mk_cpu_row(w, r), x, w->cols);
 }
 
-static void mk_cpu_rope_pair(float *v, uint32_t i, uint32_t n_rot, float base, int32_t pos) {
-    if (i >= n_rot) return;
-    double theta = (double)pos * pow((double)base, -(double)i / (double)n_rot);
-    float c = (float)cos(theta), s = (float)sin(theta);
-    float x0 = v[0], x1 = v[1];
-    v[0] = x0 * c - x1 * s;
-    v[1] = x0 * s + x1 * c;
+/* RoPE's angle for pair k, in double and in the same order of operations as the reference. */
+static double mk_cpu_rope_theta(const struct mk_cpu_ctx *c, const struct mk_args_qkv *a, uint32_t k, int32_t pos) {
+    double theta = (double)pos * (double)a->rope_scale * pow((double)a->rope_base, -2.0 * k / a->n_rot);
+    if (a->rope_freqs != MK_NO_WEIGHT) theta /= (double)((const float *)(uintptr_t)c->weights[a->rope_freqs].ptr)[k];
+    return theta;
 }
 
 static void mk_cpu_embed(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
@@ -43,11 +41,50 @@ static void mk_cpu_embed(const struct mk_cpu_ctx *c, const struct mk_instr *in, 
     memcpy(c->arena + in->buf[0] + lo, row + lo, (hi - lo) * sizeof(float));
 }
 
+/* The f32 vector of weight idx (biases, q/k norms: the validator checks they are f32). */
+static const float *mk_cpu_vec(const struct mk_cpu_ctx *c, uint32_t idx) {
+    return (const float *)(uintptr_t)c->weights[idx].ptr;
+}
+
+/* Bias, per-head q/k norm and RoPE of rows [lo, hi) of [q; k; v], held in out. */
+static void mk_cpu_qkv_epilogue(const struct mk_cpu_ctx *c, const struct mk_args_qkv *a, uint32_t lo, uint32_t hi,
+                                float *out) {
+    const uint32_t q_dim = a->q_dim, kv_dim = a->kv_dim, hd = a->head_dim, n_rot = a->n_rot;
+    const int32_t pos = c->cmd->pos;
+    if (a->bias != MK_NO_WEIGHT)
+        for (uint32_t r = lo; r < hi; r++) {
+            uint32_t part = r < q_dim ? 0 : r < q_dim + kv_dim ? 1 : 2;
+            out[r - lo] += mk_cpu_vec(c, a->bias + part)[r - (part ? q_dim + (part - 1) * kv_dim : 0)];
+        }
+    /* With norms, tiles start on head boundaries (validated), so heads are whole here. */
+    if (a->flags & MK_QKV_QK_NORM)
+        for (uint32_t h0 = lo; h0 + hd <= hi && h0 < q_dim + kv_dim; h0 += hd) {
+            const float *w = mk_cpu_vec(c, a->qk_norm + (h0 < q_dim ? 0 : 1));
+            float *v = out + (h0 - lo), ss = 0.0f;
+            for (uint32_t i = 0; i < hd; i++) ss += v[i] * v[i];
+            float scale = 1.0f / sqrtf(ss / (float)hd + a->eps);
+            for (uint32_t i = 0; i < hd; i++) v[i] = v[i] * scale * w[i];
+        }
+    /* Each pair lies in one tile: even tiles for adjacent pairs, whole heads for NEOX ones. */
+    const bool neox = (a->flags & MK_QKV_NEOX) != 0;
+    for (uint32_t r = lo; r < hi && r < q_dim + kv_dim; r++) {
+        uint32_t dim = (r < q_dim ? r : r - q_dim) % hd;
+        bool first = neox ? dim < n_rot / 2 : dim % 2 == 0 && dim < n_rot;
+        if (!first) continue;
+        uint32_t k = neox ? dim : dim / 2, partner = r - lo + (neox ? n_rot / 2 : 1);
+        double theta = mk_cpu_rope_theta(c, a, k, pos);
+        float cs = (float)cos(theta), sn = (float)sin(theta);
+        float x0 = out[r - lo], x1 = out[partner];
+        out[r - lo] = x0 * cs - x1 * sn;
+        out[partner] = x0 * sn + x1 * cs;
+    }
+}
+
 static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *wq = &c->weights[in->weight[1]], *wk = &c->weights[in->weight[2]],
                                *wv = &c->weights[in->weight[3]];
     const struct mk_args_qkv *a = &in->args.qkv;
-    uint32_t n = wq->cols, q_dim = a->q_dim, kv_dim = a->kv_dim, hd = a->head_dim, layer = a->layer;
+    uint32_t n = wq->cols, q_dim = a->q_dim, kv_dim = a->kv_dim, layer = a->layer;
     uint32_t rows = q_dim + 2 * kv_dim, lo = t * a->rows_per_task,
              hi = lo + a->rows_per_task > rows ? rows : lo + a->rows_per_task;
     float *xn = c->scratch, *tmp = c->scratch + n, *out = c->scratch + 2 * n;
@@ -62,13 +99,7 @@ static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, ui
         else
             out[r - lo] = mk_cpu_dot(wv, r - q_dim - kv_dim, xn);
     }
-    /* Tiles start on even rows and q_dim, kv_dim are even, so each RoPE pair is in one tile. */
-    for (uint32_t r = lo; r + 1 < hi; r += 2) {
-        if (r < q_dim)
-            mk_cpu_rope_pair(&out[r - lo], r % hd, a->n_rot, a->rope_base, pos);
-        else if (r < q_dim + kv_dim)
-            mk_cpu_rope_pair(&out[r - lo], (r - q_dim) % hd, a->n_rot, a->rope_base, pos);
-    }
+    mk_cpu_qkv_epilogue(c, a, lo, hi, out);
     for (uint32_t r = lo; r < hi; r++) {
         if (r < q_dim)
             c->arena[in->buf[1] + r] = out[r - lo];

@@ -31,8 +31,18 @@ static uint64_t mk_instr_weight_bytes(const struct mk_program *p, uint32_t i) {
     if (in->op == MK_OP_EMBED) return in->weight[0] < p->n_weights ? p->weights[in->weight[0]].row_bytes : 0;
     uint64_t b = 0;
     for (int k = 0; k < 4; k++) b += mk_full(p, in->weight[k]);
+    if (in->op == MK_OP_NORM_QKV_ROPE) {
+        /* The weights its arguments name: three biases, two norms, the frequency divisors. */
+        const struct mk_args_qkv *a = &in->args.qkv;
+        for (uint32_t k = 0; k < 3 && a->bias != MK_NO_WEIGHT; k++) b += mk_full(p, a->bias + k);
+        for (uint32_t k = 0; k < 2 && a->qk_norm != MK_NO_WEIGHT; k++) b += mk_full(p, a->qk_norm + k);
+        b += mk_full(p, a->rope_freqs);
+    }
     return b;
 }
+
+/* A weight index for JSON: -1 for none. */
+static int mk_dump_widx(uint32_t w) { return w == MK_NO_WEIGHT ? -1 : (int)w; }
 
 uint64_t mk_program_weight_bytes(const struct mk_program *p) {
     uint64_t b = 0;
@@ -60,9 +70,11 @@ static void mk_dump_args_json(FILE *f, const struct mk_instr *in) {
     case MK_OP_NORM_QKV_ROPE:
         fprintf(f,
                 "{\"rows_per_task\":%u,\"layer\":%u,\"q_dim\":%u,\"kv_dim\":%u,\"head_dim\":%u,\"n_rot\":%u,"
-                "\"eps\":%g,\"rope_base\":%g}",
+                "\"eps\":%g,\"rope_base\":%g,\"bias\":%d,\"qk_norm\":%d,\"rope_freqs\":%d,\"flags\":%u,"
+                "\"rope_scale\":%g}",
                 a->qkv.rows_per_task, a->qkv.layer, a->qkv.q_dim, a->qkv.kv_dim, a->qkv.head_dim, a->qkv.n_rot,
-                (double)a->qkv.eps, (double)a->qkv.rope_base);
+                (double)a->qkv.eps, (double)a->qkv.rope_base, mk_dump_widx(a->qkv.bias), mk_dump_widx(a->qkv.qk_norm),
+                mk_dump_widx(a->qkv.rope_freqs), a->qkv.flags, (double)a->qkv.rope_scale);
         break;
     case MK_OP_ATTN_PARTIAL:
         fprintf(f, "{\"block\":%u,\"n_blocks\":%u,\"layer\":%u,\"n_head\":%u,\"n_head_kv\":%u,\"head_dim\":%u}",

@@ -45,6 +45,19 @@ static uint32_t mk_lower_weight(struct mk_lower *L, const struct mk_weight *w) {
     return L->n_wt++;
 }
 
+/* Appends n weights at consecutive indices (ops that name a set of weights by its first index),
+ * or finds them already there in that order. */
+static uint32_t mk_lower_weight_run(struct mk_lower *L, const struct mk_weight *const *ws, uint32_t n) {
+    for (uint32_t i = 0; i + n <= L->n_wt; i++) {
+        uint32_t k = 0;
+        while (k < n && L->wt[i + k]->data == ws[k]->data && L->wt[i + k]->cols == ws[k]->cols) k++;
+        if (k == n) return i;
+    }
+    uint32_t first = L->n_wt;
+    for (uint32_t k = 0; k < n; k++) L->wt[L->n_wt++] = ws[k];
+    return first;
+}
+
 static struct mk_lower_instr *mk_lower_emit(struct mk_lower *L, uint16_t op, uint32_t n_tasks, const char *label) {
     if (L->n == L->cap) {
         uint32_t cap = L->cap ? L->cap * 2 : 128;
@@ -146,20 +159,31 @@ static struct mk_lower_instr *mk_lower_qkv(struct mk_lower *L, struct mk_lower_o
     const struct mk_compile_params *p = L->p;
     const uint32_t q_dim = k->q_dim, kv_dim = k->kv_dim;
     struct mk_lower_instr *x;
-    uint32_t rows = q_dim + 2 * kv_dim, rpt = mk_lower_tile_rows(p, rows, 2);
+    const struct mk_layer_weights *lw = &L->g->model->layers[n->layer];
+    uint32_t flags = (c->rope_neox ? MK_QKV_NEOX : 0u) | (c->has_qk_norm ? MK_QKV_QK_NORM : 0u);
+    /* NEOX pairs span half a head and the q/k norms a whole one: such tasks hold whole heads. */
+    uint32_t rows = q_dim + 2 * kv_dim, rpt = mk_lower_tile_rows(p, rows, flags ? c->head_dim : 2);
     x = mk_lower_emit(L, MK_OP_NORM_QKV_ROPE, mk_lower_div_up(rows, rpt), n->label);
     if (!x) return NULL;
     for (int w = 0; w < 4; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
+    const struct mk_weight *bias[3] = { &lw->bq, &lw->bk, &lw->bv }, *norms[2] = { &lw->q_norm, &lw->k_norm };
     x->ins.buf[0] = OFF(n->in[0]);
     x->ins.buf[1] = OFF(n->out);
-    x->ins.args.qkv = (struct mk_args_qkv){ .rows_per_task = rpt,
-                                            .layer = n->layer,
-                                            .q_dim = q_dim,
-                                            .kv_dim = kv_dim,
-                                            .head_dim = c->head_dim,
-                                            .n_rot = c->n_rot,
-                                            .eps = n->eps,
-                                            .rope_base = c->rope_base };
+    x->ins.args.qkv =
+        (struct mk_args_qkv){ .rows_per_task = rpt,
+                              .layer = n->layer,
+                              .q_dim = q_dim,
+                              .kv_dim = kv_dim,
+                              .head_dim = c->head_dim,
+                              .n_rot = c->n_rot,
+                              .eps = n->eps,
+                              .rope_base = c->rope_base,
+                              .bias = c->has_qkv_bias ? mk_lower_weight_run(L, bias, 3) : MK_NO_WEIGHT,
+                              .qk_norm = c->has_qk_norm ? mk_lower_weight_run(L, norms, 2) : MK_NO_WEIGHT,
+                              .rope_freqs =
+                                  c->has_rope_freqs ? mk_lower_weight(L, &L->g->model->rope_freqs) : MK_NO_WEIGHT,
+                              .flags = flags,
+                              .rope_scale = c->rope_freq_scale };
     mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), k->kv_buf0 + (int)n->layer);
     return x;
 }
@@ -442,7 +466,8 @@ enum mk_status mk_graph_lower(const struct mk_graph *g, const struct mk_compile_
     struct mk_program *prog = NULL;
     uint32_t n = 0;
     enum mk_status st;
-    L.wt = calloc(g->n_nodes * MK_NODE_MAX_W + 1, sizeof *L.wt);
+    /* Each node's weights, plus up to six per layer that NORM_QKV_ROPE names in its arguments. */
+    L.wt = calloc((size_t)g->n_nodes * MK_NODE_MAX_W + 6 * (size_t)g->model->cfg.n_layer + 1, sizeof *L.wt);
     if (!L.wt) {
         st = mk_error_set(err, MK_ERR_NOMEM, "out of memory lowering the graph");
         goto fail;
@@ -541,10 +566,10 @@ enum mk_status mk_program_compile(const struct mk_model *m, const struct mk_comp
     if (!p->n_workers || !p->n_ctx)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "compile: n_workers (%u) and n_ctx (%u) must be positive",
                             p->n_workers, p->n_ctx);
-    if (m->cfg.head_dim % 2 || m->cfg.n_rot % 2 || m->cfg.n_rot > m->cfg.head_dim)
+    if (m->cfg.head_dim % 2 || m->cfg.n_rot % 2 || m->cfg.n_rot > m->cfg.head_dim || !(m->cfg.rope_freq_scale > 0.0f))
         return mk_error_set(err, MK_ERR_UNSUPPORTED,
-                            "compile: head_dim %u / rope dims %u must be even, rope <= head_dim", m->cfg.head_dim,
-                            m->cfg.n_rot);
+                            "compile: head_dim %u / rope dims %u must be even, rope <= head_dim, rope scale %g > 0",
+                            m->cfg.head_dim, m->cfg.n_rot, (double)m->cfg.rope_freq_scale);
     struct mk_graph g;
     enum mk_status st = mk_graph_build_llama(m, &g, err);
     if (st != MK_OK) return st;

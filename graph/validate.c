@@ -27,6 +27,36 @@ static const struct mk_weight_ref *mk_val_weight(const struct mk_program *p, con
 
 #define FAIL(...) return mk_error_set(err, MK_ERR_INVALID_ARG, __VA_ARGS__)
 
+/* Weight idx + k exists, is an f32 vector of n elements. */
+static bool mk_val_vec(const struct mk_program *p, uint32_t idx, uint32_t k, uint32_t n) {
+    if (idx == MK_NO_WEIGHT || idx >= p->n_weights || k >= p->n_weights - idx) return false;
+    const struct mk_weight_ref *w = &p->weights[idx + k];
+    return w->dtype == 0 /* f32 */ && w->rows == 1 && w->cols == n;
+}
+
+/* NORM_QKV_ROPE's appended arguments: biases, q/k norms, frequency divisors, flags, scale. */
+static enum mk_status mk_val_qkv_extras(const struct mk_program *p, uint32_t i, const char *lab,
+                                        const struct mk_args_qkv *q, struct mk_error *err) {
+    if (q->flags & ~MK_QKV_FLAGS) FAIL("instr %u (%s): unknown qkv flags 0x%x", i, lab, q->flags);
+    if (q->bias != MK_NO_WEIGHT && !(mk_val_vec(p, q->bias, 0, q->q_dim) && mk_val_vec(p, q->bias, 1, q->kv_dim) &&
+                                     mk_val_vec(p, q->bias, 2, q->kv_dim)))
+        FAIL("instr %u (%s): biases at weight %u are not f32 vectors of %u, %u, %u", i, lab, q->bias, q->q_dim,
+             q->kv_dim, q->kv_dim);
+    bool norm = (q->flags & MK_QKV_QK_NORM) != 0;
+    if (norm != (q->qk_norm != MK_NO_WEIGHT) ||
+        (norm && !(mk_val_vec(p, q->qk_norm, 0, q->head_dim) && mk_val_vec(p, q->qk_norm, 1, q->head_dim))))
+        FAIL("instr %u (%s): q/k norms at weight %u do not match the flags 0x%x and head_dim %u", i, lab, q->qk_norm,
+             q->flags, q->head_dim);
+    if (q->rope_freqs != MK_NO_WEIGHT && !mk_val_vec(p, q->rope_freqs, 0, q->n_rot / 2))
+        FAIL("instr %u (%s): rope_freqs weight %u is not an f32 vector of %u", i, lab, q->rope_freqs, q->n_rot / 2);
+    if (!(q->rope_scale > 0.0f && q->rope_scale < 1e30f))
+        FAIL("instr %u (%s): rope_scale %g is not a positive number", i, lab, (double)q->rope_scale);
+    if ((q->flags & (MK_QKV_NEOX | MK_QKV_QK_NORM)) && q->rows_per_task % q->head_dim)
+        FAIL("instr %u (%s): NEOX rotation or q/k norms need whole heads, but tiles of %u rows split heads of %u", i,
+             lab, q->rows_per_task, q->head_dim);
+    return MK_OK;
+}
+
 /* Derives the accesses of instruction i and checks its fields against the opcode's contract. */
 static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, struct mk_access *a, struct mk_error *err) {
     const struct mk_instr *in = &p->instrs[i];
@@ -64,6 +94,8 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         if (!q->head_dim || q->head_dim % 2 || q->n_rot > q->head_dim || q->n_rot % 2 || q->q_dim % q->head_dim ||
             q->kv_dim % q->head_dim)
             FAIL("instr %u (%s): head_dim %u / n_rot %u invalid", i, lab, q->head_dim, q->n_rot);
+        enum mk_status vst = mk_val_qkv_extras(p, i, lab, q, err);
+        if (vst != MK_OK) return vst;
         RD(in->buf[0], n);
         WR(in->buf[1], q->q_dim);
         a->w[a->nw++] = (struct mk_range){ MK_SPACE_KV, q->layer, q->layer + 1ull };

@@ -13,8 +13,9 @@
 #define MK_STATIC_ASSERT(c, m) _Static_assert(c, m)
 #endif
 
-/* 2: named per-opcode arguments, launch parameters instead of module globals. */
-#define MK_ABI_VERSION 2u
+/* 2: named per-opcode arguments, launch parameters instead of module globals.
+ * 3: NORM_QKV_ROPE takes biases, per-head q/k norms, NEOX rotation and rope scaling. */
+#define MK_ABI_VERSION 3u
 
 #define MK_NO_COUNTER 0xffffffffu
 #define MK_NO_WEIGHT  0xffffffffu
@@ -37,9 +38,14 @@ enum mk_opcode {
     MK_OP_MATVEC_RESIDUAL = 2,
     /* args.qkv: RMSNorm of x (buf0, n = weight1.cols) with weight0 and eps, then rows r of
      * [wq; wk; wv] (weight1, weight2, weight3) against it (rows_per_task is even). Rows [0, q_dim)
-     * go to q (buf1); rows of k and v go to the KV cache of `layer` at the step's position. RoPE
-     * rotates adjacent pairs (2i, 2i+1) of q and k heads for i < n_rot/2 by
-     * pos * rope_base^(-2i/n_rot). */
+     * go to q (buf1); rows of k and v go to the KV cache of `layer` at the step's position. Then,
+     * in this order: the biases (when args.bias names them) are added to q, k, v; with
+     * MK_QKV_QK_NORM each q and k head is RMSNorm'ed over head_dim with eps and the weights
+     * args.qk_norm (q), args.qk_norm + 1 (k); RoPE rotates pair i < n_rot/2 of each q and k head,
+     * elements (2i, 2i+1), or (i, i + n_rot/2) with MK_QKV_NEOX, by
+     * theta = pos * rope_scale * rope_base^(-2i/n_rot) / rope_freqs[i] (rope_freqs: 1 when
+     * MK_NO_WEIGHT). With MK_QKV_NEOX or MK_QKV_QK_NORM, rows_per_task is a multiple of head_dim,
+     * so that every task holds whole heads. */
     MK_OP_NORM_QKV_ROPE = 3,
     /* args.attn: attention of one head over one block of the sequence: task t is head
      * t / n_blocks, block b = t % n_blocks, positions [b*block, min((b+1)*block, pos+1)). Writes
@@ -95,7 +101,17 @@ struct mk_args_qkv {
     uint32_t n_rot;
     float eps;
     float rope_base;
+    /* Appended for qwen2/qwen3 and rope scaling (ABI 3). */
+    uint32_t bias;       /* weight index of the q bias; k, v biases at bias + 1, bias + 2; or MK_NO_WEIGHT */
+    uint32_t qk_norm;    /* weight index of the per-head q norm; the k norm at qk_norm + 1; or MK_NO_WEIGHT */
+    uint32_t rope_freqs; /* weight index of the (n_rot / 2) f32 frequency divisors, or MK_NO_WEIGHT */
+    uint32_t flags;      /* MK_QKV_* */
+    float rope_scale;    /* positions are multiplied by this (linear rope scaling: 1 / factor) */
 };
+/* mk_args_qkv.flags */
+#define MK_QKV_NEOX    1u /* rotate (i, i + n_rot/2) instead of (2i, 2i+1) */
+#define MK_QKV_QK_NORM 2u /* per-head RMSNorm of q and k before RoPE */
+#define MK_QKV_FLAGS   3u /* every flag a reader knows */
 struct mk_args_attn {
     uint32_t block; /* positions per task */
     uint32_t n_blocks;
@@ -162,6 +178,9 @@ MK_STATIC_ASSERT(offsetof(struct mk_instr, buf) == 52, "mk_instr.buf at 52");
 MK_STATIC_ASSERT(offsetof(struct mk_instr, args) == 68, "mk_instr.args at 68");
 MK_STATIC_ASSERT(offsetof(struct mk_args_qkv, eps) == 24 && offsetof(struct mk_args_qkv, rope_base) == 28,
                  "mk_args_qkv floats at 24, 28");
+MK_STATIC_ASSERT(offsetof(struct mk_args_qkv, bias) == 32 && offsetof(struct mk_args_qkv, rope_scale) == 48 &&
+                     sizeof(struct mk_args_qkv) <= 4u * MK_OP_ARGS_WORDS,
+                 "mk_args_qkv appended fields at 32..48, within the union");
 MK_STATIC_ASSERT(offsetof(struct mk_args_attn, head_dim) == 20, "mk_args_attn.head_dim at 20");
 MK_STATIC_ASSERT(offsetof(struct mk_args_attn_out, head_dim) == 16, "mk_args_attn_out.head_dim at 16");
 MK_STATIC_ASSERT(offsetof(struct mk_args_norm_matvec, eps) == 4, "mk_args_norm_matvec.eps at 4");
@@ -267,8 +286,9 @@ struct mk_kernel_args {
     uint64_t trace;         /* uint64_t[n_tasks * 2] start/end ns of the last step, or 0 */
     uint64_t watch;         /* megakernel/cuda_layout.h's struct mk_watch, then mk_watch_block[grid]
                              * (device-mapped host memory), or 0 */
-    uint64_t rope_table;    /* float2 (n_ctx, rope_pairs): cos, sin of RoPE for rope_base, computed
-                             * on the host in double; 0: the ops compute the angles themselves */
+    uint64_t rope_table;    /* float2 (n_ctx, rope_pairs): cos, sin of RoPE for rope_base, rope_scale
+                             * and rope_freqs, computed on the host in double; 0: the ops compute
+                             * the angles themselves */
     uint32_t n_instr;
     uint32_t n_tasks; /* tasks per step */
     uint32_t n_counters;
@@ -280,13 +300,16 @@ struct mk_kernel_args {
     uint32_t rope_pairs; /* of rope_table: n_rot / 2 it was made for */
     float rope_base;     /* ... and the base; an op whose own differ computes its angles */
     uint32_t trace_mode; /* enum mk_trace_mode */
+    float rope_scale;    /* ... the position scale (mk_args_qkv.rope_scale) ... */
+    uint32_t rope_freqs; /* ... and the weight index of the frequency divisors it applied, or MK_NO_WEIGHT */
     uint32_t reserved0;
 };
-MK_STATIC_ASSERT(sizeof(struct mk_kernel_args) == 168, "mk_kernel_args is 168 bytes");
+MK_STATIC_ASSERT(sizeof(struct mk_kernel_args) == 176, "mk_kernel_args is 176 bytes");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, watch) == 104, "mk_kernel_args.watch at 104");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, rope_table) == 112, "mk_kernel_args.rope_table at 112");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, n_instr) == 120, "mk_kernel_args.n_instr at 120");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, rope_pairs) == 152, "mk_kernel_args.rope_pairs at 152");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, trace_mode) == 160, "mk_kernel_args.trace_mode at 160");
+MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, rope_freqs) == 168, "mk_kernel_args.rope_freqs at 168");
 
 #endif

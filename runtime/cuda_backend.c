@@ -374,28 +374,35 @@ static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_
     return MK_OK;
 }
 
-/* RoPE's (cos, sin) for every position and pair, in double as the CPU executor computes them,
- * so that the kernels skip double-precision pow/cos/sin in the qkv op. Skipped (the kernels then
- * compute the angles) when the layers disagree on the rope parameters. */
+/* RoPE's (cos, sin) for every position and pair, in double as the CPU executor computes them
+ * (position scale and Llama 3 frequency divisors included), so that the kernels skip
+ * double-precision pow/cos/sin in the qkv op. Skipped (the kernels then compute the angles) when
+ * the layers disagree on the rope parameters. */
 static enum mk_status mk_cuda_setup_rope(struct mk_cuda_backend *b, struct mk_error *err) {
     const struct mk_program *p = b->prog;
-    uint32_t n_rot = 0;
-    float base = 0.0f;
+    const struct mk_args_qkv *first = NULL;
     for (uint32_t i = 0; i < p->n_instr; i++) {
         const struct mk_instr *in = &p->instrs[i];
         if (in->op != MK_OP_NORM_QKV_ROPE) continue;
-        if (n_rot && (in->args.qkv.n_rot != n_rot || in->args.qkv.rope_base != base)) return MK_OK;
-        n_rot = in->args.qkv.n_rot;
-        base = in->args.qkv.rope_base;
+        const struct mk_args_qkv *a = &in->args.qkv;
+        if (first && (a->n_rot != first->n_rot || a->rope_base != first->rope_base ||
+                      a->rope_scale != first->rope_scale || a->rope_freqs != first->rope_freqs))
+            return MK_OK;
+        if (!first) first = a;
     }
-    if (!n_rot) return MK_OK;
-    const uint32_t pairs = n_rot / 2u;
+    if (!first) return MK_OK;
+    const uint32_t n_rot = first->n_rot, pairs = n_rot / 2u;
+    const float base = first->rope_base;
+    /* The program's weight table keeps host addresses (the device copy is separate); validated f32. */
+    const float *ff =
+        first->rope_freqs == MK_NO_WEIGHT ? NULL : (const float *)(uintptr_t)p->weights[first->rope_freqs].ptr;
     size_t n = (size_t)p->n_ctx * pairs;
     float *tab = malloc(n * 2u * sizeof(float));
     if (!tab) return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the RoPE table (%zu entries)", n);
     for (uint32_t pos = 0; pos < p->n_ctx; pos++)
         for (uint32_t k = 0; k < pairs; k++) {
-            double theta = (double)pos * pow((double)base, -(double)(2u * k) / (double)n_rot);
+            double theta = (double)pos * (double)first->rope_scale * pow((double)base, -2.0 * k / n_rot);
+            if (ff) theta /= (double)ff[k];
             tab[2u * ((size_t)pos * pairs + k)] = (float)cos(theta);
             tab[2u * ((size_t)pos * pairs + k) + 1u] = (float)sin(theta);
         }
@@ -404,6 +411,8 @@ static enum mk_status mk_cuda_setup_rope(struct mk_cuda_backend *b, struct mk_er
     if (st != MK_OK) return st;
     b->args.rope_table = b->d_rope;
     b->args.rope_pairs = pairs;
+    b->args.rope_scale = first->rope_scale;
+    b->args.rope_freqs = first->rope_freqs;
     b->args.rope_base = base;
     return MK_OK;
 }

@@ -82,7 +82,7 @@ enum mk_status mk_lm_load(const char *path, struct mk_lm **out, struct mk_error 
 void mk_lm_free(struct mk_lm *lm);
 
 struct mk_lm_info {
-    const char *arch;      /* "llama", "mistral" */
+    const char *arch;      /* "llama", "mistral", "qwen2", "qwen3" */
     const char *tokenizer; /* "llama" (SentencePiece), "gpt2" (byte-level BPE), or "" when none */
     uint32_t n_vocab, n_ctx_train, n_embd, n_ff, n_layer, n_head, n_head_kv;
     uint64_t n_params;

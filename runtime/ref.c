@@ -47,19 +47,38 @@ static void mk_ref_rmsnorm(const struct mk_weight *w, const float *x, float *out
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * wbuf[i];
 }
 
-/* Rotates adjacent pairs (2i, 2i+1) of each head for i < n_rot/2 by pos * base^(-2i/n_rot). The angle
- * is computed in double so that long contexts do not lose precision in pos * freq. */
-static void mk_ref_rope(float *v, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, int32_t pos, float base) {
+/* Rotates pair k < n_rot/2 of each head by theta = pos * freq_scale * base^(-2k/n_rot) / ff[k]: the
+ * pair is (2k, 2k+1) or, NEOX-style, (k, k + n_rot/2). ff are Llama 3's frequency divisors (NULL:
+ * all 1). The angle is computed in double so that long contexts do not lose precision in pos * freq. */
+static void mk_ref_rope(float *v, uint32_t n_heads, uint32_t head_dim, int32_t pos, const struct mk_llama_config *c,
+                        const float *ff) {
+    const uint32_t n_rot = c->n_rot;
     for (uint32_t h = 0; h < n_heads; h++) {
         float *hv = v + (size_t)h * head_dim;
-        for (uint32_t i = 0; i < n_rot / 2; i++) {
-            double theta = (double)pos * pow((double)base, -2.0 * (double)i / (double)n_rot);
-            float c = (float)cos(theta), s = (float)sin(theta);
-            float x0 = hv[2 * i], x1 = hv[2 * i + 1];
-            hv[2 * i] = x0 * c - x1 * s;
-            hv[2 * i + 1] = x0 * s + x1 * c;
+        for (uint32_t k = 0; k < n_rot / 2; k++) {
+            double theta = (double)pos * (double)c->rope_freq_scale * pow((double)c->rope_base, -2.0 * k / n_rot);
+            if (ff) theta /= (double)ff[k];
+            float cs = (float)cos(theta), sn = (float)sin(theta);
+            uint32_t i0 = c->rope_neox ? k : 2 * k, i1 = c->rope_neox ? k + n_rot / 2 : 2 * k + 1;
+            float x0 = hv[i0], x1 = hv[i1];
+            hv[i0] = x0 * cs - x1 * sn;
+            hv[i1] = x0 * sn + x1 * cs;
         }
     }
+}
+
+/* v += b, for an optional bias (f32, as the model checks). */
+static void mk_ref_add_bias(const struct mk_weight *b, float *v) {
+    if (!b->data) return;
+    const float *bf = (const float *)b->data;
+    for (int64_t i = 0; i < b->cols; i++) v[i] += bf[i];
+}
+
+/* qwen3's per-head RMSNorm of q or k: each head of head_dim scaled by its own rms and the shared weight. */
+static void mk_ref_head_norm(const struct mk_weight *w, float *v, uint32_t n_heads, uint32_t head_dim, float *wbuf,
+                             float eps) {
+    for (uint32_t h = 0; h < n_heads; h++)
+        mk_ref_rmsnorm(w, v + (size_t)h * head_dim, v + (size_t)h * head_dim, wbuf, head_dim, eps);
 }
 
 static void mk_ref_forward(struct mk_ref *r, int32_t token, int32_t pos) {
@@ -85,8 +104,16 @@ static void mk_ref_forward(struct mk_ref *r, int32_t token, int32_t pos) {
         mk_ref_matvec(&lw->wq, r->xn, r->q);
         mk_ref_matvec(&lw->wk, r->xn, k_here);
         mk_ref_matvec(&lw->wv, r->xn, v_here);
-        mk_ref_rope(r->q, c->n_head, hd, c->n_rot, pos, c->rope_base);
-        mk_ref_rope(k_here, c->n_head_kv, hd, c->n_rot, pos, c->rope_base);
+        mk_ref_add_bias(&lw->bq, r->q);
+        mk_ref_add_bias(&lw->bk, k_here);
+        mk_ref_add_bias(&lw->bv, v_here);
+        if (c->has_qk_norm) {
+            mk_ref_head_norm(&lw->q_norm, r->q, c->n_head, hd, r->norm_w, c->rms_eps);
+            mk_ref_head_norm(&lw->k_norm, k_here, c->n_head_kv, hd, r->norm_w, c->rms_eps);
+        }
+        const float *ff = c->has_rope_freqs ? (const float *)m->rope_freqs.data : NULL;
+        mk_ref_rope(r->q, c->n_head, hd, pos, c, ff);
+        mk_ref_rope(k_here, c->n_head_kv, hd, pos, c, ff);
 
         for (uint32_t h = 0; h < c->n_head; h++) {
             const float *qh = r->q + (size_t)h * hd;
@@ -231,7 +258,7 @@ enum mk_status mk_backend_create_ref(const struct mk_model *m, const struct mk_b
     const size_t cache = (size_t)c->n_layer * n_ctx * kv_dim;
     r->x = mk_ref_alloc(c->n_embd);
     r->xn = mk_ref_alloc(c->n_embd);
-    r->norm_w = mk_ref_alloc(c->n_embd);
+    r->norm_w = mk_ref_alloc(c->n_embd > c->head_dim ? c->n_embd : c->head_dim);
     r->q = mk_ref_alloc(q_dim);
     r->att_out = mk_ref_alloc(q_dim);
     r->score = mk_ref_alloc(n_ctx);

@@ -507,19 +507,6 @@ static void test_golden_blocks(void) {
 
 /* ---- golden vectors from the gguf package (tests/data/make_dtype_golden.py) ---- */
 
-/* tests/data/<file> in the runfiles ($TEST_SRCDIR/$TEST_WORKSPACE), else from the current folder. */
-static unsigned char *read_data_file(const char *file, size_t *n) {
-    char path[1024];
-    const char *srcdir = getenv("TEST_SRCDIR"), *ws = getenv("TEST_WORKSPACE");
-    if (srcdir && ws) {
-        snprintf(path, sizeof path, "%s/%s/tests/data/%s", srcdir, ws, file);
-        unsigned char *d = mk_test_read_file(path, n);
-        if (d) return d;
-    }
-    snprintf(path, sizeof path, "tests/data/%s", file);
-    return mk_test_read_file(path, n);
-}
-
 static uint32_t le32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -534,7 +521,7 @@ static void test_golden_dequantize(void) {
         char file[64];
         snprintf(file, sizeof file, "dtype_golden_%s.bin", info->name);
         size_t n = 0;
-        unsigned char *d = read_data_file(file, &n);
+        unsigned char *d = mk_test_read_data_file(file, &n);
         MK_CHECK_MSG(d != NULL, "cannot read %s", file);
         if (!d) continue;
         const uint32_t nb = n >= 20 ? le32(d + 8) : 0, bb = n >= 20 ? le32(d + 12) : 0, be = n >= 20 ? le32(d + 16) : 0;
@@ -588,7 +575,7 @@ static void test_golden_quantize(void) {
         char file[64];
         snprintf(file, sizeof file, "dtype_quant_%s.bin", info->name);
         size_t n = 0;
-        unsigned char *d = read_data_file(file, &n);
+        unsigned char *d = mk_test_read_data_file(file, &n);
         MK_CHECK_MSG(d != NULL, "cannot read %s", file);
         if (!d) continue;
         const uint32_t ne = n >= 16 ? le32(d + 8) : 0, nq = n >= 16 ? le32(d + 12) : 0;

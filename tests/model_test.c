@@ -169,9 +169,15 @@ struct spec {
     const char *reshape;        /* tensor whose last dim gets doubled */
     const char *retype;         /* tensor written with type retype_to */
     uint32_t retype_to;
-    const char *extra; /* an extra 1-D tensor of 32 floats */
-    uint32_t n_tokens; /* default 40 */
-    uint32_t bos;      /* default 1 */
+    const char *extra; /* an extra 1-D tensor of extra_n (default 32) floats */
+    uint32_t extra_n;
+    uint32_t n_tokens;              /* default 40 */
+    uint32_t bos;                   /* default 1 */
+    const char *str_key, *str_val;  /* an extra "<arch>.<str_key>" string */
+    const char *u32_key, *u32_key2; /* extra "<arch>.<u32_key>" (= u32_val) and u32_key2 (= u32_val2) */
+    uint32_t u32_val, u32_val2;
+    const char *f32_key; /* an extra "<arch>.<f32_key>" float */
+    float f32_val;
 };
 
 static const char *build(const char *name, struct spec s) {
@@ -196,6 +202,10 @@ static const char *build(const char *name, struct spec s) {
     mk_gguf_writer_kv_u32(w, KEY("attention.head_count"), nh);
     mk_gguf_writer_kv_u32(w, KEY("attention.head_count_kv"), nkv);
     mk_gguf_writer_kv_f32(w, KEY("rope.freq_base"), 500000.0f);
+    if (s.str_key) mk_gguf_writer_kv_str(w, KEY(s.str_key), s.str_val);
+    if (s.u32_key) mk_gguf_writer_kv_u32(w, KEY(s.u32_key), s.u32_val);
+    if (s.u32_key2) mk_gguf_writer_kv_u32(w, KEY(s.u32_key2), s.u32_val2);
+    if (s.f32_key) mk_gguf_writer_kv_f32(w, KEY(s.f32_key), s.f32_val);
 #undef KEY
     const char **toks = calloc(ntok, sizeof *toks);
     char(*pool)[16] = calloc(ntok, 16);
@@ -232,7 +242,7 @@ static const char *build(const char *name, struct spec s) {
         snprintf(nm, 48, "blk.%u.ffn_up.weight", l), T2(nm, e, ff);
         snprintf(nm, 48, "blk.%u.ffn_down.weight", l), T2(nm, ff, e);
     }
-    if (s.extra) T1(s.extra, e);
+    if (s.extra) T1(s.extra, s.extra_n ? s.extra_n : e);
 #undef T1
 #undef T2
     for (int i = 0; i < n; i++) {
@@ -290,6 +300,84 @@ static void patch_type(const char *path, const char *name, uint32_t n_dims, uint
         fwrite(&type, 4, 1, f);
     }
     fclose(f);
+}
+
+/* Builds and loads a model that must load; NULL (a failed check) when it does not. */
+static struct mk_model *expect_load(const char *name, struct spec s) {
+    struct mk_model *m = NULL;
+    struct mk_error err = { 0 };
+    enum mk_status st = mk_model_load(build(name, s), &m, &err);
+    MK_CHECK_MSG(st == MK_OK, "%s: %s", name, err.msg);
+    return st == MK_OK ? m : NULL;
+}
+
+/* Issue 11: what mk does not implement is refused naming the key (or tensor) and its value; what
+ * it does is read into the config. */
+static void test_arch_refusals(void) {
+    printf("architecture metadata:\n");
+    expect_fail(build("arch_gemma", (struct spec){ .arch = "gemma" }), MK_ERR_UNSUPPORTED, "general.architecture",
+                "'gemma'");
+    expect_fail(build("rope_yarn", (struct spec){ .str_key = "rope.scaling.type", .str_val = "yarn" }),
+                MK_ERR_UNSUPPORTED, "llama.rope.scaling.type", "'yarn'");
+    expect_fail(build("rope_longrope", (struct spec){ .str_key = "rope.scaling.type", .str_val = "longrope" }),
+                MK_ERR_UNSUPPORTED, "llama.rope.scaling.type", "'longrope'");
+    expect_fail(build("rope_linear_negative", (struct spec){ .f32_key = "rope.scaling.factor", .f32_val = -2.0f }),
+                MK_ERR_FORMAT, "llama.rope.scaling.factor", "-2");
+    expect_fail(build("key_length_odd", (struct spec){ .u32_key = "attention.key_length", .u32_val = 7 }),
+                MK_ERR_UNSUPPORTED, "llama.attention.key_length 7", NULL);
+    /* key_length alone changes the key heads but not the value heads (llama.cpp's default). */
+    expect_fail(build("key_length_alone", (struct spec){ .u32_key = "attention.key_length", .u32_val = 16 }),
+                MK_ERR_UNSUPPORTED, "llama.attention.value_length is 8", "key_length 16");
+    expect_fail(build("value_length", (struct spec){ .u32_key = "attention.key_length",
+                                                     .u32_val = 8,
+                                                     .u32_key2 = "attention.value_length",
+                                                     .u32_val2 = 16 }),
+                MK_ERR_UNSUPPORTED, "llama.attention.value_length is 16", NULL);
+    /* Matching key and value lengths of 16 make q 64 rows: the 32-row attn_q is then named. */
+    expect_fail(build("head_size_16", (struct spec){ .u32_key = "attention.key_length",
+                                                     .u32_val = 16,
+                                                     .u32_key2 = "attention.value_length",
+                                                     .u32_val2 = 16 }),
+                MK_ERR_FORMAT, "'blk.0.attn_q.weight' has shape [32, 32]", "expected [32, 64]");
+    expect_fail(build("experts", (struct spec){ .u32_key = "expert_count", .u32_val = 8 }), MK_ERR_UNSUPPORTED,
+                "llama.expert_count is 8", NULL);
+    expect_fail(build("partial_bias", (struct spec){ .extra = "blk.0.attn_q.bias" }), MK_ERR_UNSUPPORTED,
+                "'blk.0.attn_k.bias'", "all three");
+    expect_fail(build("rope_freqs_shape", (struct spec){ .extra = "rope_freqs.weight", .extra_n = 8 }), MK_ERR_FORMAT,
+                "'rope_freqs.weight' has shape [8]", "expected [4]");
+    expect_fail(build("qwen2_rope_freqs", (struct spec){ .arch = "qwen2", .extra = "rope_freqs.weight", .extra_n = 4 }),
+                MK_ERR_UNSUPPORTED, "'rope_freqs.weight'", "qwen2");
+    expect_fail(build("qwen3_no_qk_norm", (struct spec){ .arch = "qwen3" }), MK_ERR_FORMAT,
+                "'blk.0.attn_q_norm.weight'", "missing");
+    expect_fail(
+        build("qwen2_q_norm", (struct spec){ .arch = "qwen2", .extra = "blk.0.attn_q_norm.weight", .extra_n = 8 }),
+        MK_ERR_UNSUPPORTED, "'blk.0.attn_q_norm.weight'", "qwen2");
+
+    const struct mk_llama_config *c;
+    struct mk_model *m = expect_load("rope_linear", (struct spec){ .str_key = "rope.scaling.type",
+                                                                   .str_val = "linear",
+                                                                   .f32_key = "rope.scaling.factor",
+                                                                   .f32_val = 4.0f });
+    c = m ? &m->cfg : NULL;
+    MK_CHECK(c && c->rope_freq_scale == 0.25f && !c->rope_neox && !c->has_rope_freqs);
+    mk_model_free(m);
+    /* Type "none" never scales (llama.cpp ignores the factor then); no type means linear. */
+    m = expect_load("rope_none", (struct spec){ .str_key = "rope.scaling.type",
+                                                .str_val = "none",
+                                                .f32_key = "rope.scaling.factor",
+                                                .f32_val = 4.0f });
+    MK_CHECK(m && m->cfg.rope_freq_scale == 1.0f);
+    mk_model_free(m);
+    m = expect_load("rope_scale_linear", (struct spec){ .f32_key = "rope.scale_linear", .f32_val = 2.0f });
+    MK_CHECK(m && m->cfg.rope_freq_scale == 0.5f);
+    mk_model_free(m);
+    m = expect_load("llama_rope_freqs", (struct spec){ .extra = "rope_freqs.weight", .extra_n = 4 });
+    MK_CHECK(m && m->cfg.has_rope_freqs && m->rope_freqs.cols == 4 && m->rope_freqs.data != NULL);
+    mk_model_free(m);
+    m = expect_load("qwen2_plain", (struct spec){ .arch = "qwen2" });
+    c = m ? &m->cfg : NULL;
+    MK_CHECK(c && c->rope_neox && !c->has_qk_norm && !c->has_qkv_bias);
+    mk_model_free(m);
 }
 
 static void test_synthetic(void) {
@@ -360,8 +448,9 @@ static void test_synthetic(void) {
     expect_fail(build("vocab_mismatch", (struct spec){ .n_tokens = 41 }), MK_ERR_FORMAT, "41 tokens",
                 "'token_embd.weight' has 40 rows");
     expect_fail(build("bos_out_of_range", (struct spec){ .bos = 40 }), MK_ERR_FORMAT, "bos_token_id = 40", "40 tokens");
-    expect_fail(build("extra_tensor", (struct spec){ .extra = "blk.0.attn_q.bias" }), MK_ERR_UNSUPPORTED,
-                "'blk.0.attn_q.bias'", NULL);
+    expect_fail(build("extra_tensor", (struct spec){ .extra = "blk.0.attn_output.bias" }), MK_ERR_UNSUPPORTED,
+                "'blk.0.attn_output.bias'", NULL);
+    test_arch_refusals();
 
     /* No file at all: the GGUF reader's error, naming the path. */
     char nofile[700];

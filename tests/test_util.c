@@ -115,6 +115,21 @@ void *mk_test_read_file(const char *path, size_t *n) {
     return buf;
 }
 
+const char *mk_test_data_path(const char *file, char *buf, size_t cap) {
+    const char *srcdir = getenv("TEST_SRCDIR"), *ws = getenv("TEST_WORKSPACE");
+    if (srcdir && ws) {
+        snprintf(buf, cap, "%s/%s/tests/data/%s", srcdir, ws, file);
+        if (access(buf, R_OK) == 0) return buf;
+    }
+    snprintf(buf, cap, "tests/data/%s", file);
+    return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+void *mk_test_read_data_file(const char *file, size_t *n) {
+    char path[1024];
+    return mk_test_data_path(file, path, sizeof path) ? mk_test_read_file(path, n) : NULL;
+}
+
 double mk_test_rel_err(const float *a, const float *b, size_t n) {
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < n; i++) {

@@ -55,6 +55,13 @@ void mk_test_remove_tree(const char *dir);
 /* The whole file, plus a terminating NUL byte not counted in *n; NULL when it cannot be read. */
 void *mk_test_read_file(const char *path, size_t *n);
 
+/* tests/data/<file> in the runfiles ($TEST_SRCDIR/$TEST_WORKSPACE), else from the current folder:
+ * its path into buf (cap bytes) when it is readable, else NULL. */
+const char *mk_test_data_path(const char *file, char *buf, size_t cap);
+
+/* mk_test_read_file of mk_test_data_path(file). */
+void *mk_test_read_data_file(const char *file, size_t *n);
+
 /* max |a - b| / max |b|: relative to the values' scale, so entries near zero do not dominate.
  * A NaN anywhere in a - b gives NaN, so tolerance checks fail on it. */
 double mk_test_rel_err(const float *a, const float *b, size_t n);

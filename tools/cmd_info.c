@@ -198,6 +198,10 @@ int mk_cmd_info(int argc, char **argv) {
                c->n_head / c->n_head_kv, c->head_dim, c->n_rot);
         printf("rope:         freq_base %g; rms eps %g; trained context %u\n", (double)c->rope_base, (double)c->rms_eps,
                c->n_ctx_train);
+        if (c->rope_neox || c->rope_freq_scale != 1.0f || c->has_rope_freqs || c->has_qkv_bias || c->has_qk_norm)
+            printf("variant:      %s rotation%s%s%s; rope position scale %g\n", c->rope_neox ? "NEOX" : "adjacent-pair",
+                   c->has_rope_freqs ? ", Llama 3 rope_freqs" : "", c->has_qkv_bias ? ", Q/K/V biases" : "",
+                   c->has_qk_norm ? ", per-head q/k RMSNorm" : "", (double)c->rope_freq_scale);
         if (c->tied_output)
             printf("output head:  tied output (no output.weight: the LM head is token_embd.weight)\n");
         else if (mk_info_head_is_embedding_copy(m))

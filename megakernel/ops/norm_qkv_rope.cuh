@@ -41,6 +41,90 @@ __device__ __forceinline__ void mk_qkv_rows(const struct mk_qkv *q, const float 
     }
 }
 
+/* Element i of the task's rows, to q in the arena or to the KV cache row of this step. */
+__device__ __forceinline__ void mk_qkv_store(const struct mk_qkv *q, uint32_t r, float v, float *qout, float *kc,
+                                             float *vc) {
+    if (r < q->q_dim)
+        qout[r] = v;
+    else if (r < q->q_dim + q->kv_dim)
+        kc[r - q->q_dim] = v;
+    else
+        vc[r - q->q_dim - q->kv_dim] = v;
+}
+
+/* cos, sin of pair k's angle pos * rope_scale * rope_base^(-2k/n_rot) / rope_freqs[k]: from the
+ * host's table when it was made for these parameters, else in double as the CPU executor does. */
+__device__ __forceinline__ float2 mk_qkv_rope_cs(const struct mk_task_ctx *c, const struct mk_args_qkv *qa, uint32_t k,
+                                                 int32_t pos) {
+    const struct mk_kernel_args *ka = c->a;
+    if (ka->rope_table && ka->rope_pairs * 2u == qa->n_rot && ka->rope_base == qa->rope_base &&
+        ka->rope_scale == qa->rope_scale && ka->rope_freqs == qa->rope_freqs)
+        return __ldg((const float2 *)ka->rope_table + (uint64_t)pos * (qa->n_rot / 2u) + k);
+    double theta = (double)pos * (double)qa->rope_scale * pow((double)qa->rope_base, -2.0 * k / qa->n_rot);
+    if (qa->rope_freqs != MK_NO_WEIGHT) theta /= (double)__ldg((const float *)mk_weight(c, qa->rope_freqs).ptr + k);
+    return make_float2((float)cos(theta), (float)sin(theta));
+}
+
+/* After the matvec: biases, per-head q/k norms, RoPE, then the stores. Pairs never straddle a
+ * task: tiles hold even rows, or whole heads for NEOX pairs and the norms (the validator checks). */
+__device__ void mk_qkv_epilogue(const struct mk_task_ctx *c, const struct mk_qkv *q, float *res, uint32_t r0,
+                                uint32_t count, int32_t pos) {
+    const struct mk_instr *in = c->in;
+    const struct mk_args_qkv *qa = &in->args.qkv;
+    const uint32_t head_dim = qa->head_dim, n_rot = qa->n_rot, qk_dim = q->q_dim + q->kv_dim;
+    if (qa->bias != MK_NO_WEIGHT) {
+        const float *bias[3];
+        for (uint32_t m = 0; m < 3u; m++) bias[m] = (const float *)mk_weight(c, qa->bias + m).ptr;
+        for (uint32_t i = threadIdx.x; i < count; i += MK_BLOCK_THREADS) {
+            uint32_t r = r0 + i;
+            uint32_t m = mk_qkv_which(q, &r);
+            res[i] += __ldg(bias[m] + r);
+        }
+        __syncthreads();
+    }
+    if (qa->flags & MK_QKV_QK_NORM) {
+        /* One warp per q or k head of the task. */
+        const uint32_t lane = threadIdx.x & 31u;
+        for (uint32_t h0 = (threadIdx.x >> 5) * head_dim; h0 < count; h0 += MK_BLOCK_WARPS * head_dim) {
+            if (r0 + h0 >= qk_dim) break;
+            const float *w = (const float *)mk_weight(c, qa->qk_norm + (r0 + h0 < q->q_dim ? 0u : 1u)).ptr;
+            float *v = res + h0, ss = 0.0f;
+            for (uint32_t i = lane; i < head_dim; i += 32u) ss += v[i] * v[i];
+            ss = mk_warp_sum(ss);
+            float scale = 1.0f / sqrtf(ss / (float)head_dim + qa->eps);
+            for (uint32_t i = lane; i < head_dim; i += 32u) v[i] = v[i] * scale * __ldg(w + i);
+        }
+        __syncthreads();
+    }
+    float *qout = mk_arena(c) + in->buf[1];
+    const uint64_t cache_row = ((uint64_t)qa->layer * c->a->n_ctx + (uint32_t)pos) * q->kv_dim;
+    float *kc = (float *)c->a->k_cache + cache_row;
+    float *vc = (float *)c->a->v_cache + cache_row;
+    const bool neox = (qa->flags & MK_QKV_NEOX) != 0;
+    const uint32_t half = n_rot / 2u;
+    for (uint32_t i = threadIdx.x; i < count; i += MK_BLOCK_THREADS) {
+        const uint32_t r = r0 + i;
+        if (r >= qk_dim) {
+            mk_qkv_store(q, r, res[i], qout, kc, vc);
+            continue;
+        }
+        const uint32_t dim = (r < q->q_dim ? r : r - q->q_dim) % head_dim;
+        /* The thread of a pair's first element rotates and stores both; the second's skips it. */
+        const bool rotated = dim < n_rot;
+        const bool first = neox ? dim < half : dim % 2u == 0u;
+        if (!rotated) {
+            mk_qkv_store(q, r, res[i], qout, kc, vc);
+            continue;
+        }
+        if (!first) continue;
+        const uint32_t off = neox ? half : 1u;
+        float2 cs = mk_qkv_rope_cs(c, qa, neox ? dim : dim / 2u, pos);
+        float a = res[i], b = res[i + off];
+        mk_qkv_store(q, r, a * cs.x - b * cs.y, qout, kc, vc);
+        mk_qkv_store(q, r + off, a * cs.y + b * cs.x, qout, kc, vc);
+    }
+}
+
 __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
     const struct mk_instr *in = c->in;
     struct mk_qkv q;
@@ -50,7 +134,6 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
     const struct mk_args_qkv *qa = &in->args.qkv;
     q.q_dim = qa->q_dim;
     q.kv_dim = qa->kv_dim;
-    const uint32_t layer = qa->layer, head_dim = qa->head_dim, n_rot = qa->n_rot;
     const int32_t pos = c->cmd->pos;
     if (pos < 0 || (uint32_t)pos >= c->a->n_ctx) mk_device_fail(c->a, MK_DEVERR_BAD_POS, (uint32_t)pos);
     const uint32_t n = q.m[0].cols;
@@ -91,52 +174,7 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
         }
     } /* float formats */
     __syncthreads();
-
-    /* Pairs (2i, 2i+1) never straddle a task: rows_per_task, q_dim, kv_dim and head_dim are even. */
-    float *qout = mk_arena(c) + in->buf[1];
-    const uint64_t cache_row = ((uint64_t)layer * c->a->n_ctx + (uint32_t)pos) * q.kv_dim;
-    float *kc = (float *)c->a->k_cache + cache_row;
-    float *vc = (float *)c->a->v_cache + cache_row;
-    const struct mk_kernel_args *ka = c->a;
-    const float2 *table = ka->rope_table && ka->rope_pairs * 2u == n_rot && ka->rope_base == qa->rope_base
-                              ? (const float2 *)ka->rope_table
-                              : NULL;
-    for (uint32_t i = 2u * threadIdx.x; i < count; i += 2u * MK_BLOCK_THREADS) {
-        uint32_t r = r0 + i;
-        float a = res[i], b = res[i + 1];
-        if (r < q.q_dim + q.kv_dim) {
-            uint32_t local = r < q.q_dim ? r : r - q.q_dim;
-            uint32_t dim = local % head_dim; /* 2i of the pair */
-            if (dim < n_rot) {
-                float cs, sn;
-                if (table) {
-                    float2 t = __ldg(table + (uint64_t)pos * (n_rot / 2u) + dim / 2u);
-                    cs = t.x;
-                    sn = t.y;
-                } else {
-                    /* In double, as the CPU executor does, so both round the same angles. */
-                    double theta = (double)pos * pow((double)qa->rope_base, -(double)dim / (double)n_rot);
-                    cs = (float)cos(theta);
-                    sn = (float)sin(theta);
-                }
-                float ra = a * cs - b * sn;
-                float rb = a * sn + b * cs;
-                a = ra;
-                b = rb;
-            }
-            if (r < q.q_dim) {
-                qout[r] = a;
-                qout[r + 1] = b;
-            } else {
-                kc[local] = a;
-                kc[local + 1] = b;
-            }
-        } else {
-            uint32_t local = r - q.q_dim - q.kv_dim;
-            vc[local] = a;
-            vc[local + 1] = b;
-        }
-    }
+    mk_qkv_epilogue(c, &q, res, r0, count, pos);
 }
 
 #endif
