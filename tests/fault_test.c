@@ -140,13 +140,8 @@ static void test_faults(const struct mk_lm *lm) {
 }
 
 int main(void) {
-    const char *models = mk_test_models_dir("stories260K-f32.gguf");
-    if (!models) {
-        printf("SKIP: no models folder with stories260K-f32.gguf\n");
-        return mk_test_finish("fault_test");
-    }
-    char path[4200];
-    snprintf(path, sizeof path, "%s/stories260K-f32.gguf", models);
+    const char *path = mk_test_stories_path();
+    if (!path) return mk_test_finish("fault_test");
     struct mk_lm *lm = NULL;
     struct mk_error err;
     if (mk_lm_load(path, &lm, &err) != MK_OK) {

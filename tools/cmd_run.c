@@ -124,18 +124,6 @@ static int mk_run_make_default_model(char *path, size_t cap) {
     return 0;
 }
 
-/* The session's plain mirror of the GPU settings (runtime/mk.h). */
-static void mk_run_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *out) {
-    out->dynamic_schedule = s->dynamic_schedule;
-    out->tasks_per_worker = s->tasks_per_worker;
-    out->attn_block = s->attn_block;
-    out->fuse_attn_output = s->fuse_attn_output;
-    out->blocks_per_sm = s->blocks_per_sm;
-    out->no_rope_table = s->no_rope_table;
-    out->trace = (int)s->trace;
-    out->kernel_image = s->kernel_image;
-}
-
 int mk_cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = "";
     long long n_predict = MK_RUN_DEFAULT_N;
@@ -208,7 +196,7 @@ int mk_cmd_run(int argc, char **argv) {
         }
     }
 
-    mk_run_gpu_params(&gpu, &sp.gpu);
+    mk_cli_gpu_params(&gpu, &sp.gpu);
 
     int rc = 1;
     char tmp_path[4096] = "";
