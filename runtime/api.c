@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "runtime/mk.h"
+#include "core/gguf.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "runtime/backend.h"
@@ -37,12 +38,18 @@ static double mk_api_now_ms(void) {
 /* ---- Models ---- */
 
 enum mk_status mk_lm_load(const char *path, struct mk_lm **out, struct mk_error *err) {
+    return mk_lm_load_ex(path, NULL, out, err);
+}
+
+enum mk_status mk_lm_load_ex(const char *path, const struct mk_lm_load_params *p, struct mk_lm **out,
+                             struct mk_error *err) {
     *out = NULL;
     if (!path) return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_lm_load: no path");
     double t0 = mk_api_now_ms();
     struct mk_lm *lm = calloc(1, sizeof *lm);
     if (!lm) return mk_error_set(err, MK_ERR_NOMEM, "%s: out of memory", path);
-    enum mk_status st = mk_model_load(path, &lm->model, err);
+    struct mk_gguf_open_params gp = { .cancel = p ? p->cancel : NULL };
+    enum mk_status st = mk_model_load_ex(path, &gp, &lm->model, err);
     if (st != MK_OK) goto fail;
     if (lm->model->vocab.n_tokens > 0) {
         /* The file's tokenizer.ggml.pre, add_bos_token and EOG ids choose how text splits and ends. */

@@ -93,8 +93,19 @@ struct mk_fault {
 
 struct mk_lm; /* a loaded model and its tokenizer */
 
-/* Maps and validates a GGUF file. err (may be NULL) names the file, key or tensor at fault. */
+/* Reads and validates a GGUF file. err (may be NULL) names the file, key or tensor at fault. */
 enum mk_status mk_lm_load(const char *path, struct mk_lm **out, struct mk_error *err);
+/* What mk_lm_load_ex adds. The file is read into memory (not mapped): a file truncated or
+ * rewritten while it is read fails the load with MK_ERR_IO, and one changed afterwards cannot
+ * reach a session. */
+struct mk_lm_load_params {
+    /* Checked between chunks (64 MiB) of the read: once *cancel is nonzero (set it from any thread
+     * or a signal handler), the load stops with MK_ERR_CANCELLED and frees what it read. NULL:
+     * not cancellable. */
+    const int *cancel;
+};
+enum mk_status mk_lm_load_ex(const char *path, const struct mk_lm_load_params *p, struct mk_lm **out,
+                             struct mk_error *err);
 void mk_lm_free(struct mk_lm *lm);
 
 struct mk_lm_info {

@@ -1,11 +1,16 @@
 /* Faults in the middle: injected cpu executor failures (error, trap, hang) end the session with an error naming the step, leave no thread behind, and the next session on the same model is correct. */
-#include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "core/gguf.h"
+#include "runtime/cuda_backend.h"
 #include "runtime/mk.h"
+#include "runtime/soak.h"
 #include "tests/test_util.h"
 
 #define N_GEN 24
@@ -14,16 +19,6 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int count_threads(void) {
-    DIR *d = opendir("/proc/self/task");
-    if (!d) return -1;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        if (e->d_name[0] != '.') n++;
-    closedir(d);
-    return n;
 }
 
 struct run {
@@ -78,7 +73,7 @@ static void run_session(const struct mk_lm *lm, uint32_t threads, enum mk_fault_
 }
 
 static void test_faults(const struct mk_lm *lm) {
-    const int threads0 = count_threads();
+    const int threads0 = mk_soak_count_threads();
     MK_CHECK(threads0 == 1);
     struct run base;
     run_session(lm, 1, MK_FAULT_NONE, 0, &base);
@@ -114,7 +109,7 @@ static void test_faults(const struct mk_lm *lm) {
                 double limit = kinds[k] == MK_FAULT_HANG ? 5000 : 2000;
                 MK_CHECK_MSG(r.ms < limit, "%s at step %u: took %.0f ms", names[k], steps[si], r.ms);
                 MK_CHECK_MSG(kinds[k] != MK_FAULT_HANG || r.ms >= 250, "hang detected after %.0f ms", r.ms);
-                int threads1 = count_threads();
+                int threads1 = mk_soak_count_threads();
                 MK_CHECK_MSG(threads1 == threads0, "%s, %u threads: %d threads left, %d before", names[k], threads,
                              threads1, threads0);
                 struct run next;
@@ -139,7 +134,115 @@ static void test_faults(const struct mk_lm *lm) {
     MK_CHECK_MSG(strstr(err.msg, "fault.kind = 9"), "%s", err.msg);
 }
 
+/* The GPU memory check session creation runs before allocating, with made-up device figures. */
+static void test_gpu_memory_check(void) {
+    const uint64_t gb = 1000000000ull;
+    struct mk_error err;
+    MK_CHECK(mk_cuda_check_memory(2 * gb, gb / 2, gb / 10, 80 * gb, 80 * gb, &err) == MK_OK);
+    /* An 8B BF16 model on a GPU with 12 GB free: refused, with every size named. */
+    memset(&err, 0, sizeof err);
+    MK_CHECK(mk_cuda_check_memory(16060000000ull, 1073741824ull, 200000000ull, 12 * gb, 80 * gb, &err) == MK_ERR_NOMEM);
+    MK_CHECK(err.status == MK_ERR_NOMEM);
+    printf("refused: %s\n", err.msg);
+    const char *sizes[] = { "weights 16.06 GB", "KV cache 1.07 GB", "buffers 0.20 GB", "12.00 GB free of 80.00 GB" };
+    for (int i = 0; i < 4; i++) MK_CHECK_MSG(strstr(err.msg, sizes[i]) != NULL, "no '%s' in: %s", sizes[i], err.msg);
+    /* The reserve counts: exactly the buffers free is not enough, the reserve more is. */
+    MK_CHECK(mk_cuda_check_memory(gb, 0, 0, gb, 80 * gb, &err) == MK_ERR_NOMEM);
+    MK_CHECK(mk_cuda_check_memory(gb, 0, 0, gb + (256ull << 20), 80 * gb, &err) == MK_OK);
+    /* Sizes that would overflow a 32-bit sum still compare right. */
+    MK_CHECK(mk_cuda_check_memory(5 * gb, 0, 0, 4 * gb, 8 * gb, &err) == MK_ERR_NOMEM);
+}
+
+/* What the read hook does to the file after its first chunk. */
+struct file_trick {
+    const char *path;
+    int what; /* 0 truncate, 1 rewrite (same size, new mtime), 2 cancel */
+    int cancel;
+    int calls;
+};
+
+static void on_chunk(void *user, uint64_t done, uint64_t size) {
+    struct file_trick *t = user;
+    if (t->calls++ != 0) return;
+    if (t->what == 0) MK_CHECK(truncate(t->path, (off_t)(size / 3)) == 0);
+    if (t->what == 1) {
+        struct timespec ts[2] = { { 1000000000, 0 }, { 1000000000, 0 } };
+        MK_CHECK(utimensat(AT_FDCWD, t->path, ts, 0) == 0);
+    }
+    if (t->what == 2) __atomic_store_n(&t->cancel, 1, __ATOMIC_RELAXED);
+}
+
+static int copy_file(const char *from, const char *to) {
+    size_t n = 0;
+    void *data = mk_test_read_file(from, &n);
+    FILE *f = data ? fopen(to, "wb") : NULL;
+    int ok = f && fwrite(data, 1, n, f) == n;
+    if (f && fclose(f) != 0) ok = 0;
+    free(data);
+    return ok ? 0 : -1;
+}
+
+/* A file truncated or rewritten while it is read, a cancelled read, and a file truncated after
+ * the load (which a memory map would turn into SIGBUS in the next step). */
+static void test_file_changes(const char *stories) {
+    char dir[4200], path[4300];
+    MK_CHECK(mk_test_make_tmp_dir(dir, sizeof dir, "fault_test_") != NULL);
+    snprintf(path, sizeof path, "%s/model.gguf", dir);
+    const int fds0 = mk_soak_count_fds();
+    const enum mk_status want[3] = { MK_ERR_IO, MK_ERR_IO, MK_ERR_CANCELLED };
+    const char *says[3] = { "truncated while mk read it", "changed while mk read it", "cancelled after 65536 of" };
+    for (int what = 0; what < 3; what++) {
+        MK_CHECK(copy_file(stories, path) == 0);
+        struct file_trick t = { path, what, 0, 0 };
+        struct mk_gguf_open_params gp = { &t.cancel, 65536, on_chunk, &t };
+        struct mk_gguf *g = NULL;
+        struct mk_error err;
+        mk_error_clear(&err);
+        enum mk_status st = mk_gguf_open_ex(path, &gp, &g, &err);
+        printf("file trick %d: %s\n", what, err.msg);
+        MK_CHECK_MSG(st == want[what] && !g, "trick %d: status %d", what, st);
+        MK_CHECK_MSG(strstr(err.msg, says[what]) != NULL, "trick %d: %s", what, err.msg);
+        MK_CHECK(what == 2 ? t.calls == 1 : t.calls >= 1);
+        mk_gguf_close(g);
+    }
+    /* A file cut short before the open is a format error, never a read past its end. */
+    MK_CHECK(copy_file(stories, path) == 0);
+    MK_CHECK(truncate(path, 600000) == 0);
+    struct mk_lm *lm = NULL;
+    struct mk_error err;
+    MK_CHECK(mk_lm_load(path, &lm, &err) != MK_OK && !lm);
+    /* Loaded, then truncated to nothing: the session still decodes the golden text. */
+    MK_CHECK(copy_file(stories, path) == 0);
+    MK_CHECK(mk_lm_load(path, &lm, &err) == MK_OK);
+    MK_CHECK(truncate(path, 0) == 0);
+    if (lm) {
+        struct mk_session_params sp = mk_session_default_params();
+        sp.backend = MK_BACKEND_CPU;
+        sp.sampling.temperature = 0.0f;
+        struct mk_session *s = NULL;
+        struct run r;
+        memset(&r, 0, sizeof r);
+        MK_CHECK(mk_session_create(lm, &sp, &s, &err) == MK_OK);
+        if (s) {
+            MK_CHECK(mk_session_feed_text(s, "") == MK_OK);
+            MK_CHECK(mk_session_generate(s, N_GEN, keep, &r, NULL, NULL) == MK_OK);
+            MK_CHECK(r.n == N_GEN && memcmp(r.ids, mk_test_golden_ids, sizeof r.ids) == 0);
+        }
+        mk_session_free(s);
+        mk_lm_free(lm);
+    }
+    /* A cancelled load through the public API. */
+    MK_CHECK(copy_file(stories, path) == 0);
+    int cancel = 1;
+    struct mk_lm_load_params lp = { &cancel };
+    MK_CHECK(mk_lm_load_ex(path, &lp, &lm, &err) == MK_ERR_CANCELLED && !lm);
+    MK_CHECK_MSG(strstr(err.msg, "cancelled after 0 of"), "%s", err.msg);
+    MK_CHECK_MSG(mk_soak_count_fds() == fds0, "open files %d -> %d", fds0, mk_soak_count_fds());
+    mk_test_remove_tree(dir);
+}
+
 int main(void) {
+    test_gpu_memory_check();
     const char *path = mk_test_stories_path();
     if (!path) return mk_test_finish("fault_test");
     struct mk_lm *lm = NULL;
@@ -149,6 +252,7 @@ int main(void) {
         return mk_test_finish("fault_test");
     }
     test_faults(lm);
+    test_file_changes(path);
     mk_lm_free(lm);
     return mk_test_finish("fault_test");
 }

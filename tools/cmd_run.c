@@ -49,13 +49,18 @@ static int mk_run_bad(const char *opt, const char *val, const char *want) {
 }
 
 /* The session Ctrl-C cancels: the first SIGINT stops decoding at the next token so the summary
- * still prints and the temp model is removed; a second one (default action) kills the process. */
+ * still prints and the temp model is removed; a second one (default action) kills the process.
+ * Before the session exists it stops the load of the file instead (checked between chunks). */
 static struct mk_session *volatile mk_run_interruptible;
+static int mk_run_load_cancel;
 
 static void mk_run_on_sigint(int sig) {
     (void)sig;
     struct mk_session *s = mk_run_interruptible;
-    if (s) mk_session_cancel(s);
+    if (s)
+        mk_session_cancel(s);
+    else
+        __atomic_store_n(&mk_run_load_cancel, 1, __ATOMIC_RELAXED);
 }
 
 struct mk_run_out {
@@ -211,8 +216,16 @@ int mk_cmd_run(int argc, char **argv) {
         if (mk_run_make_default_model(tmp_path, sizeof tmp_path)) goto done;
         model_path = tmp_path;
     }
-    if (mk_lm_load(model_path, &lm, &err) != MK_OK) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = mk_run_on_sigint;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    struct mk_lm_load_params lp = { &mk_run_load_cancel };
+    if (mk_lm_load_ex(model_path, &lp, &lm, &err) != MK_OK) {
         fprintf(stderr, "mk run: %s\n", err.msg);
+        if (err.status == MK_ERR_CANCELLED) rc = 130;
         goto done;
     }
     if (mk_session_create(lm, &sp, &s, &err) != MK_OK) {
@@ -227,12 +240,8 @@ int mk_cmd_run(int argc, char **argv) {
     else
         fprintf(stderr, "greedy\n");
     mk_run_interruptible = s;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = mk_run_on_sigint;
-    sa.sa_flags = SA_RESETHAND;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
+    /* A Ctrl-C during session creation was taken by the load flag: it stops the run now. */
+    if (__atomic_load_n(&mk_run_load_cancel, __ATOMIC_RELAXED)) mk_session_cancel(s);
 
     size_t cap = strlen(prompt) + 4;
     int64_t n_ids;
@@ -259,6 +268,7 @@ int mk_cmd_run(int argc, char **argv) {
     }
     if (mk_session_feed(s, ids, (size_t)n_ids) != MK_OK) {
         fprintf(stderr, "mk run: evaluating the prompt: %s\n", mk_session_last_error(s));
+        if (mk_session_error(s)->status == MK_ERR_CANCELLED) rc = 130;
         goto done;
     }
     if (!print_ids) {
