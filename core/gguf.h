@@ -1,4 +1,4 @@
-/* GGUF v2/v3 reader: zero-copy over a read-only memory map, every read bounded. */
+/* GGUF v2/v3 reader: the file read once into private read-only memory, then zero-copy over it, every read bounded. */
 #ifndef MK_GGUF_H
 #define MK_GGUF_H
 

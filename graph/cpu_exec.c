@@ -261,25 +261,33 @@ static void mk_cpu_post(struct mk_cpu_exec *e, const struct mk_step_cmd *cmd) {
     mk_cpu_event_wake(&e->ev_work);
 }
 
+/* After an abort: waits up to MK_CPU_JOIN_WAIT_MS for every worker to leave its loop (each does
+ * once it sees the flag, unless it is stuck in an op). True when all did. */
+static bool mk_cpu_quiesce(struct mk_cpu_exec *e) {
+    uint64_t until = mk_cpu_now_ns() + MK_CPU_JOIN_WAIT_MS * 1000000ull;
+    while (__atomic_load_n(&e->n_exited, __ATOMIC_ACQUIRE) < e->n_started) {
+        if (mk_cpu_now_ns() >= until) return false;
+        struct timespec ts = { 0, 200000 };
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}
+
 void mk_cpu_exec_free(struct mk_cpu_exec *e) {
     if (!e) return;
     if (e->n_started) {
-        struct mk_step_cmd stop;
-        memset(&stop, 0, sizeof stop);
-        stop.cmd = MK_CMD_STOP;
-        mk_cpu_post(e, &stop);
-        /* After a failure a worker may be stuck in an op: wait a while, then abandon the executor
-         * (its memory stays, since such a worker may still touch it) rather than hang here. */
-        uint64_t until = mk_cpu_now_ns() + MK_CPU_JOIN_WAIT_MS * 1000000ull;
-        while (__atomic_load_n(&e->failed, __ATOMIC_ACQUIRE) &&
-               __atomic_load_n(&e->n_exited, __ATOMIC_ACQUIRE) < e->n_started && mk_cpu_now_ns() < until) {
-            struct timespec ts = { 0, 1000000 };
-            nanosleep(&ts, NULL);
-        }
-        if (__atomic_load_n(&e->n_exited, __ATOMIC_ACQUIRE) < e->n_started &&
-            __atomic_load_n(&e->failed, __ATOMIC_ACQUIRE)) {
-            for (uint32_t i = 0; i < e->n_started; i++) pthread_detach(e->threads[i]);
-            return;
+        if (__atomic_load_n(&e->failed, __ATOMIC_ACQUIRE)) {
+            /* Aborted: the workers leave by themselves. One stuck in an op may still touch the
+             * executor, so it is abandoned (memory and all) rather than freed or waited for. */
+            if (!mk_cpu_quiesce(e)) {
+                for (uint32_t i = 0; i < e->n_started; i++) pthread_detach(e->threads[i]);
+                return;
+            }
+        } else {
+            struct mk_step_cmd stop;
+            memset(&stop, 0, sizeof stop);
+            stop.cmd = MK_CMD_STOP;
+            mk_cpu_post(e, &stop);
         }
         for (uint32_t i = 0; i < e->n_started; i++) pthread_join(e->threads[i], NULL);
     }
@@ -390,6 +398,9 @@ enum mk_status mk_cpu_exec_step(struct mk_cpu_exec *e, const struct mk_step_cmd 
     if (!ok) {
         /* The record may still be in writing by the worker that failed first. */
         while (__atomic_load_n(&e->failed, __ATOMIC_ACQUIRE) != 2u) mk_cpu_relax();
+        /* Workers may still be in an op of this step: they must be out before the caller's next
+         * command (or free) rewrites what they read. */
+        mk_cpu_quiesce(e);
         mk_cpu_exec_describe_failure(e, err);
         return e->fail.status;
     }
