@@ -399,7 +399,7 @@ static uint64_t mk_gguf_index_insert(struct mk_gguf_index *ix, const void *items
 struct mk_gguf {
     const uint8_t *base; /* (size) the whole file */
     uint64_t size;
-    void *map; /* non-NULL when mk_gguf_open mapped the file */
+    void *map; /* non-NULL when mk_gguf_open read the file (into anonymous memory) */
     size_t map_size;
     char *path; /* path or memory name, for messages */
     uint32_t version;
@@ -876,7 +876,65 @@ enum mk_status mk_gguf_open_memory(const void *data, size_t size, const char *na
     return MK_OK;
 }
 
+/* Bytes read per call when the caller does not say: large enough that the calls cost nothing next
+ * to the copy, small enough that a cancel (Ctrl-C) is seen within a fraction of a second. */
+#define MK_GGUF_READ_CHUNK (64u << 20)
+
+/* The whole file into private anonymous memory, checking the cancel flag between chunks. A file
+ * shortened or rewritten while it is read is an error here; once read, nothing the file does can
+ * reach mk (a map of the file would turn a later truncation into SIGBUS in the middle of a step). */
+static enum mk_status mk_gguf_read_all(struct mk_gguf *g, int fd, const struct stat *sb0,
+                                       const struct mk_gguf_open_params *p, struct mk_error *err) {
+    const char *path = g->path;
+    const uint64_t size = g->size;
+    g->map = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (g->map == MAP_FAILED) {
+        g->map = NULL;
+        return mk_error_set(err, MK_ERR_NOMEM, "%s: cannot allocate %llu bytes to read it into: %s", path,
+                            (unsigned long long)size, strerror(errno));
+    }
+    g->map_size = (size_t)size;
+    const uint64_t chunk = p && p->chunk_bytes ? p->chunk_bytes : MK_GGUF_READ_CHUNK;
+    uint64_t done = 0;
+    while (done < size) {
+        if (p && p->cancel && __atomic_load_n(p->cancel, __ATOMIC_RELAXED))
+            return mk_error_set(err, MK_ERR_CANCELLED, "%s: loading cancelled after %llu of %llu bytes", path,
+                                (unsigned long long)done, (unsigned long long)size);
+        size_t want = (size_t)(size - done < chunk ? size - done : chunk);
+        ssize_t n = pread(fd, (char *)g->map + done, want, (off_t)done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0)
+            return mk_error_set(err, MK_ERR_IO, "%s: read failed at byte %llu: %s", path, (unsigned long long)done,
+                                strerror(errno));
+        if (n == 0)
+            return mk_error_set(err, MK_ERR_IO,
+                                "%s: the file ended at byte %llu of the %llu it had when opened (truncated while mk "
+                                "read it?)",
+                                path, (unsigned long long)done, (unsigned long long)size);
+        done += (uint64_t)n;
+        if (p && p->on_chunk) p->on_chunk(p->user, done, size);
+    }
+    struct stat sb1;
+    if (fstat(fd, &sb1) != 0)
+        return mk_error_set(err, MK_ERR_IO, "%s: cannot stat after reading: %s", path, strerror(errno));
+    if ((uint64_t)sb1.st_size != size || sb1.st_mtim.tv_sec != sb0->st_mtim.tv_sec ||
+        sb1.st_mtim.tv_nsec != sb0->st_mtim.tv_nsec)
+        return mk_error_set(
+            err, MK_ERR_IO,
+            "%s: the file changed while mk read it (its size or modification time moved: %llu bytes when "
+            "opened, %llu after reading)",
+            path, (unsigned long long)size, (unsigned long long)sb1.st_size);
+    mprotect(g->map, g->map_size, PROT_READ);
+    g->base = g->map;
+    return MK_OK;
+}
+
 enum mk_status mk_gguf_open(const char *path, struct mk_gguf **out, struct mk_error *err) {
+    return mk_gguf_open_ex(path, NULL, out, err);
+}
+
+enum mk_status mk_gguf_open_ex(const char *path, const struct mk_gguf_open_params *p, struct mk_gguf **out,
+                               struct mk_error *err) {
     *out = NULL;
     enum mk_status st;
     struct mk_gguf *g = mk_gguf_alloc(path);
@@ -896,17 +954,7 @@ enum mk_status mk_gguf_open(const char *path, struct mk_gguf **out, struct mk_er
         goto fail;
     }
     g->size = (uint64_t)sb.st_size;
-    if (g->size > 0) {
-        g->map = mmap(NULL, (size_t)g->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (g->map == MAP_FAILED) {
-            g->map = NULL;
-            st = mk_error_set(err, MK_ERR_IO, "%s: cannot map %llu bytes: %s", path, (unsigned long long)g->size,
-                              strerror(errno));
-            goto fail;
-        }
-        g->map_size = (size_t)g->size;
-        g->base = g->map;
-    }
+    if (g->size > 0 && (st = mk_gguf_read_all(g, fd, &sb, p, err)) != MK_OK) goto fail;
     close(fd);
     fd = -1;
     if ((st = mk_gguf_parse(g, err)) != MK_OK) goto fail;

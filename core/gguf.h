@@ -1,4 +1,4 @@
-/* GGUF v2/v3 reader: zero-copy over a read-only memory map, every read bounded. */
+/* GGUF v2/v3 reader: the file read once into private read-only memory, then zero-copy over it, every read bounded. */
 #ifndef MK_GGUF_H
 #define MK_GGUF_H
 
@@ -67,8 +67,21 @@ struct mk_gguf_tensor {
 
 struct mk_gguf;
 
-/* Maps path read-only and parses it. Errors name the file, the field and the value. */
+/* Reads path into private read-only memory and parses it. Errors name the file, the field and the
+ * value. The file is read, not mapped, so that one truncated or rewritten later cannot reach mk
+ * (a map would fault with SIGBUS); one that shrinks or changes while it is read is MK_ERR_IO. */
 enum mk_status mk_gguf_open(const char *path, struct mk_gguf **out, struct mk_error *err);
+
+/* How mk_gguf_open_ex reads the file. All zero is mk_gguf_open. */
+struct mk_gguf_open_params {
+    const int *cancel;    /* read between chunks; once nonzero the open fails with MK_ERR_CANCELLED */
+    uint32_t chunk_bytes; /* bytes per read call; 0 = 64 MiB */
+    /* Test only: called after each chunk with the bytes read so far (tests truncate the file here). */
+    void (*on_chunk)(void *user, uint64_t done, uint64_t size);
+    void *user;
+};
+enum mk_status mk_gguf_open_ex(const char *path, const struct mk_gguf_open_params *p, struct mk_gguf **out,
+                               struct mk_error *err);
 /* Parses a buffer the caller keeps alive (tests, fuzzer). name is used in messages. */
 enum mk_status mk_gguf_open_memory(const void *data, size_t size, const char *name, struct mk_gguf **out,
                                    struct mk_error *err);

@@ -535,9 +535,14 @@ fail:
 }
 
 enum mk_status mk_model_load(const char *path, struct mk_model **out, struct mk_error *err) {
+    return mk_model_load_ex(path, NULL, out, err);
+}
+
+enum mk_status mk_model_load_ex(const char *path, const struct mk_gguf_open_params *p, struct mk_model **out,
+                                struct mk_error *err) {
     *out = NULL;
     struct mk_gguf *g = NULL;
-    enum mk_status st = mk_gguf_open(path, &g, err);
+    enum mk_status st = mk_gguf_open_ex(path, p, &g, err);
     if (st != MK_OK) return st;
     return mk_model_from_gguf(g, out, err);
 }

@@ -89,6 +89,10 @@ struct mk_model {
 
 /* Opens and validates a model file. Errors name the file and the key or tensor at fault. */
 enum mk_status mk_model_load(const char *path, struct mk_model **out, struct mk_error *err);
+/* mk_model_load with a cancel flag and read settings (core/gguf.h); p may be NULL. */
+struct mk_gguf_open_params;
+enum mk_status mk_model_load_ex(const char *path, const struct mk_gguf_open_params *p, struct mk_model **out,
+                                struct mk_error *err);
 /* Same, from an already open GGUF (ownership moves to the model, even on failure). */
 enum mk_status mk_model_from_gguf(struct mk_gguf *g, struct mk_model **out, struct mk_error *err);
 void mk_model_free(struct mk_model *m);

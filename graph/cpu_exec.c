@@ -1,6 +1,8 @@
 /* CPU executor: the calling thread and N-1 pthread workers run a program with the megakernel's
  * protocol (mailbox command, atomic work counter, acquire/release dependency counters); every
- * wait spins briefly, then sleeps on a futex until the signaller wakes it. */
+ * wait spins briefly, then sleeps on a futex until the signaller wakes it. A failure (or the
+ * caller's watchdog) aborts the step: every wait also ends on the abort flag. */
+#include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -9,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/model.h"
@@ -23,6 +26,20 @@
  * hand-off between workers costs microseconds when cores are free and a scheduler slice when they
  * are not, while a core streams these bytes in the order of a millisecond. */
 #define MK_CPU_BYTES_PER_WORKER (4ull << 20)
+
+/* Watchdog of a step when the backend params give none: generous, since a big model on a busy
+ * machine may take seconds per step on the CPU. */
+#define MK_CPU_DEFAULT_WATCHDOG_MS 60000u
+
+/* How long mk_cpu_exec_free waits for an aborted worker to leave before it abandons the executor. */
+#define MK_CPU_JOIN_WAIT_MS 2000u
+
+/* Why a step failed, recorded once (the first failure wins). */
+struct mk_cpu_failure {
+    enum mk_status status;
+    uint32_t step, instr, task, worker;
+    const char *what; /* static text */
+};
 
 /* An event count: waiters sleep on seq; a signaller that sees sleepers bumps seq and wakes them. */
 struct mk_cpu_event {
@@ -48,7 +65,13 @@ struct mk_cpu_exec {
     struct mk_cpu_event ev_host; /* the caller: the step's last task */
     uint32_t seq;                /* host: commands posted */
     uint32_t stop;               /* set before `go` when the command is STOP */
-    int bad_op;                  /* set when a worker meets an unknown opcode */
+    uint32_t abort;              /* set once a step failed: every wait ends, the executor is done */
+    uint32_t failed;             /* 0, 1 while fail is written, 2 once it is readable */
+    struct mk_cpu_failure fail;
+    uint64_t watchdog_ns;
+    struct mk_fault fault;
+    uint32_t fault_task; /* the global task index the injected fault hits */
+    uint32_t n_exited;   /* workers that left their loop (a trapped one leaves early) */
 };
 
 struct mk_cpu_worker {
@@ -68,6 +91,12 @@ static inline bool mk_cpu_reached(const uint32_t *word, uint32_t target) {
     return (int32_t)(__atomic_load_n(word, __ATOMIC_SEQ_CST) - target) >= 0;
 }
 
+static uint64_t mk_cpu_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Called after the signaller's seq_cst update of what waiters test. All four accesses (update,
  * this load of sleepers; the waiter's increment of sleepers, its recheck) are seq_cst, so they
  * fall in one order: either the recheck sees the update or this load sees the sleeper. */
@@ -77,34 +106,88 @@ static void mk_cpu_event_wake(struct mk_cpu_event *ev) {
     syscall(SYS_futex, &ev->seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Waits until *word (a sequence that only grows, wrapping) reaches target. */
-static void mk_cpu_wait_ge(struct mk_cpu_event *ev, const uint32_t *word, uint32_t target) {
+static inline bool mk_cpu_aborted(struct mk_cpu_exec *e) { return __atomic_load_n(&e->abort, __ATOMIC_SEQ_CST) != 0; }
+
+/* Records the step's failure (the first one wins), then aborts: the flag is set like a counter
+ * update, and both events woken, so that every wait sees it. */
+static void mk_cpu_fail(struct mk_cpu_exec *e, const struct mk_cpu_failure *f) {
+    uint32_t idle = 0;
+    if (__atomic_compare_exchange_n(&e->failed, &idle, 1u, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        e->fail = *f;
+        __atomic_store_n(&e->failed, 2u, __ATOMIC_RELEASE);
+    }
+    __atomic_store_n(&e->abort, 1u, __ATOMIC_SEQ_CST);
+    mk_cpu_event_wake(&e->ev_work);
+    mk_cpu_event_wake(&e->ev_host);
+}
+
+/* Waits until *word (a sequence that only grows, wrapping) reaches target: true, or false once
+ * the executor aborts or deadline_ns (CLOCK_MONOTONIC; 0 = none) passes. */
+static bool mk_cpu_wait_ge(struct mk_cpu_exec *e, struct mk_cpu_event *ev, const uint32_t *word, uint32_t target,
+                           uint64_t deadline_ns) {
     for (uint32_t i = 0; i < MK_CPU_SPIN; i++) {
-        if (mk_cpu_reached(word, target)) return;
+        if (mk_cpu_reached(word, target)) return true;
         mk_cpu_relax();
     }
     while (!mk_cpu_reached(word, target)) {
+        if (mk_cpu_aborted(e)) return false;
+        struct timespec rel, *timeout = NULL;
+        if (deadline_ns) {
+            uint64_t now = mk_cpu_now_ns();
+            if (now >= deadline_ns) return false;
+            rel.tv_sec = (time_t)((deadline_ns - now) / 1000000000ull);
+            rel.tv_nsec = (long)((deadline_ns - now) % 1000000000ull);
+            timeout = &rel;
+        }
         __atomic_fetch_add(&ev->sleepers, 1u, __ATOMIC_SEQ_CST);
         uint32_t seq = __atomic_load_n(&ev->seq, __ATOMIC_SEQ_CST);
         /* A bump of seq after this load makes the futex call return at once. */
-        if (!mk_cpu_reached(word, target)) syscall(SYS_futex, &ev->seq, FUTEX_WAIT_PRIVATE, seq, NULL, NULL, 0);
+        if (!mk_cpu_reached(word, target) && !mk_cpu_aborted(e))
+            syscall(SYS_futex, &ev->seq, FUTEX_WAIT_PRIVATE, seq, timeout, NULL, 0);
         __atomic_fetch_sub(&ev->sleepers, 1u, __ATOMIC_SEQ_CST);
     }
+    return true;
 }
 
-static void mk_cpu_wait(struct mk_cpu_exec *e, const struct mk_wait *w, uint32_t step) {
-    if (w->ctr == MK_NO_COUNTER) return;
-    mk_cpu_wait_ge(&e->ev_work, &e->counters[w->ctr], step * w->mul + w->add);
+static bool mk_cpu_wait(struct mk_cpu_exec *e, const struct mk_wait *w, uint32_t step, uint64_t deadline_ns) {
+    if (w->ctr == MK_NO_COUNTER) return true;
+    return mk_cpu_wait_ge(e, &e->ev_work, &e->counters[w->ctr], step * w->mul + w->add, deadline_ns);
 }
 
-static void mk_cpu_exec_task(struct mk_cpu_exec *e, struct mk_cpu_ctx *ctx, uint32_t t, uint32_t step) {
+/* The injected fault, if task t of step is where it strikes: false when the task must not go on
+ * (the failure is recorded; a hung worker returns only once the executor aborts). */
+static bool mk_cpu_inject(struct mk_cpu_exec *e, uint32_t id, uint32_t t, uint32_t i, uint32_t step,
+                          uint64_t deadline_ns) {
+    if (e->fault.kind == MK_FAULT_NONE || step != e->fault.step || t != e->fault_task) return true;
+    struct mk_cpu_failure f = { MK_ERR_INTERNAL, step, i, t, id, "an op failed (injected fault)" };
+    if (e->fault.kind == MK_FAULT_TRAP)
+        f.what =
+            id ? "the worker thread failed and ended (injected trap)" : "the calling worker failed (injected trap)";
+    if (e->fault.kind == MK_FAULT_HANG) {
+        /* Stops signalling: waits on a word nothing changes until the watchdog aborts the step. */
+        uint32_t never = 0;
+        mk_cpu_wait_ge(e, &e->ev_work, &never, 1u, deadline_ns);
+        return false;
+    }
+    mk_cpu_fail(e, &f);
+    return false;
+}
+
+/* One task: its waits, its op, its signals. False when the step aborted (or this task failed). */
+static bool mk_cpu_exec_task(struct mk_cpu_exec *e, struct mk_cpu_ctx *ctx, uint32_t id, uint32_t t, uint32_t step,
+                             uint64_t deadline_ns) {
     const struct mk_program *p = e->prog;
     uint32_t i = mk_program_instr_of_task(p, t);
     const struct mk_instr *in = &p->instrs[i];
-    mk_cpu_wait(e, &in->wait[0], step);
-    mk_cpu_wait(e, &in->wait[1], step);
+    if (!mk_cpu_wait(e, &in->wait[0], step, deadline_ns) || !mk_cpu_wait(e, &in->wait[1], step, deadline_ns))
+        return false;
+    if (!mk_cpu_inject(e, id, t, i, step, deadline_ns)) return false;
     int32_t tok = -1;
-    if (mk_cpu_run_task(ctx, in, t - p->task_base[i], &tok) != 0) __atomic_store_n(&e->bad_op, 1, __ATOMIC_RELEASE);
+    if (mk_cpu_run_task(ctx, in, t - p->task_base[i], &tok) != 0) {
+        struct mk_cpu_failure f = { MK_ERR_INTERNAL, step, i, t, id, "unknown opcode" };
+        mk_cpu_fail(e, &f);
+        return false;
+    }
     if (in->op == MK_OP_SAMPLE) {
         e->state.out_token = tok;
         e->mailbox.out_token = tok;
@@ -116,21 +199,23 @@ static void mk_cpu_exec_task(struct mk_cpu_exec *e, struct mk_cpu_ctx *ctx, uint
     /* The step ends when all its tasks did (not at SAMPLE): the next command rewrites state.cmd,
      * which tasks after SAMPLE may still read. */
     if (all == (step + 1) * p->n_tasks) mk_cpu_event_wake(&e->ev_host);
+    return true;
 }
 
-/* Worker id's share of one step; *held carries a dynamic-schedule task of the next step. */
-static void mk_cpu_run_share(struct mk_cpu_exec *e, struct mk_cpu_ctx *ctx, uint32_t id, uint32_t step,
-                             uint64_t *held) {
+/* Worker id's share of one step; *held carries a dynamic-schedule task of the next step. False
+ * when the step aborted. */
+static bool mk_cpu_run_share(struct mk_cpu_exec *e, struct mk_cpu_ctx *ctx, uint32_t id, uint32_t step, uint64_t *held,
+                             uint64_t deadline_ns) {
     const struct mk_program *p = e->prog;
     if (p->schedule == MK_SCHED_STATIC) {
         for (uint32_t k = p->sched_offsets[id]; k < p->sched_offsets[id + 1]; k++)
-            mk_cpu_exec_task(e, ctx, p->sched_tasks[k], step);
-        return;
+            if (!mk_cpu_exec_task(e, ctx, id, p->sched_tasks[k], step, deadline_ns)) return false;
+        return true;
     }
     for (;;) {
         if (*held == UINT64_MAX) *held = __atomic_fetch_add(&e->work, 1, __ATOMIC_RELAXED);
-        if (*held / p->n_tasks > step) return;
-        mk_cpu_exec_task(e, ctx, (uint32_t)(*held % p->n_tasks), step);
+        if (*held / p->n_tasks > step) return true;
+        if (!mk_cpu_exec_task(e, ctx, id, (uint32_t)(*held % p->n_tasks), step, deadline_ns)) return false;
         *held = UINT64_MAX;
     }
 }
@@ -154,10 +239,11 @@ static void *mk_cpu_worker_main(void *arg) {
     struct mk_cpu_ctx ctx = mk_cpu_ctx_of(e, wk->id);
     uint64_t held = UINT64_MAX;
     for (uint32_t step = 0;; step++) {
-        mk_cpu_wait_ge(&e->ev_work, &e->state.go, step + 1);
+        if (!mk_cpu_wait_ge(e, &e->ev_work, &e->state.go, step + 1, 0)) break;
         if (__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) break;
-        mk_cpu_run_share(e, &ctx, wk->id, step, &held);
+        if (!mk_cpu_run_share(e, &ctx, wk->id, step, &held, 0)) break;
     }
+    __atomic_fetch_add(&e->n_exited, 1u, __ATOMIC_RELEASE);
     free(wk);
     return NULL;
 }
@@ -175,13 +261,34 @@ static void mk_cpu_post(struct mk_cpu_exec *e, const struct mk_step_cmd *cmd) {
     mk_cpu_event_wake(&e->ev_work);
 }
 
+/* After an abort: waits up to MK_CPU_JOIN_WAIT_MS for every worker to leave its loop (each does
+ * once it sees the flag, unless it is stuck in an op). True when all did. */
+static bool mk_cpu_quiesce(struct mk_cpu_exec *e) {
+    uint64_t until = mk_cpu_now_ns() + MK_CPU_JOIN_WAIT_MS * 1000000ull;
+    while (__atomic_load_n(&e->n_exited, __ATOMIC_ACQUIRE) < e->n_started) {
+        if (mk_cpu_now_ns() >= until) return false;
+        struct timespec ts = { 0, 200000 };
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}
+
 void mk_cpu_exec_free(struct mk_cpu_exec *e) {
     if (!e) return;
     if (e->n_started) {
-        struct mk_step_cmd stop;
-        memset(&stop, 0, sizeof stop);
-        stop.cmd = MK_CMD_STOP;
-        mk_cpu_post(e, &stop);
+        if (__atomic_load_n(&e->failed, __ATOMIC_ACQUIRE)) {
+            /* Aborted: the workers leave by themselves. One stuck in an op may still touch the
+             * executor, so it is abandoned (memory and all) rather than freed or waited for. */
+            if (!mk_cpu_quiesce(e)) {
+                for (uint32_t i = 0; i < e->n_started; i++) pthread_detach(e->threads[i]);
+                return;
+            }
+        } else {
+            struct mk_step_cmd stop;
+            memset(&stop, 0, sizeof stop);
+            stop.cmd = MK_CMD_STOP;
+            mk_cpu_post(e, &stop);
+        }
         for (uint32_t i = 0; i < e->n_started; i++) pthread_join(e->threads[i], NULL);
     }
     free(e->threads);
@@ -204,6 +311,7 @@ enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_thre
     e->prog = prog;
     e->n_threads = n_threads;
     e->held0 = UINT64_MAX;
+    e->watchdog_ns = (uint64_t)MK_CPU_DEFAULT_WATCHDOG_MS * 1000000ull;
     uint32_t maxc = 0, maxrows = 0;
     for (uint32_t i = 0; i < prog->n_weights; i++)
         if (prog->weights[i].cols > maxc) maxc = prog->weights[i].cols;
@@ -242,6 +350,23 @@ enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_thre
     return MK_OK;
 }
 
+/* The recorded failure as a message naming the step, and the instruction and worker where known. */
+static void mk_cpu_exec_describe_failure(struct mk_cpu_exec *e, struct mk_error *err) {
+    const struct mk_cpu_failure *f = &e->fail;
+    const struct mk_program *p = e->prog;
+    if (f->status == MK_ERR_TIMEOUT) {
+        uint32_t done = __atomic_load_n(&e->counters[MK_COUNTER_ALL], __ATOMIC_ACQUIRE) - f->step * p->n_tasks;
+        mk_error_set(err, MK_ERR_TIMEOUT,
+                     "cpu executor step %u (pos %d): %u of %u tasks done after %llu ms (watchdog): a worker stopped "
+                     "signalling; the session is unusable now",
+                     f->step, e->state.cmd.pos, done, p->n_tasks, (unsigned long long)(e->watchdog_ns / 1000000ull));
+        return;
+    }
+    mk_error_set(err, f->status, "cpu executor step %u (pos %d): instruction %u '%s', task %u on worker %u: %s",
+                 f->step, e->state.cmd.pos, f->instr, f->instr < p->n_instr ? p->labels[f->instr] : "?", f->task,
+                 f->worker, f->what);
+}
+
 enum mk_status mk_cpu_exec_step(struct mk_cpu_exec *e, const struct mk_step_cmd *cmd, int32_t *out_token,
                                 struct mk_error *err) {
     const struct mk_program *p = e->prog;
@@ -250,21 +375,53 @@ enum mk_status mk_cpu_exec_step(struct mk_cpu_exec *e, const struct mk_step_cmd 
                             p->n_ctx);
     if (cmd->token < 0 || (uint32_t)cmd->token >= p->vocab)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "token %d is outside the vocabulary of %u", cmd->token, p->vocab);
+    if (__atomic_load_n(&e->failed, __ATOMIC_ACQUIRE) == 2u) {
+        mk_cpu_exec_describe_failure(e, err);
+        mk_error_prefix(err, "refused, an earlier failure made the cpu executor unusable");
+        return e->fail.status;
+    }
     struct mk_step_cmd c = *cmd;
     c.cmd = MK_CMD_STEP;
     mk_cpu_post(e, &c);
     uint32_t step = e->seq - 1;
-    /* The caller is worker 0: one hand-off fewer per step, and no other thread at all for one. */
+    /* The caller is worker 0: one hand-off fewer per step, and no other thread at all for one. It
+     * is also the watchdog: every wait of its own ends at the deadline. */
+    const uint64_t deadline = mk_cpu_now_ns() + e->watchdog_ns;
     struct mk_cpu_ctx ctx = mk_cpu_ctx_of(e, 0);
-    mk_cpu_run_share(e, &ctx, 0, step, &e->held0);
-    mk_cpu_wait_ge(&e->ev_host, &e->counters[MK_COUNTER_ALL], (step + 1) * p->n_tasks);
-    if (__atomic_load_n(&e->bad_op, __ATOMIC_ACQUIRE))
-        return mk_error_set(err, MK_ERR_INTERNAL, "cpu executor met an unknown opcode in step %u", step);
+    const uint32_t all = (step + 1) * p->n_tasks;
+    bool ok = mk_cpu_run_share(e, &ctx, 0, step, &e->held0, deadline) &&
+              mk_cpu_wait_ge(e, &e->ev_host, &e->counters[MK_COUNTER_ALL], all, deadline);
+    if (!ok && !mk_cpu_aborted(e)) {
+        struct mk_cpu_failure f = { MK_ERR_TIMEOUT, step, UINT32_MAX, UINT32_MAX, UINT32_MAX, "" };
+        mk_cpu_fail(e, &f);
+    }
+    if (!ok) {
+        /* The record may still be in writing by the worker that failed first. */
+        while (__atomic_load_n(&e->failed, __ATOMIC_ACQUIRE) != 2u) mk_cpu_relax();
+        /* Workers may still be in an op of this step: they must be out before the caller's next
+         * command (or free) rewrites what they read. */
+        mk_cpu_quiesce(e);
+        mk_cpu_exec_describe_failure(e, err);
+        return e->fail.status;
+    }
     *out_token = e->mailbox.out_token;
     return MK_OK;
 }
 
 const float *mk_cpu_exec_logits(const struct mk_cpu_exec *e) { return e->arena + e->prog->logits_off; }
+
+void mk_cpu_exec_set_fault(struct mk_cpu_exec *e, const struct mk_fault *fault, uint32_t watchdog_ms) {
+    const struct mk_program *p = e->prog;
+    e->watchdog_ns = (uint64_t)(watchdog_ms ? watchdog_ms : MK_CPU_DEFAULT_WATCHDOG_MS) * 1000000ull;
+    e->fault = fault ? *fault : (struct mk_fault){ MK_FAULT_NONE, 0 };
+    /* The first task of the last worker's static share, so that with two or more threads the
+     * fault hits a pthread worker, not the caller; the middle task otherwise. */
+    e->fault_task = p->n_tasks / 2;
+    if (p->schedule == MK_SCHED_STATIC && e->n_threads > 0) {
+        uint32_t k = p->sched_offsets[e->n_threads - 1];
+        if (k < p->sched_offsets[e->n_threads]) e->fault_task = p->sched_tasks[k];
+    }
+}
 
 /* ---- The cpu backend: compiles the model's program for the worker count and runs it. ---- */
 
@@ -323,6 +480,7 @@ enum mk_status mk_backend_create_cpu(const struct mk_model *m, const struct mk_b
     cp.n_ctx = bp->n_ctx;
     enum mk_status st = mk_program_compile(m, &cp, &cb->prog, err);
     if (st == MK_OK) st = mk_cpu_exec_create(cb->prog, threads, &cb->exec, err);
+    if (st == MK_OK) mk_cpu_exec_set_fault(cb->exec, &bp->fault, bp->watchdog_ms);
     if (st != MK_OK) {
         mk_cpu_backend_free(&cb->base);
         return st;

@@ -38,6 +38,10 @@ enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_thre
 enum mk_status mk_cpu_exec_step(struct mk_cpu_exec *e, const struct mk_step_cmd *cmd, int32_t *out_token,
                                 struct mk_error *err);
 const float *mk_cpu_exec_logits(const struct mk_cpu_exec *e);
+/* The step watchdog (0 = 60000 ms): a step whose tasks are not all done by then fails with
+ * MK_ERR_TIMEOUT. And, for tests, a fault to inject (NULL or MK_FAULT_NONE: none). After any
+ * failure the executor refuses further steps; free it. */
+void mk_cpu_exec_set_fault(struct mk_cpu_exec *e, const struct mk_fault *fault, uint32_t watchdog_ms);
 void mk_cpu_exec_free(struct mk_cpu_exec *e);
 
 #endif

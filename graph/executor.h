@@ -30,6 +30,23 @@ const char *mk_backend_kind_name(enum mk_backend_kind k);
 int mk_backend_kind_parse(const char *s, enum mk_backend_kind *out);
 #endif /* MK_BACKEND_KIND_DEFINED */
 
+#ifndef MK_FAULT_DEFINED
+#define MK_FAULT_DEFINED
+/* Test only: a backend fails on purpose in one step, so that tests can check that the session
+ * reports it, frees what it holds and that the next session on the model works. */
+enum mk_fault_kind {
+    MK_FAULT_NONE = 0,
+    MK_FAULT_ERROR = 1,       /* an op reports an error (gpu: the kernel reports a device error) */
+    MK_FAULT_TRAP = 2,        /* cpu: a worker thread fails and ends; gpu: the kernel executes a trap */
+    MK_FAULT_HANG = 3,        /* a worker (cpu) or a block (gpu) stops signalling: the watchdog must fire */
+    MK_FAULT_BAD_ADDRESS = 4, /* gpu: the kernel writes to an unmapped address; cpu: as MK_FAULT_ERROR */
+};
+struct mk_fault {
+    enum mk_fault_kind kind;
+    uint32_t step; /* 0-based count of the backend's steps (prompt and generated tokens alike) */
+};
+#endif /* MK_FAULT_DEFINED */
+
 /* What the first word of a GPU trace entry holds, or no trace. */
 enum mk_gpu_trace {
     MK_GPU_TRACE_OFF = 0,
@@ -66,10 +83,11 @@ struct mk_backend_params {
     enum mk_backend_kind kind;
     uint32_t n_ctx;
     uint32_t n_threads;   /* cpu backend workers; 0 = number of cores */
-    uint32_t watchdog_ms; /* GPU backends: fail a step that takes longer; 0 = default 10000 */
+    uint32_t watchdog_ms; /* fail a step that takes longer; 0 = default (GPU 10000, cpu 60000) */
     int device;           /* CUDA device ordinal */
     int verbose;
     struct mk_gpu_settings gpu; /* GPU backends only */
+    struct mk_fault fault;      /* test only: all zero = none */
 };
 
 struct mk_backend;

@@ -104,6 +104,7 @@ static const char *mk_hq_deverr_name(uint32_t code) {
     case MK_DEVERR_BAD_OPCODE: return "unknown opcode at instruction";
     case MK_DEVERR_BAD_POS: return "position out of range:";
     case MK_DEVERR_BAD_TOKEN: return "token out of range:";
+    case MK_DEVERR_INJECTED: return "injected fault (test) at step";
     default: return "unknown device error, argument";
     }
 }

@@ -242,6 +242,7 @@ enum mk_device_error {
     MK_DEVERR_BAD_OPCODE = 1, /* error_arg = instruction index */
     MK_DEVERR_BAD_POS = 2,    /* error_arg = position */
     MK_DEVERR_BAD_TOKEN = 3,  /* error_arg = token */
+    MK_DEVERR_INJECTED = 4,   /* test only: mk_kernel_args.fault_kind asked for it; error_arg = step */
 };
 
 /* The step state in executor memory: the command being run, and the token it produced. */
@@ -265,6 +266,16 @@ MK_STATIC_ASSERT(offsetof(struct mk_step_state, t_start_ns) == 56, "mk_step_stat
 enum mk_trace_mode {
     MK_TRACE_AFTER_WAITS = 0, /* the task's start after its waits */
     MK_TRACE_AT_FETCH = 1,    /* when the block took the task, before its waits (a tuning aid) */
+};
+
+/* Test only: what the megakernel does wrong on purpose (megakernel/fault.cuh). The values are
+ * those of enum mk_fault_kind in graph/executor.h. */
+enum mk_kernel_fault {
+    MK_KFAULT_NONE = 0,
+    MK_KFAULT_ERROR = 1,       /* report MK_DEVERR_INJECTED in the mailbox, then trap */
+    MK_KFAULT_TRAP = 2,        /* a trap instruction: the context's sticky error */
+    MK_KFAULT_HANG = 3,        /* the block stops (as under MK_CMD_HANG) and never signals */
+    MK_KFAULT_BAD_ADDRESS = 4, /* a store to an unmapped address: an illegal-address error */
 };
 
 /* Everything one executor run needs, as addresses in that executor's memory: the launch
@@ -302,14 +313,17 @@ struct mk_kernel_args {
     uint32_t trace_mode; /* enum mk_trace_mode */
     float rope_scale;    /* ... the position scale (mk_args_qkv.rope_scale) ... */
     uint32_t rope_freqs; /* ... and the weight index of the frequency divisors it applied, or MK_NO_WEIGHT */
+    uint32_t fault_kind; /* test only: enum mk_kernel_fault the megakernel injects; 0 = none */
+    uint32_t fault_step; /* ... at the start of this step, in its last block */
     uint32_t reserved0;
 };
-MK_STATIC_ASSERT(sizeof(struct mk_kernel_args) == 176, "mk_kernel_args is 176 bytes");
+MK_STATIC_ASSERT(sizeof(struct mk_kernel_args) == 184, "mk_kernel_args is 184 bytes");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, watch) == 104, "mk_kernel_args.watch at 104");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, rope_table) == 112, "mk_kernel_args.rope_table at 112");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, n_instr) == 120, "mk_kernel_args.n_instr at 120");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, rope_pairs) == 152, "mk_kernel_args.rope_pairs at 152");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, trace_mode) == 160, "mk_kernel_args.trace_mode at 160");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, rope_freqs) == 168, "mk_kernel_args.rope_freqs at 168");
+MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, fault_kind) == 172, "mk_kernel_args.fault_kind at 172");
 
 #endif

@@ -4,6 +4,7 @@
 #include "megakernel/abi.h"
 #include "megakernel/common.cuh"
 #include "megakernel/cuda_layout.h"
+#include "megakernel/fault.cuh"
 #include "megakernel/sync.cuh"
 #include "megakernel/ops/attn_combine.cuh"
 #include "megakernel/ops/attn_output.cuh"
@@ -245,6 +246,8 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER
     uint32_t cursor = 0, end = 0;
     for (uint32_t s = 0;; s++) {
         if (threadIdx.x == 0) s_ctl[0] = mk_wait_command(&a, s, &s_cmd);
+        if (a.fault_kind && s == a.fault_step && threadIdx.x == 0 && blockIdx.x == gridDim.x - 1u)
+            s_ctl[0] = mk_fault_inject(&a, s, s_ctl[0]);
         __syncthreads();
         const uint32_t cmd = s_ctl[0];
         if (cmd == MK_CMD_HANG) {

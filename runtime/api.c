@@ -6,6 +6,7 @@
 
 #include "runtime/mk.h"
 #include "core/chat.h"
+#include "core/gguf.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
 #include "runtime/backend.h"
@@ -40,12 +41,18 @@ static double mk_api_now_ms(void) {
 /* ---- Models ---- */
 
 enum mk_status mk_lm_load(const char *path, struct mk_lm **out, struct mk_error *err) {
+    return mk_lm_load_ex(path, NULL, out, err);
+}
+
+enum mk_status mk_lm_load_ex(const char *path, const struct mk_lm_load_params *p, struct mk_lm **out,
+                             struct mk_error *err) {
     *out = NULL;
     if (!path) return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_lm_load: no path");
     double t0 = mk_api_now_ms();
     struct mk_lm *lm = calloc(1, sizeof *lm);
     if (!lm) return mk_error_set(err, MK_ERR_NOMEM, "%s: out of memory", path);
-    enum mk_status st = mk_model_load(path, &lm->model, err);
+    struct mk_gguf_open_params gp = { .cancel = p ? p->cancel : NULL };
+    enum mk_status st = mk_model_load_ex(path, &gp, &lm->model, err);
     if (st != MK_OK) goto fail;
     if (lm->model->vocab.n_tokens > 0) {
         /* The file's tokenizer.ggml.pre, add_bos_token and EOG ids choose how text splits and ends. */
@@ -251,6 +258,9 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
                             "mk_session_create: top_p = %g keeps no token (use 0 < top_p <= 1)", (double)sp->top_p);
     if (sp->min_p > 1.0f)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: min_p = %g is above 1", (double)sp->min_p);
+    if (p->fault.kind < MK_FAULT_NONE || p->fault.kind > MK_FAULT_BAD_ADDRESS)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: fault.kind = %d (want 0 to 4)",
+                            (int)p->fault.kind);
     if (p->gpu.trace < 0 || p->gpu.trace > 2)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: gpu.trace = %d (want 0, 1 or 2)",
                             p->gpu.trace);
@@ -267,10 +277,11 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
         .kind = p->backend,
         .n_ctx = p->n_ctx ? p->n_ctx : (c->n_ctx_train && c->n_ctx_train < 4096 ? c->n_ctx_train : 4096),
         .n_threads = p->n_threads,
-        .watchdog_ms = 0,
+        .watchdog_ms = p->watchdog_ms,
         .device = p->device,
         .verbose = p->verbose,
         .gpu = mk_api_gpu_settings(&p->gpu),
+        .fault = p->fault,
     };
     enum mk_status st = mk_backend_create(lm->model, &bp, &s->backend, err);
     if (st != MK_OK) {

@@ -18,6 +18,15 @@
 /* After STOP, how long free() waits for the kernel to leave, then again after the abort flag. */
 #define MK_CUDA_EXIT_WAIT_MS 2000u
 
+/* GPU memory a session needs beyond its own buffers: the context, the module, the resident
+ * grid's local memory and stacks. */
+#define MK_CUDA_RESERVE_BYTES (256ull << 20)
+
+/* The device's fault codes are the public ones. */
+_Static_assert((int)MK_KFAULT_ERROR == (int)MK_FAULT_ERROR && (int)MK_KFAULT_TRAP == (int)MK_FAULT_TRAP &&
+                   (int)MK_KFAULT_HANG == (int)MK_FAULT_HANG && (int)MK_KFAULT_BAD_ADDRESS == (int)MK_FAULT_BAD_ADDRESS,
+               "enum mk_kernel_fault matches enum mk_fault_kind");
+
 struct mk_cuda_backend {
     struct mk_backend base;
     const struct mk_cuda *cu;
@@ -31,7 +40,8 @@ struct mk_cuda_backend {
     mk_cu_stream copy_stream; /* read-backs while the megakernel stays resident */
     mk_cu_event ev0, ev1;
     struct mk_program *prog;
-    uint32_t watchdog_ms; /* 0 = the host queue's default */
+    uint32_t watchdog_ms;  /* 0 = the host queue's default */
+    struct mk_fault fault; /* test only, megakernel only */
     struct mk_cuda_backend_info info;
     /* Device memory. */
     mk_cu_devptr d_weight_data; /* every distinct weight, 256-byte aligned */
@@ -291,14 +301,18 @@ static enum mk_status mk_cuda_upload_weights(struct mk_cuda_backend *b, struct m
         offset[i] = total;
         total += mk_cuda_align256((uint64_t)p->weights[i].rows * p->weights[i].row_bytes);
     }
+    /* Everything the session will allocate, checked before the first allocation. */
     size_t free_b = 0, total_b = 0;
     if (MK_CU(b->cu, err, cuMemGetInfo_v2(&free_b, &total_b))) {
         st = MK_ERR_CUDA;
         goto done;
     }
-    if (total > free_b) {
-        st = mk_error_set(err, MK_ERR_NOMEM, "the weights need %.2f GB of GPU memory, the GPU has %.2f GB free",
-                          total / 1e9, free_b / 1e9);
+    uint64_t kv = 2ull * p->n_layer * p->n_ctx * p->kv_dim * sizeof(float);
+    uint64_t other = (uint64_t)p->arena_floats * 4u + (uint64_t)p->n_instr * sizeof *p->instrs +
+                     (uint64_t)p->n_counters * 4u + (uint64_t)p->n_tasks * 24u + (uint64_t)p->n_ctx * 512u +
+                     (uint64_t)p->n_weights * sizeof *table;
+    if ((st = mk_cuda_check_memory(total, kv, other, free_b, total_b, err)) != MK_OK) {
+        mk_error_prefix(err, "%s", b->info.device);
         goto done;
     }
     if ((st = mk_cuda_alloc(b, &b->d_weight_data, total, false, "weights", err)) != MK_OK) goto done;
@@ -371,6 +385,8 @@ static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_
     a->kv_dim = p->kv_dim;
     a->n_layer = p->n_layer;
     a->vocab = p->vocab;
+    a->fault_kind = (uint32_t)b->fault.kind;
+    a->fault_step = b->fault.step;
     return MK_OK;
 }
 
@@ -415,6 +431,18 @@ static enum mk_status mk_cuda_setup_rope(struct mk_cuda_backend *b, struct mk_er
     b->args.rope_freqs = first->rope_freqs;
     b->args.rope_base = base;
     return MK_OK;
+}
+
+enum mk_status mk_cuda_check_memory(uint64_t weights, uint64_t kv, uint64_t other, uint64_t free_bytes,
+                                    uint64_t total_bytes, struct mk_error *err) {
+    uint64_t need = weights + kv + other + MK_CUDA_RESERVE_BYTES;
+    if (need <= free_bytes) return MK_OK;
+    return mk_error_set(err, MK_ERR_NOMEM,
+                        "the model needs %.2f GB of GPU memory (weights %.2f GB, KV cache %.2f GB, buffers %.2f GB, "
+                        "reserve %.2f GB) and the GPU has %.2f GB free of %.2f GB: use a smaller context (--ctx), a "
+                        "smaller weight type, or --backend cpu",
+                        need / 1e9, weights / 1e9, kv / 1e9, other / 1e9, MK_CUDA_RESERVE_BYTES / 1e9, free_bytes / 1e9,
+                        total_bytes / 1e9);
 }
 
 /* ---- The megakernel. ---- */
@@ -726,12 +754,16 @@ static enum mk_status mk_cuda_backend_new(const struct mk_cuda *cu, const struct
                                        : bp->kind == MK_BACKEND_GRAPH    ? &mk_cuda_graph_vtbl
                                                                          : NULL;
     if (!vt) return mk_error_set(err, MK_ERR_INVALID_ARG, "backend kind %d is not a CUDA backend", (int)bp->kind);
+    if (bp->fault.kind != MK_FAULT_NONE && bp->kind != MK_BACKEND_MEGAKERNEL)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED, "fault injection (kind %d) runs in the megakernel only, not %s",
+                            (int)bp->fault.kind, vt->name);
     struct mk_cuda_backend *b = calloc(1, sizeof *b);
     if (!b) return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the %s backend", vt->name);
     b->cu = cu;
     b->verbose = bp->verbose;
     b->gpu = bp->gpu;
     b->watchdog_ms = bp->watchdog_ms;
+    b->fault = bp->fault;
     b->base.vt = vt;
     b->base.kind = bp->kind;
     b->base.n_ctx = bp->n_ctx;

@@ -36,6 +36,12 @@ struct mk_cuda_backend_info {
 /* Fills *out; MK_ERR_INVALID_ARG when b is not a megakernel, perop or graph backend. */
 enum mk_status mk_backend_cuda_info(const struct mk_backend *b, struct mk_cuda_backend_info *out, struct mk_error *err);
 
+/* MK_OK when weights + kv + other bytes, and a reserve for the context and the kernel, fit in
+ * free_bytes of the GPU's total_bytes; else MK_ERR_NOMEM naming every size. Session creation runs
+ * it with cuMemGetInfo's figures before it allocates anything. */
+enum mk_status mk_cuda_check_memory(uint64_t weights, uint64_t kv, uint64_t other, uint64_t free_bytes,
+                                    uint64_t total_bytes, struct mk_error *err);
+
 /* Test only: posts MK_CMD_HANG to a megakernel backend and waits as for a step, so the watchdog
  * must end it with MK_ERR_TIMEOUT; the backend is poisoned afterwards and only free() remains. */
 enum mk_status mk_backend_cuda_debug_hang(struct mk_backend *b, struct mk_error *err);

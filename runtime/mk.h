@@ -28,8 +28,8 @@ extern "C" {
 #endif
 
 /* ---- Status and backend kinds ----
- * These two blocks are byte-identical copies of the ones in core/status.h and graph/executor.h
- * (tests/layers_check.py compares them), so that this header needs nothing but standard headers. */
+ * These blocks (and the fault block below) are byte-identical copies of the ones in core/status.h
+ * and graph/executor.h (tools/layers_check.sh compares them), so that this header needs nothing but standard headers. */
 
 #ifndef MK_STATUS_TYPES_DEFINED
 #define MK_STATUS_TYPES_DEFINED
@@ -73,12 +73,40 @@ const char *mk_backend_kind_name(enum mk_backend_kind k);
 int mk_backend_kind_parse(const char *s, enum mk_backend_kind *out);
 #endif /* MK_BACKEND_KIND_DEFINED */
 
+#ifndef MK_FAULT_DEFINED
+#define MK_FAULT_DEFINED
+/* Test only: a backend fails on purpose in one step, so that tests can check that the session
+ * reports it, frees what it holds and that the next session on the model works. */
+enum mk_fault_kind {
+    MK_FAULT_NONE = 0,
+    MK_FAULT_ERROR = 1,       /* an op reports an error (gpu: the kernel reports a device error) */
+    MK_FAULT_TRAP = 2,        /* cpu: a worker thread fails and ends; gpu: the kernel executes a trap */
+    MK_FAULT_HANG = 3,        /* a worker (cpu) or a block (gpu) stops signalling: the watchdog must fire */
+    MK_FAULT_BAD_ADDRESS = 4, /* gpu: the kernel writes to an unmapped address; cpu: as MK_FAULT_ERROR */
+};
+struct mk_fault {
+    enum mk_fault_kind kind;
+    uint32_t step; /* 0-based count of the backend's steps (prompt and generated tokens alike) */
+};
+#endif /* MK_FAULT_DEFINED */
+
 /* ---- Models ---- */
 
 struct mk_lm; /* a loaded model and its tokenizer */
 
-/* Maps and validates a GGUF file. err (may be NULL) names the file, key or tensor at fault. */
+/* Reads and validates a GGUF file. err (may be NULL) names the file, key or tensor at fault. */
 enum mk_status mk_lm_load(const char *path, struct mk_lm **out, struct mk_error *err);
+/* What mk_lm_load_ex adds. The file is read into memory (not mapped): a file truncated or
+ * rewritten while it is read fails the load with MK_ERR_IO, and one changed afterwards cannot
+ * reach a session. */
+struct mk_lm_load_params {
+    /* Checked between chunks (64 MiB) of the read: once *cancel is nonzero (set it from any thread
+     * or a signal handler), the load stops with MK_ERR_CANCELLED and frees what it read. NULL:
+     * not cancellable. */
+    const int *cancel;
+};
+enum mk_status mk_lm_load_ex(const char *path, const struct mk_lm_load_params *p, struct mk_lm **out,
+                             struct mk_error *err);
 void mk_lm_free(struct mk_lm *lm);
 
 struct mk_lm_info {
@@ -198,6 +226,12 @@ struct mk_session_params {
     /* nonzero: generation goes on through EOS and every other end-of-generation token (they are
      * passed to the callback like any token), as llama.cpp's --ignore-eos. Default 0. */
     int ignore_eog;
+    /* A step that takes longer fails with MK_ERR_TIMEOUT and leaves the session unusable (free it
+     * and create another); 0 = the default, 10000 ms on a GPU and 60000 ms on the cpu backend. */
+    uint32_t watchdog_ms;
+    /* Test only: make step fault.step fail as fault.kind says (see struct mk_fault); all zero, the
+     * default, injects nothing. The failing call returns an error naming the step. */
+    struct mk_fault fault;
 };
 struct mk_session_params mk_session_default_params(void);
 

@@ -14,6 +14,7 @@
 #include "core/gen.h"
 #include "core/model.h"
 #include "graph/sample.h"
+#include "runtime/soak.h"
 #include "tests/test_util.h"
 
 static const enum mk_backend_kind gpu_kinds[] = { MK_BACKEND_MEGAKERNEL, MK_BACKEND_PEROP, MK_BACKEND_GRAPH };
@@ -359,6 +360,79 @@ static void test_hang(const struct mk_model *m) {
     }
 }
 
+/* Greedy steps from BOS until one fails; how many succeeded, with the failure in *st and err. */
+static uint32_t run_until_failure(struct mk_backend *b, uint32_t n, enum mk_status *st, struct mk_error *err) {
+    int32_t tok = 1;
+    *st = MK_OK;
+    for (uint32_t i = 0; i < n; i++) {
+        struct mk_step_cmd c = greedy_cmd(tok, (int32_t)i);
+        if ((*st = b->vt->step(b, &c, &tok, err)) != MK_OK) return i;
+        if (tok != mk_test_golden_ids[i]) {
+            fprintf(stderr, "step %u: token %d, golden %d\n", i, tok, mk_test_golden_ids[i]);
+            MK_CHECK(0);
+            return i;
+        }
+    }
+    return n;
+}
+
+/* Injected megakernel faults (mk_kernel_args.fault_kind): an error code, a trap, a store to a bad
+ * address, a block that stops signalling. Each ends its session with an error naming the step;
+ * freeing the session destroys its context (and the sticky error with it), and a new session on
+ * the same model decodes the golden text. */
+static void test_faults(const struct mk_model *m) {
+    const enum mk_fault_kind kinds[4] = { MK_FAULT_ERROR, MK_FAULT_TRAP, MK_FAULT_BAD_ADDRESS, MK_FAULT_HANG };
+    const enum mk_status want[4] = { MK_ERR_INTERNAL, MK_ERR_CUDA, MK_ERR_CUDA, MK_ERR_TIMEOUT };
+    const char *names[4] = { "error", "trap", "bad address", "hang" };
+    const uint32_t at = 7;
+    const int threads0 = mk_soak_count_threads();
+    for (int k = 0; k < 4; k++) {
+        struct mk_backend_params p = params(MK_BACKEND_MEGAKERNEL, 64);
+        p.watchdog_ms = 1500;
+        p.gpu.dynamic_schedule = false; /* a parked block's tasks then stay undone: the step hangs */
+        p.fault.kind = kinds[k];
+        p.fault.step = at;
+        struct mk_backend *b = create_gpu_with(m, &p);
+        if (!b) continue;
+        struct mk_error err;
+        enum mk_status st;
+        double t0 = now_ms();
+        uint32_t done = run_until_failure(b, 20, &st, &err);
+        double took = now_ms() - t0;
+        printf("RESULT fault %s at step %u: %s after %u steps, %.0f ms: %s\n", names[k], at, mk_status_str(st), done,
+               took, err.msg);
+        MK_CHECK_MSG(st == want[k] && done == at, "%s: status %d after %u steps", names[k], st, done);
+        char step[32];
+        snprintf(step, sizeof step, "step %u ", at);
+        MK_CHECK_MSG(strstr(err.msg, step) != NULL, "%s: the error does not name %s: %s", names[k], step, err.msg);
+        MK_CHECK(took < (kinds[k] == MK_FAULT_HANG ? 6000.0 : 3000.0));
+        struct mk_step_cmd c = greedy_cmd(1, (int32_t)at + 1);
+        int32_t tok;
+        t0 = now_ms();
+        MK_CHECK(b->vt->step(b, &c, &tok, &err) == want[k]);
+        MK_CHECK(now_ms() - t0 < 100.0);
+        t0 = now_ms();
+        b->vt->free(b);
+        took = now_ms() - t0;
+        printf("RESULT free after %s: %.0f ms, %d threads (%d before)\n", names[k], took, mk_soak_count_threads(),
+               threads0);
+        MK_CHECK(took < 8000.0);
+        MK_CHECK(mk_soak_count_threads() == threads0);
+        /* A new session (a new context) on the same model works. */
+        b = create_gpu(m, MK_BACKEND_MEGAKERNEL, 64, 0);
+        MK_CHECK_MSG(b != NULL, "no megakernel after %s", names[k]);
+        if (!b) continue;
+        MK_CHECK_MSG(run_until_failure(b, 20, &st, &err) == 20, "after %s: %s", names[k], err.msg);
+        b->vt->free(b);
+    }
+    /* The per-op backends refuse fault injection. */
+    struct mk_backend_params p = params(MK_BACKEND_PEROP, 64);
+    p.fault.kind = MK_FAULT_TRAP;
+    struct mk_backend *b = NULL;
+    struct mk_error err;
+    MK_CHECK(mk_backend_create(m, &p, &b, &err) == MK_ERR_UNSUPPORTED && !b);
+}
+
 /* Loads path, first writing it from the preset in dtype when it is missing (it stays for later
  * runs); NULL, as a failed check, when either fails. */
 static struct mk_model *load_or_generate(const char *path, const char *preset, const char *dtype) {
@@ -677,6 +751,7 @@ int main(int argc, char **argv) {
     if (all || !strcmp(only, "sampling")) test_sampling(m);
     if (all || !strcmp(only, "context")) test_context_limit(m);
     if (all || !strcmp(only, "hang")) test_hang(m);
+    if (all || !strcmp(only, "faults")) test_faults(m);
     mk_model_free(m);
     if (all || !strcmp(only, "quant")) test_quant();
     if (all || !strcmp(only, "llama1b")) test_llama1b();

@@ -60,6 +60,17 @@ const char *mk_test_models_dir(const char *probe_file) {
     return NULL;
 }
 
+const char *mk_test_stories_path(void) {
+    static char path[4200];
+    const char *models = mk_test_models_dir("stories260K-f32.gguf");
+    if (!models) {
+        printf("SKIP: no models folder with stories260K-f32.gguf\n");
+        return NULL;
+    }
+    snprintf(path, sizeof path, "%s/stories260K-f32.gguf", models);
+    return path;
+}
+
 const int32_t mk_test_golden_ids[60] = {
     403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
     410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352,

@@ -38,6 +38,10 @@ int mk_test_finish(const char *name);
  * prints "SKIP: ..." for the parts that need the files. */
 const char *mk_test_models_dir(const char *probe_file);
 
+/* The path of stories260K-f32.gguf in the models folder; NULL (after printing "SKIP: ...") when
+ * there is none. */
+const char *mk_test_stories_path(void);
+
 /* stories260K-f32.gguf's greedy ids from BOS and its logits [0, 5) at pos 0, from the models
  * folder's README. */
 extern const int32_t mk_test_golden_ids[60];

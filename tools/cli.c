@@ -94,3 +94,14 @@ int mk_cli_gpu_env(const char *cmd, struct mk_gpu_settings *s) {
     fprintf(stderr, "mk %s: %s\n", cmd, err.msg);
     return -1;
 }
+
+void mk_cli_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *out) {
+    out->dynamic_schedule = s->dynamic_schedule;
+    out->tasks_per_worker = s->tasks_per_worker;
+    out->attn_block = s->attn_block;
+    out->fuse_attn_output = s->fuse_attn_output;
+    out->blocks_per_sm = s->blocks_per_sm;
+    out->no_rope_table = s->no_rope_table;
+    out->trace = (int)s->trace;
+    out->kernel_image = s->kernel_image;
+}

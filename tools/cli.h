@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include "graph/executor.h"
+#include "runtime/mk.h"
 
 /* The whole of s as a base-10 integer in [lo, hi]; 0 on success, -1 otherwise. */
 int mk_cli_parse_long(const char *s, long long lo, long long hi, long long *out);
@@ -25,5 +26,8 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
 /* The MK_CUDA_* environment overrides into *s (flags parsed afterwards win); -1 after printing
  * why one is malformed. */
 int mk_cli_gpu_env(const char *cmd, struct mk_gpu_settings *s);
+
+/* The session's plain mirror of the GPU settings (runtime/mk.h). */
+void mk_cli_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *out);
 
 #endif

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include "graph/cpu_exec.h"
+#include "graph/cpu_time.h"
 #include "runtime/backend.h"
 #include "runtime/bandwidth.h"
+#include "runtime/soak.h"
 #include "core/gen.h"
 #include "core/model.h"
 #include "tools/cli.h"
@@ -24,6 +26,10 @@ struct mk_bench_opts {
     uint32_t n, ctx, threads, warmup;
     bool json;
     struct mk_gpu_settings gpu;
+    bool n_given, ctx_given;
+    uint32_t soak; /* sessions of a soak run; 0 = the usual benchmark */
+    float temp;
+    uint64_t seed;
 };
 
 struct mk_bench_row {
@@ -32,6 +38,7 @@ struct mk_bench_row {
     const char *backend;
     char test[16];
     double p50_ms, p99_ms, mean_ms, dev_p50_ms;
+    double cpu_ms; /* host CPU time (all threads of the process) per token */
     double bw_gbs, bw_ratio, floor_ms;
     double device_bw_gbs;
 };
@@ -40,10 +47,19 @@ static void mk_bench_usage(FILE *f) {
     fprintf(f, "usage: mk bench [-m FILE] [--backend all|ref,cpu,megakernel,perop,graph] [-n 128] [--ctx 512]\n"
                "                [--threads N] [--preset llama-1b,llama-8b] [--dtype bf16] [--json]\n"
                "  Times -n greedy decode steps (tg<n>) from an empty context on each backend and prints\n"
-               "  ms/token p50 and p99, tokens/s, the weight bandwidth achieved (weight bytes per token over\n"
+               "  ms/token p50 and p99, host CPU ms/token (every thread of the process: the cost to the\n"
+               "  machine beside the wall time), tokens/s, the weight bandwidth achieved (weight bytes per token over\n"
                "  the p50 time) and its ratio to the read bandwidth the same run measures on that device.\n"
                "  Without -m it generates synthetic presets (cached in $TMPDIR) and benchmarks them.\n"
-               "  'all' means every GPU backend when a GPU is present, else cpu.\n");
+               "  'all' means every GPU backend when a GPU is present, else cpu.\n"
+               "\n"
+               "       mk bench --soak SESSIONS -m FILE [--backend B] [-n 2000] [--temp 0.8] [--seed 1000] [--ctx N]\n"
+               "                [--threads N] [--json]\n"
+               "  Soak: SESSIONS sessions one after another on the loaded model (after 2 warm-up ones),\n"
+               "  each generating -n tokens sampled at --temp with seed S + i (the sequence restarts from\n"
+               "  the prompt when it ends). Reports per-token p50/p99/max, wall and host CPU ms per token,\n"
+               "  resident memory, open files and threads at start and end, and errors; exits 1 on any\n"
+               "  error or on growth: resident memory by more than 1 %% (at least 256 KiB), any file or thread.\n");
     fputs(mk_cli_gpu_usage, f);
 }
 
@@ -93,6 +109,7 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
     if (b->vt->reset(b, &err) != MK_OK) goto fail;
     tok = m->vocab.bos >= 0 ? m->vocab.bos : 1;
     uint32_t n_dev = 0;
+    struct mk_cpu_span span = mk_cpu_span_start();
     for (uint32_t i = 0; i < o->n; i++) {
         cmd.token = tok;
         cmd.pos = (int32_t)i;
@@ -101,6 +118,7 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
         ms[i] = mk_now_ms() - t0;
         if (b->last_step_ns) dev[n_dev++] = b->last_step_ns / 1e6;
     }
+    row->cpu_ms = mk_cpu_span_ms_per(&span, o->n, NULL);
     double sum = 0;
     for (uint32_t i = 0; i < o->n; i++) sum += ms[i];
     row->mean_ms = sum / o->n;
@@ -123,17 +141,79 @@ done:
     return rc;
 }
 
+/* mk bench --soak: one backend, one model; 0 when flat and error-free. */
+static int mk_bench_soak(const struct mk_bench_opts *o) {
+    if (!o->model) {
+        fprintf(stderr, "mk bench: --soak needs -m FILE\n");
+        return 2;
+    }
+    enum mk_backend_kind kind = MK_BACKEND_AUTO;
+    if (strcmp(o->backends, "all") && mk_backend_kind_parse(o->backends, &kind) != 0) {
+        fprintf(stderr, "mk bench: --soak runs one backend; '%s' is not one (ref, cpu, megakernel, perop, graph)\n",
+                o->backends);
+        return 2;
+    }
+    struct mk_error err = { 0 };
+    struct mk_lm *lm = NULL;
+    if (mk_lm_load(o->model, &lm, &err) != MK_OK) {
+        fprintf(stderr, "mk bench: %s\n", err.msg);
+        return 1;
+    }
+    struct mk_soak_params p = mk_soak_default_params();
+    p.sessions = o->soak;
+    p.tokens = o->n_given ? o->n : 2000;
+    p.seed = o->seed;
+    p.session.backend = kind;
+    p.session.n_threads = o->threads;
+    p.session.n_ctx = o->ctx_given ? o->ctx : 0;
+    p.session.sampling.temperature = o->temp;
+    mk_cli_gpu_params(&o->gpu, &p.session.gpu);
+    struct mk_soak_report r;
+    int rc = 1;
+    if (mk_soak_run(lm, &p, &r, &err) != MK_OK) {
+        fprintf(stderr, "mk bench: soak: %s\n", err.msg);
+        goto done;
+    }
+    const char *base = strrchr(o->model, '/');
+    base = base ? base + 1 : o->model;
+    if (o->json) {
+        printf("{\"model\":\"%s\",\"backend\":\"%s\",\"sessions\":%u,\"tokens_per_session\":%u,\"tokens\":%" PRIu64
+               ",\"errors\":%u,\"ms_p50\":%.4f,\"ms_p99\":%.4f,\"ms_max\":%.4f,\"wall_ms_per_token\":%.4f,"
+               "\"host_cpu_ms\":%.4f,\"rss_kib_start\":%ld,\"rss_kib_end\":%ld,\"fds_start\":%d,\"fds_end\":%d,"
+               "\"threads_start\":%d,\"threads_end\":%d,\"pass\":%s,\"verdict\":\"",
+               base, mk_backend_kind_name(kind), r.sessions, p.tokens, r.tokens, r.errors, r.p50_ms, r.p99_ms, r.max_ms,
+               r.wall_ms_per_token, r.cpu_ms_per_token, r.rss0_kib, r.rss1_kib, r.fds0, r.fds1, r.threads0, r.threads1,
+               r.verdict[0] ? "false" : "true");
+        for (const char *c = r.verdict; *c; c++) printf(*c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
+        printf("\"}\n");
+    } else {
+        printf("soak %s on %s: %u sessions x %u tokens (%" PRIu64 " tokens, temp %.2f), %u errors\n", base,
+               mk_backend_kind_name(kind), r.sessions, p.tokens, r.tokens, (double)o->temp, r.errors);
+        printf("  per token: p50 %.3f ms, p99 %.3f ms, max %.3f ms; wall %.3f ms, host cpu %.3f ms\n", r.p50_ms,
+               r.p99_ms, r.max_ms, r.wall_ms_per_token, r.cpu_ms_per_token);
+        printf("  resident memory %ld -> %ld KiB (%+.2f %%), open files %d -> %d, threads %d -> %d\n", r.rss0_kib,
+               r.rss1_kib, r.rss0_kib > 0 ? 100.0 * (double)(r.rss1_kib - r.rss0_kib) / (double)r.rss0_kib : 0.0,
+               r.fds0, r.fds1, r.threads0, r.threads1);
+        printf("  %s%s\n", r.verdict[0] ? "FAIL: " : "pass", r.verdict);
+    }
+    rc = r.verdict[0] ? 1 : 0;
+done:
+    mk_lm_free(lm);
+    return rc;
+}
+
 static void mk_bench_print(const struct mk_bench_row *r, bool json, bool *first) {
     if (json) {
         printf("%s{\"model\":\"%s\",\"weight_bytes\":%" PRIu64 ",\"backend\":\"%s\",\"test\":\"%s\","
-               "\"ms_p50\":%.4f,\"ms_p99\":%.4f,\"ms_mean\":%.4f,\"device_ms_p50\":%.4f,\"tokens_per_s\":%.2f,"
+               "\"ms_p50\":%.4f,\"ms_p99\":%.4f,\"ms_mean\":%.4f,\"host_cpu_ms\":%.4f,\"device_ms_p50\":%.4f,"
+               "\"tokens_per_s\":%.2f,"
                "\"weight_gb_s\":%.1f,\"device_read_gb_s\":%.1f,\"ratio_to_read_bw\":%.3f,\"floor_ms\":%.4f}",
-               *first ? "" : ",\n", r->model, r->size, r->backend, r->test, r->p50_ms, r->p99_ms, r->mean_ms,
+               *first ? "" : ",\n", r->model, r->size, r->backend, r->test, r->p50_ms, r->p99_ms, r->mean_ms, r->cpu_ms,
                r->dev_p50_ms, 1e3 / r->mean_ms, r->bw_gbs, r->device_bw_gbs, r->bw_ratio, r->floor_ms);
     } else {
-        printf("| %-24s | %9.2f GB | %-10s | %-6s | %8.3f | %8.3f | %9.1f | %8.1f | %8.1f | %5.2f |\n", r->model,
-               r->size / 1e9, r->backend, r->test, r->p50_ms, r->p99_ms, 1e3 / r->mean_ms, r->bw_gbs, r->device_bw_gbs,
-               r->bw_ratio);
+        printf("| %-24s | %9.2f GB | %-10s | %-6s | %8.3f | %8.3f | %8.3f | %9.1f | %8.1f | %8.1f | %5.2f |\n",
+               r->model, r->size / 1e9, r->backend, r->test, r->p50_ms, r->p99_ms, r->cpu_ms, 1e3 / r->mean_ms,
+               r->bw_gbs, r->device_bw_gbs, r->bw_ratio);
     }
     *first = false;
     fflush(stdout);
@@ -191,7 +271,8 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
 }
 
 int mk_cmd_bench(int argc, char **argv) {
-    struct mk_bench_opts o = { NULL, "all", NULL, "bf16", 128, 512, 0, 8, false, mk_gpu_default_settings() };
+    struct mk_bench_opts o = { NULL,  "all", NULL, "bf16", 128, 512, 0, 8, false, mk_gpu_default_settings(),
+                               false, false, 0,    0.8f,   1000 };
     if (mk_cli_gpu_env("bench", &o.gpu)) return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -221,8 +302,24 @@ int mk_cmd_bench(int argc, char **argv) {
             o.dtype = v;
         else if (!strcmp(a, "-n")) {
             if (mk_cli_uint("bench", a, v, 1, 1u << 24, &o.n)) return 2;
+            o.n_given = true;
         } else if (!strcmp(a, "--ctx")) {
             if (mk_cli_uint("bench", a, v, 1, 1u << 24, &o.ctx)) return 2;
+            o.ctx_given = true;
+        } else if (!strcmp(a, "--soak")) {
+            if (mk_cli_uint("bench", a, v, 1, 1u << 24, &o.soak)) return 2;
+        } else if (!strcmp(a, "--temp")) {
+            if (mk_cli_parse_float(v, 0.0f, 100.0f, &o.temp)) {
+                fprintf(stderr, "mk bench: --temp '%s' is not a temperature in [0, 100]\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--seed")) {
+            long long seed = 0;
+            if (mk_cli_parse_long(v, 0, INT64_MAX, &seed)) {
+                fprintf(stderr, "mk bench: --seed '%s' is not a number in [0, 2^63)\n", v);
+                return 2;
+            }
+            o.seed = (uint64_t)seed;
         } else if (!strcmp(a, "--threads")) {
             if (mk_cli_uint("bench", a, v, 1, 1u << 24, &o.threads)) return 2;
         } else if (!strcmp(a, "--warmup")) {
@@ -233,6 +330,7 @@ int mk_cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
+    if (o.soak) return mk_bench_soak(&o);
     if (o.n > o.ctx || o.warmup > o.ctx) {
         fprintf(stderr, "mk bench: -n %u (and warm-up %u) must fit in --ctx %u\n", o.n, o.warmup, o.ctx);
         return 2;
@@ -241,10 +339,11 @@ int mk_cmd_bench(int argc, char **argv) {
     if (o.json)
         printf("[\n");
     else {
-        printf("| %-24s | %12s | %-10s | %-6s | %8s | %8s | %9s | %8s | %8s | %5s |\n", "model", "weights/tok",
-               "backend", "test", "ms p50", "ms p99", "tok/s", "GB/s", "read GB/s", "ratio");
-        printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------------", "--------------", "------------",
-               "--------", "----------", "----------", "-----------", "----------", "----------", "-------");
+        printf("| %-24s | %12s | %-10s | %-6s | %8s | %8s | %8s | %9s | %8s | %8s | %5s |\n", "model", "weights/tok",
+               "backend", "test", "ms p50", "ms p99", "cpu ms", "tok/s", "GB/s", "read GB/s", "ratio");
+        printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------------", "--------------", "------------",
+               "--------", "----------", "----------", "----------", "-----------", "----------", "----------",
+               "-------");
     }
     int failed = 0;
     if (o.model) {

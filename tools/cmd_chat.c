@@ -140,7 +140,11 @@ int mk_cmd_chat(int argc, char **argv) {
     struct mk_chat_conv conv = { 0 };
     char *line = NULL;
     size_t line_cap = 0;
-    if (mk_tool_open(&o, &lm, &s)) goto done;
+    int orc = mk_tool_open(&o, &lm, &s);
+    if (orc) {
+        rc = orc == 130 ? 130 : 1;
+        goto done;
+    }
     char *probe = mk_tool_render_chat(&o, lm, NULL, 0); /* an unknown or missing template fails here */
     if (!probe) goto done;
     free(probe);

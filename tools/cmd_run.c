@@ -147,7 +147,7 @@ static int mk_run_feed_prompt(const struct mk_run_args *a, const struct mk_lm *l
     mk_tool_sigint_answering(false);
     if (st != MK_OK) {
         fprintf(stderr, "mk run: evaluating the prompt: %s\n", mk_session_last_error(s));
-        return -1;
+        return st == MK_ERR_CANCELLED ? 130 : -1;
     }
     if (a->chat || a->o.print_ids) return 0;
     size_t need = mk_lm_detokenize(lm, ids, n, NULL, 0);
@@ -190,10 +190,19 @@ int mk_cmd_run(int argc, char **argv) {
         if (mk_run_make_default_model(tmp_path, sizeof tmp_path)) goto done;
         a.o.model_path = tmp_path;
     }
-    if (mk_tool_open(&a.o, &lm, &s)) goto done;
+    int orc = mk_tool_open(&a.o, &lm, &s);
+    if (orc) {
+        rc = orc == 130 ? 130 : 1;
+        goto done;
+    }
     mk_tool_sigint_install(s, true);
     int64_t n_ids = mk_run_prompt_ids(&a, lm, &ids);
-    if (n_ids < 0 || mk_run_feed_prompt(&a, lm, s, ids, (size_t)n_ids)) goto done;
+    if (n_ids < 0) goto done;
+    int frc = mk_run_feed_prompt(&a, lm, s, ids, (size_t)n_ids);
+    if (frc) {
+        rc = frc == 130 ? 130 : 1;
+        goto done;
+    }
     rc = mk_run_generate(&a, s);
 done:
     mk_tool_sigint_remove();

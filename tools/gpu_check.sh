@@ -64,7 +64,7 @@ for w in $WHAT; do
         grep -E 'H100|H200|NVIDIA|REG|16-byte|local-memory' "$LOG" >> "$SUM"
         ;;
     tests)
-        for t in stories sampling context hang; do
+        for t in stories sampling context hang faults; do
             run "cuda_test $t" 300 "$BIN/cuda_test" "$t"
         done
         # The optional ATTN_OUTPUT op (combine fused into the attention output) must agree too.

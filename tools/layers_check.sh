@@ -69,11 +69,12 @@ while IFS= read -r hit; do
     complain "runtime/mk.h:${hit%%:*}: includes ${hit#*:}; the public header may include only standard headers"
 done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]+"' runtime/mk.h | sed -E 's/^([0-9]+):.*include[[:space:]]+/\1:/' || true)
 
-# mk.h carries copies of two internal blocks; they must stay byte-identical.
+# mk.h carries copies of three internal blocks; they must stay byte-identical.
 block() { # FILE GUARD
     awk -v g="$2" '$0 == "#ifndef " g { on = 1 } on { print } on && $0 ~ "^#endif.*" g { exit }' "$1"
 }
-for pair in core/status.h:MK_STATUS_TYPES_DEFINED graph/executor.h:MK_BACKEND_KIND_DEFINED; do
+for pair in core/status.h:MK_STATUS_TYPES_DEFINED graph/executor.h:MK_BACKEND_KIND_DEFINED \
+    graph/executor.h:MK_FAULT_DEFINED; do
     file=${pair%%:*}
     guard=${pair#*:}
     a=$(block "$file" "$guard")

@@ -121,27 +121,41 @@ int mk_tool_parse_flag(struct mk_tool_opts *o, int argc, char **argv, int *i) {
     return 1;
 }
 
-/* The session's plain mirror of the GPU settings (runtime/mk.h). */
-static void mk_tool_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *out) {
-    out->dynamic_schedule = s->dynamic_schedule;
-    out->tasks_per_worker = s->tasks_per_worker;
-    out->attn_block = s->attn_block;
-    out->fuse_attn_output = s->fuse_attn_output;
-    out->blocks_per_sm = s->blocks_per_sm;
-    out->no_rope_table = s->no_rope_table;
-    out->trace = (int)s->trace;
-    out->kernel_image = s->kernel_image;
+/* The session Ctrl-C cancels, whether an answer is running, and the flag that stops a load (all
+ * read by the signal handler). */
+static struct mk_session *volatile mk_tool_interruptible;
+static volatile sig_atomic_t mk_tool_answering;
+static int mk_tool_load_cancel;
+
+static void mk_tool_on_sigint(int sig) {
+    struct mk_session *s = mk_tool_interruptible;
+    if (s && mk_tool_answering) {
+        mk_session_cancel(s);
+        return;
+    }
+    if (!s) { /* still loading: the read stops between chunks */
+        __atomic_store_n(&mk_tool_load_cancel, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
 }
 
 int mk_tool_open(const struct mk_tool_opts *o, struct mk_lm **lm, struct mk_session **s) {
     struct mk_error err;
     mk_error_clear(&err);
     struct mk_session_params sp = o->sp;
-    mk_tool_gpu_params(&o->gpu, &sp.gpu);
+    mk_cli_gpu_params(&o->gpu, &sp.gpu);
     *s = NULL;
-    if (mk_lm_load(o->model_path, lm, &err) != MK_OK || mk_session_create(*lm, &sp, s, &err) != MK_OK) {
+    mk_tool_sigint_install(NULL, false);
+    struct mk_lm_load_params lp = { &mk_tool_load_cancel };
+    if (mk_lm_load_ex(o->model_path, &lp, lm, &err) != MK_OK || mk_session_create(*lm, &sp, s, &err) != MK_OK) {
         fprintf(stderr, "mk %s: %s\n", o->cmd, err.msg);
-        return -1;
+        return err.status == MK_ERR_CANCELLED ? 130 : -1;
+    }
+    if (__atomic_load_n(&mk_tool_load_cancel, __ATOMIC_RELAXED)) {
+        fprintf(stderr, "mk %s: interrupted\n", o->cmd);
+        return 130;
     }
     fprintf(stderr, "mk %s: backend %s, n_ctx %u, ", o->cmd, mk_session_backend_name(*s),
             (unsigned)mk_session_n_ctx(*s));
@@ -152,20 +166,6 @@ int mk_tool_open(const struct mk_tool_opts *o, struct mk_lm **lm, struct mk_sess
     else
         fprintf(stderr, "greedy\n");
     return 0;
-}
-
-/* The session Ctrl-C cancels, and whether an answer is running (read by the signal handler). */
-static struct mk_session *volatile mk_tool_interruptible;
-static volatile sig_atomic_t mk_tool_answering;
-
-static void mk_tool_on_sigint(int sig) {
-    struct mk_session *s = mk_tool_interruptible;
-    if (s && mk_tool_answering) {
-        mk_session_cancel(s);
-        return;
-    }
-    signal(sig, SIG_DFL);
-    raise(sig);
 }
 
 void mk_tool_sigint_install(struct mk_session *s, bool once) {

@@ -33,7 +33,7 @@ void mk_tool_print_usage(FILE *f, long long n_predict);
 int mk_tool_parse_flag(struct mk_tool_opts *o, int argc, char **argv, int *i);
 
 /* Loads the model, creates the session and says on stderr which backend and sampling it runs;
- * -1 after printing why not. */
+ * -1 after printing why not, 130 when Ctrl-C stopped the load. */
 int mk_tool_open(const struct mk_tool_opts *o, struct mk_lm **lm, struct mk_session **s);
 
 /* Ctrl-C: while an answer runs (mk_tool_sigint_answering(true)), SIGINT cancels it at the next
