@@ -140,6 +140,16 @@ struct mk_gpu_params {
     const char *kernel_image;  /* cubin, fatbin or PTX file loaded instead of the built-in kernels */
 };
 
+/* Speculative decoding (mk_session_params.spec). */
+enum mk_spec {
+    MK_SPEC_OFF = 0,
+    /* Prompt lookup: the longest recent n-gram match in the context proposes up to n_draft next
+     * tokens, one chunk step verifies them, and the longest prefix greedy decoding would produce
+     * is kept, plus the next token: the output is greedy decoding's, token for token. Only with
+     * temperature <= 0 and a backend with chunk steps (ubatch > 1); otherwise off. */
+    MK_SPEC_LOOKUP = 1,
+};
+
 struct mk_session_params {
     uint32_t n_ctx;               /* KV-cache positions; 0 = min(model's n_ctx_train, 4096) */
     enum mk_backend_kind backend; /* MK_BACKEND_AUTO: megakernel, else perop, else cpu */
@@ -148,6 +158,11 @@ struct mk_session_params {
     struct mk_sampling_params sampling;
     int verbose;              /* backends report their choices on stderr */
     struct mk_gpu_params gpu; /* GPU backends only; all zero = defaults */
+    uint32_t ubatch;          /* most tokens per step for prompts and speculation (like llama.cpp's micro-batch);
+                       * 0 = the backend's default (cpu 32; the GPU backends have no chunk steps yet: 1);
+                       * 1 = one token per step */
+    int spec;                 /* enum mk_spec; default MK_SPEC_OFF */
+    uint32_t n_draft;         /* most tokens one speculation proposes; 0 = 8; at most ubatch - 1 are used */
 };
 struct mk_session_params mk_session_default_params(void);
 
@@ -206,7 +221,11 @@ struct mk_timings {
     double prompt_ms;
     uint32_t n_eval; /* decode steps of generated tokens */
     double eval_ms;
-    uint32_t n_generated; /* tokens passed to the callback */
+    uint32_t n_generated;    /* tokens passed to the callback */
+    uint32_t n_prompt_steps; /* steps the prompt tokens took (fewer than n_prompt with chunk steps) */
+    uint32_t n_spec_steps;   /* speculative verification steps */
+    uint32_t n_drafted;      /* tokens they proposed */
+    uint32_t n_accepted;     /* ... and of those, the ones greedy decoding agreed with */
 };
 struct mk_timings mk_session_timings(const struct mk_session *s);
 

@@ -59,6 +59,9 @@ int mk_cmd_dump(int argc, char **argv) {
         } else if (!strcmp(a, "--attn-block")) {
             if (mk_cli_uint("dump", a, v, 0, 1u << 20, &cp.attn_block)) return 2;
             i++;
+        } else if (!strcmp(a, "--ubatch")) {
+            if (mk_cli_uint("dump", a, v, 0, MK_UBATCH_MAX, &cp.ubatch)) return 2;
+            i++;
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else {

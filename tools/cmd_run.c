@@ -40,6 +40,7 @@ static void mk_run_usage(FILE *f) {
             "  --ids              print the generated token ids, space-separated, instead of text\n"
             "  -v, --verbose      report backend choices\n",
             MK_RUN_DEFAULT_N);
+    fputs(mk_cli_chunk_usage, f);
     fputs(mk_cli_gpu_usage, f);
 }
 
@@ -88,6 +89,10 @@ static void mk_run_summary(const struct mk_timings *t, double total_ms) {
                 t->eval_ms > 0 ? 1e3 * t->n_eval / t->eval_ms : 0.0);
     else
         fprintf(stderr, "mk:        eval time = %10.2f ms / %5u runs\n", t->eval_ms, 0u);
+    if (t->n_spec_steps)
+        fprintf(stderr, "mk:      speculation = %5u steps, %u of %u drafted tokens accepted (%.1f %%)\n",
+                (unsigned)t->n_spec_steps, (unsigned)t->n_accepted, (unsigned)t->n_drafted,
+                t->n_drafted ? 100.0 * t->n_accepted / t->n_drafted : 0.0);
     fprintf(stderr, "mk:       total time = %10.2f ms / %5u tokens\n", total_ms, (unsigned)(t->n_prompt + t->n_eval));
 }
 
@@ -151,6 +156,9 @@ int mk_cmd_run(int argc, char **argv) {
             return 0;
         }
         int g = mk_cli_gpu_flag("run", argc, argv, &i, &gpu);
+        if (g < 0) return 2;
+        if (g) continue;
+        g = mk_cli_chunk_flag("run", argc, argv, &i, &sp.ubatch, &sp.spec, &sp.n_draft);
         if (g < 0) return 2;
         if (g) continue;
         if (!strcmp(a, "--ids")) {
