@@ -40,7 +40,8 @@ struct mk_cpu_exec {
     bool owns_kv;             /* false: another executor's cache (mk_cpu_exec_create_shared_kv) */
     uint32_t last_n_out;      /* output rows of the last step */
     float *scratch;           /* (n_threads, scratch_floats) */
-    uint32_t scratch_floats;
+    uint32_t scratch_floats;  /* ... of which the last row_floats are the worker's dequantized row */
+    uint32_t row_floats;
     uint32_t *counters; /* (n_counters) only grow */
     uint64_t work;      /* dynamic schedule: next global task index */
     uint64_t held0;     /* worker 0's task of a later step, taken while finishing this one */
@@ -147,6 +148,7 @@ static struct mk_cpu_ctx mk_cpu_ctx_of(struct mk_cpu_exec *e, uint32_t id) {
         .n_ctx = p->n_ctx,
         .cmd = &e->state.cmd,
         .scratch = e->scratch + (size_t)id * e->scratch_floats,
+        .row = e->scratch + (size_t)id * e->scratch_floats + e->scratch_floats - e->row_floats,
         .ubatch = p->ubatch > 1 ? p->ubatch : 1,
     };
 }
@@ -210,7 +212,7 @@ static uint32_t mk_cpu_scratch_floats(const struct mk_program *prog) {
             attn = (uint64_t)in->args.attn.n_blocks * (in->args.attn.head_dim + 2);
     }
     /* The norm row, (token, cols) normalised inputs, (token, rows) of a QKV tile or two words per
-     * LM-head row; the attention partials of one head. */
+     * token (LM-head maxima, gate and up dots); the attention partials of one head. */
     uint64_t ops = maxc + U * maxc + U * (maxrows > 2 ? maxrows : 2);
     return (uint32_t)((ops > attn ? ops : attn) + 16);
 }
@@ -227,7 +229,9 @@ static enum mk_status mk_cpu_exec_make(const struct mk_program *prog, uint32_t n
     e->n_threads = n_threads;
     e->held0 = UINT64_MAX;
     e->last_n_out = 1;
-    e->scratch_floats = mk_cpu_scratch_floats(prog);
+    for (uint32_t i = 0; i < prog->n_weights; i++)
+        if (prog->weights[i].cols > e->row_floats) e->row_floats = prog->weights[i].cols;
+    e->scratch_floats = mk_cpu_scratch_floats(prog) + e->row_floats;
     size_t kv = (size_t)prog->n_layer * prog->n_ctx * prog->kv_dim;
     e->threads = calloc(n_threads, sizeof *e->threads);
     e->arena = calloc(prog->arena_floats ? prog->arena_floats : 1, sizeof(float));

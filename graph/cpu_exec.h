@@ -16,6 +16,7 @@ struct mk_cpu_ctx {
     uint32_t n_ctx;
     const struct mk_step_cmd *cmd;
     float *scratch;  /* per worker: see mk_cpu_exec_create */
+    float *row;      /* per worker: (max weight cols) one dequantized weight row */
     uint32_t ubatch; /* the program's tokens per step (1: one-token program) */
 };
 

@@ -36,6 +36,20 @@ static float mk_cpu_dot(const struct mk_weight_ref *w, uint32_t r, const float *
     return mk_dot_row((enum mk_dtype)w->dtype, mk_cpu_row(w, r), x, w->cols);
 }
 
+/* out[i * out_stride] = row r of w . x[i * x_stride] for the N tokens of the step. Where there are
+ * several, a row in another format is dequantized once for all of them and dotted as F32: the
+ * quantized dots dequantize into the same eight lanes in the same order, so every sum is the one
+ * mk_dot_row makes, bit for bit, without decoding the row N times. */
+static void mk_cpu_dot_tokens(const struct mk_cpu_ctx *c, const struct mk_weight_ref *w, uint32_t r, const float *x,
+                              uint64_t x_stride, uint32_t N, float *out, uint64_t out_stride) {
+    if (N == 1 || w->dtype == MK_DTYPE_F32) {
+        for (uint32_t i = 0; i < N; i++) out[i * out_stride] = mk_cpu_dot(w, r, x + i * x_stride);
+        return;
+    }
+    mk_dequantize_row((enum mk_dtype)w->dtype, mk_cpu_row(w, r), c->row, w->cols);
+    for (uint32_t i = 0; i < N; i++) out[i * out_stride] = mk_dot_row(MK_DTYPE_F32, c->row, x + i * x_stride, w->cols);
+}
+
 static void mk_cpu_rope_pair(float *v, uint32_t i, uint32_t n_rot, float base, int32_t pos) {
     if (i >= n_rot) return;
     double theta = (double)pos * pow((double)base, -(double)i / (double)n_rot);
@@ -75,7 +89,7 @@ static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, ui
     for (uint32_t r = lo; r < hi; r++) {
         const struct mk_weight_ref *w = r < q_dim ? wq : r < q_dim + kv_dim ? wk : wv;
         uint32_t wr = r < q_dim ? r : r < q_dim + kv_dim ? r - q_dim : r - q_dim - kv_dim;
-        for (uint32_t i = 0; i < N; i++) out[(uint64_t)i * rpt + r - lo] = mk_cpu_dot(w, wr, xn + (uint64_t)i * n);
+        mk_cpu_dot_tokens(c, w, wr, xn, n, N, out + r - lo, rpt);
     }
     for (uint32_t i = 0; i < N; i++) {
         int32_t pos = c->cmd->pos + (int32_t)i;
@@ -196,8 +210,11 @@ static void mk_cpu_matvec_residual(const struct mk_cpu_ctx *c, const struct mk_i
     const float *x = c->arena + in->buf[0]; /* (token, cols) */
     float *y = c->arena + in->buf[1];       /* (token, rows) */
     const uint32_t N = mk_cpu_n_tokens(c);
-    for (uint32_t r = lo; r < hi; r++)
-        for (uint32_t i = 0; i < N; i++) y[(uint64_t)i * w->rows + r] += mk_cpu_dot(w, r, x + (uint64_t)i * w->cols);
+    float *dots = c->scratch; /* (token) */
+    for (uint32_t r = lo; r < hi; r++) {
+        mk_cpu_dot_tokens(c, w, r, x, w->cols, N, dots, 1);
+        for (uint32_t i = 0; i < N; i++) y[(uint64_t)i * w->rows + r] += dots[i];
+    }
 }
 
 static void mk_cpu_gate_up(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
@@ -210,11 +227,13 @@ static void mk_cpu_gate_up(const struct mk_cpu_ctx *c, const struct mk_instr *in
     for (uint32_t i = 0; i < N; i++)
         mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0] + (uint64_t)i * n, n, a->eps,
                        xn + (uint64_t)i * n, tmp);
-    for (uint32_t r = lo; r < hi; r++)
-        for (uint32_t i = 0; i < N; i++) {
-            float g = mk_cpu_dot(wg, r, xn + (uint64_t)i * n), u = mk_cpu_dot(wu, r, xn + (uint64_t)i * n);
-            c->arena[in->buf[1] + (uint64_t)i * wg->rows + r] = g / (1.0f + expf(-g)) * u;
-        }
+    float *g = xn + (uint64_t)N * n, *u = g + N; /* (token) each */
+    for (uint32_t r = lo; r < hi; r++) {
+        mk_cpu_dot_tokens(c, wg, r, xn, n, N, g, 1);
+        mk_cpu_dot_tokens(c, wu, r, xn, n, N, u, 1);
+        for (uint32_t i = 0; i < N; i++)
+            c->arena[in->buf[1] + (uint64_t)i * wg->rows + r] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
 }
 
 static void mk_cpu_lm_head(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
@@ -232,12 +251,13 @@ static void mk_cpu_lm_head(const struct mk_cpu_ctx *c, const struct mk_instr *in
         best[j] = -INFINITY;
         best_i[j] = lo;
     }
-    for (uint32_t r = lo; r < hi; r++)
+    for (uint32_t r = lo; r < hi; r++) {
+        mk_cpu_dot_tokens(c, w, r, xn, n, n_out, c->arena + in->buf[1] + r, w->rows);
         for (uint32_t j = 0; j < n_out; j++) {
-            float v = mk_cpu_dot(w, r, xn + (uint64_t)j * n);
-            c->arena[in->buf[1] + (uint64_t)j * w->rows + r] = v;
+            float v = c->arena[in->buf[1] + (uint64_t)j * w->rows + r];
             if (v > best[j]) best[j] = v, best_i[j] = r;
         }
+    }
     for (uint32_t j = 0; j < n_out; j++) {
         float *tile = &c->arena[in->buf[2] + 2 * ((uint64_t)j * in->n_tasks + t)];
         tile[0] = best[j];
