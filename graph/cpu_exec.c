@@ -54,8 +54,11 @@ struct mk_cpu_exec {
     uint32_t n_started;
     float *arena;             /* (arena_floats) */
     float *k_cache, *v_cache; /* (layer, n_ctx, kv_dim) */
+    bool owns_kv;             /* false: another executor's cache (mk_cpu_exec_create_shared_kv) */
+    uint32_t last_n_out;      /* output rows of the last step */
     float *scratch;           /* (n_threads, scratch_floats) */
-    uint32_t scratch_floats;
+    uint32_t scratch_floats;  /* ... of which the last row_floats are the worker's dequantized row */
+    uint32_t row_floats;
     uint32_t *counters; /* (n_counters) only grow */
     uint64_t work;      /* dynamic schedule: next global task index */
     uint64_t held0;     /* worker 0's task of a later step, taken while finishing this one */
@@ -230,6 +233,8 @@ static struct mk_cpu_ctx mk_cpu_ctx_of(struct mk_cpu_exec *e, uint32_t id) {
         .n_ctx = p->n_ctx,
         .cmd = &e->state.cmd,
         .scratch = e->scratch + (size_t)id * e->scratch_floats,
+        .row = e->scratch + (size_t)id * e->scratch_floats + e->scratch_floats - e->row_floats,
+        .ubatch = p->ubatch > 1 ? p->ubatch : 1,
     };
 }
 
@@ -293,15 +298,34 @@ void mk_cpu_exec_free(struct mk_cpu_exec *e) {
     }
     free(e->threads);
     free(e->arena);
-    free(e->k_cache);
-    free(e->v_cache);
+    if (e->owns_kv) {
+        free(e->k_cache);
+        free(e->v_cache);
+    }
     free(e->scratch);
     free(e->counters);
     free(e);
 }
 
-enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_threads, struct mk_cpu_exec **out,
-                                  struct mk_error *err) {
+/* Scratch floats one worker needs for any task of prog (see the ops in graph/cpu_ops.c). */
+static uint32_t mk_cpu_scratch_floats(const struct mk_program *prog) {
+    uint64_t U = prog->ubatch > 1 ? prog->ubatch : 1, maxc = 0, maxrows = 0, attn = 0;
+    for (uint32_t i = 0; i < prog->n_weights; i++)
+        if (prog->weights[i].cols > maxc) maxc = prog->weights[i].cols;
+    for (uint32_t i = 0; i < prog->n_instr; i++) {
+        const struct mk_instr *in = &prog->instrs[i];
+        if (in->op == MK_OP_NORM_QKV_ROPE && in->args.qkv.rows_per_task > maxrows) maxrows = in->args.qkv.rows_per_task;
+        if (in->op == MK_OP_ATTN_CHUNK && (uint64_t)in->args.attn.n_blocks * (in->args.attn.head_dim + 2) > attn)
+            attn = (uint64_t)in->args.attn.n_blocks * (in->args.attn.head_dim + 2);
+    }
+    /* The norm row, (token, cols) normalised inputs, (token, rows) of a QKV tile or two words per
+     * token (LM-head maxima, gate and up dots); the attention partials of one head. */
+    uint64_t ops = maxc + U * maxc + U * (maxrows > 2 ? maxrows : 2);
+    return (uint32_t)((ops > attn ? ops : attn) + 16);
+}
+
+static enum mk_status mk_cpu_exec_make(const struct mk_program *prog, uint32_t n_threads, struct mk_cpu_exec *kv_owner,
+                                       struct mk_cpu_exec **out, struct mk_error *err) {
     if (prog->schedule == MK_SCHED_STATIC && prog->n_workers != n_threads)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "program has a static schedule for %u workers, not %u",
                             prog->n_workers, n_threads);
@@ -312,18 +336,21 @@ enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_thre
     e->n_threads = n_threads;
     e->held0 = UINT64_MAX;
     e->watchdog_ns = (uint64_t)MK_CPU_DEFAULT_WATCHDOG_MS * 1000000ull;
-    uint32_t maxc = 0, maxrows = 0;
+    e->last_n_out = 1;
     for (uint32_t i = 0; i < prog->n_weights; i++)
-        if (prog->weights[i].cols > maxc) maxc = prog->weights[i].cols;
-    for (uint32_t i = 0; i < prog->n_instr; i++)
-        if (prog->instrs[i].op == MK_OP_NORM_QKV_ROPE && prog->instrs[i].args.qkv.rows_per_task > maxrows)
-            maxrows = prog->instrs[i].args.qkv.rows_per_task;
-    e->scratch_floats = 2 * maxc + maxrows + 16;
+        if (prog->weights[i].cols > e->row_floats) e->row_floats = prog->weights[i].cols;
+    e->scratch_floats = mk_cpu_scratch_floats(prog) + e->row_floats;
     size_t kv = (size_t)prog->n_layer * prog->n_ctx * prog->kv_dim;
     e->threads = calloc(n_threads, sizeof *e->threads);
     e->arena = calloc(prog->arena_floats ? prog->arena_floats : 1, sizeof(float));
-    e->k_cache = calloc(kv ? kv : 1, sizeof(float));
-    e->v_cache = calloc(kv ? kv : 1, sizeof(float));
+    e->owns_kv = !kv_owner;
+    if (kv_owner) {
+        e->k_cache = kv_owner->k_cache;
+        e->v_cache = kv_owner->v_cache;
+    } else {
+        e->k_cache = calloc(kv ? kv : 1, sizeof(float));
+        e->v_cache = calloc(kv ? kv : 1, sizeof(float));
+    }
     e->scratch = calloc((size_t)n_threads * e->scratch_floats, sizeof(float));
     e->counters = calloc(prog->n_counters, sizeof *e->counters);
     if (!e->threads || !e->arena || !e->k_cache || !e->v_cache || !e->scratch || !e->counters) {
@@ -367,14 +394,26 @@ static void mk_cpu_exec_describe_failure(struct mk_cpu_exec *e, struct mk_error 
                  f->worker, f->what);
 }
 
-enum mk_status mk_cpu_exec_step(struct mk_cpu_exec *e, const struct mk_step_cmd *cmd, int32_t *out_token,
-                                struct mk_error *err) {
+enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_threads, struct mk_cpu_exec **out,
+                                  struct mk_error *err) {
+    return mk_cpu_exec_make(prog, n_threads, NULL, out, err);
+}
+
+enum mk_status mk_cpu_exec_create_shared_kv(const struct mk_program *prog, uint32_t n_threads,
+                                            struct mk_cpu_exec *kv_owner, struct mk_cpu_exec **out,
+                                            struct mk_error *err) {
+    const struct mk_program *o = kv_owner->prog;
+    if (o->n_layer != prog->n_layer || o->n_ctx != prog->n_ctx || o->kv_dim != prog->kv_dim)
+        return mk_error_set(err, MK_ERR_INVALID_ARG,
+                            "cannot share a KV cache of (%u layers, %u positions, %u) with a program of (%u, %u, %u)",
+                            o->n_layer, o->n_ctx, o->kv_dim, prog->n_layer, prog->n_ctx, prog->kv_dim);
+    return mk_cpu_exec_make(prog, n_threads, kv_owner, out, err);
+}
+
+/* Posts a checked command (tokens already in the arena for chunk programs) and runs worker 0's share. */
+static enum mk_status mk_cpu_exec_run(struct mk_cpu_exec *e, const struct mk_step_cmd *cmd, int32_t *out_token,
+                                      struct mk_error *err) {
     const struct mk_program *p = e->prog;
-    if (cmd->pos < 0 || (uint32_t)cmd->pos >= p->n_ctx)
-        return mk_error_set(err, MK_ERR_CONTEXT_FULL, "position %d is outside the context of %u tokens", cmd->pos,
-                            p->n_ctx);
-    if (cmd->token < 0 || (uint32_t)cmd->token >= p->vocab)
-        return mk_error_set(err, MK_ERR_INVALID_ARG, "token %d is outside the vocabulary of %u", cmd->token, p->vocab);
     if (__atomic_load_n(&e->failed, __ATOMIC_ACQUIRE) == 2u) {
         mk_cpu_exec_describe_failure(e, err);
         mk_error_prefix(err, "refused, an earlier failure made the cpu executor unusable");
@@ -408,7 +447,66 @@ enum mk_status mk_cpu_exec_step(struct mk_cpu_exec *e, const struct mk_step_cmd 
     return MK_OK;
 }
 
-const float *mk_cpu_exec_logits(const struct mk_cpu_exec *e) { return e->arena + e->prog->logits_off; }
+static enum mk_status mk_cpu_check_span(const struct mk_program *p, int32_t pos, uint32_t n, struct mk_error *err) {
+    if (pos < 0 || (uint64_t)pos + n > p->n_ctx)
+        return mk_error_set(err, MK_ERR_CONTEXT_FULL, "positions %d..%lld are outside the context of %u tokens", pos,
+                            (long long)pos + n - 1, p->n_ctx);
+    return MK_OK;
+}
+
+static enum mk_status mk_cpu_check_token(const struct mk_program *p, int32_t token, struct mk_error *err) {
+    if (token < 0 || (uint32_t)token >= p->vocab)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "token %d is outside the vocabulary of %u", token, p->vocab);
+    return MK_OK;
+}
+
+enum mk_status mk_cpu_exec_step(struct mk_cpu_exec *e, const struct mk_step_cmd *cmd, int32_t *out_token,
+                                struct mk_error *err) {
+    const struct mk_program *p = e->prog;
+    enum mk_status st = mk_cpu_check_span(p, cmd->pos, 1, err);
+    if (st == MK_OK) st = mk_cpu_check_token(p, cmd->token, err);
+    if (st != MK_OK) return st;
+    struct mk_step_cmd c = *cmd;
+    c.n_tokens = 1;
+    c.n_out = 1;
+    if (p->tokens_off != MK_NO_BUF && p->ubatch > 1) memcpy(e->arena + p->tokens_off, &c.token, sizeof c.token);
+    e->last_n_out = 1;
+    return mk_cpu_exec_run(e, &c, out_token, err);
+}
+
+enum mk_status mk_cpu_exec_step_chunk(struct mk_cpu_exec *e, const struct mk_step_cmd *cmd, const int32_t *tokens,
+                                      int32_t *out_tokens, struct mk_error *err) {
+    const struct mk_program *p = e->prog;
+    const uint32_t U = p->ubatch > 1 ? p->ubatch : 1, n = cmd->n_tokens ? cmd->n_tokens : 1u,
+                   n_out = cmd->n_out ? cmd->n_out : 1u;
+    if (n > U || n_out > n)
+        return mk_error_set(err, MK_ERR_INVALID_ARG,
+                            "a step of %u tokens with %u output rows does not fit a program of %u tokens per step", n,
+                            n_out, U);
+    enum mk_status st = mk_cpu_check_span(p, cmd->pos, n, err);
+    for (uint32_t i = 0; i < n && st == MK_OK; i++) st = mk_cpu_check_token(p, tokens[i], err);
+    if (st != MK_OK) return st;
+    struct mk_step_cmd c = *cmd;
+    c.token = tokens[0];
+    if (U == 1) return mk_cpu_exec_step(e, &c, out_tokens, err);
+    c.n_tokens = (uint16_t)n;
+    c.n_out = (uint16_t)n_out;
+    memcpy(e->arena + p->tokens_off, tokens, n * sizeof *tokens);
+    e->last_n_out = n_out;
+    int32_t last;
+    if ((st = mk_cpu_exec_run(e, &c, &last, err)) != MK_OK) return st;
+    memcpy(out_tokens, e->arena + p->out_tokens_off, n_out * sizeof *out_tokens);
+    return MK_OK;
+}
+
+const float *mk_cpu_exec_logits(const struct mk_cpu_exec *e) {
+    return e->arena + e->prog->logits_off + (uint64_t)(e->last_n_out - 1) * e->prog->vocab;
+}
+
+const float *mk_cpu_exec_logits_row(const struct mk_cpu_exec *e, uint32_t j) {
+    if (j >= e->last_n_out) return NULL;
+    return e->arena + e->prog->logits_off + (uint64_t)j * e->prog->vocab;
+}
 
 void mk_cpu_exec_set_fault(struct mk_cpu_exec *e, const struct mk_fault *fault, uint32_t watchdog_ms) {
     const struct mk_program *p = e->prog;
@@ -425,20 +523,45 @@ void mk_cpu_exec_set_fault(struct mk_cpu_exec *e, const struct mk_fault *fault, 
 
 /* ---- The cpu backend: compiles the model's program for the worker count and runs it. ---- */
 
+/* One-token steps run the one-token program (its speed untouched by chunking); chunk steps run
+ * the chunk program, over the same KV cache. */
 struct mk_cpu_backend {
     struct mk_backend base;
-    struct mk_program *prog;
-    struct mk_cpu_exec *exec;
+    struct mk_program *prog, *chunk_prog; /* chunk_prog: NULL when ubatch is 1 */
+    struct mk_cpu_exec *exec, *chunk_exec;
+    bool last_chunk; /* the last step ran the chunk program */
 };
 
 static enum mk_status mk_cpu_backend_step(struct mk_backend *b, const struct mk_step_cmd *cmd, int32_t *tok,
                                           struct mk_error *err) {
-    return mk_cpu_exec_step(((struct mk_cpu_backend *)b)->exec, cmd, tok, err);
+    struct mk_cpu_backend *cb = (struct mk_cpu_backend *)b;
+    cb->last_chunk = false;
+    return mk_cpu_exec_step(cb->exec, cmd, tok, err);
+}
+
+static enum mk_status mk_cpu_backend_step_chunk(struct mk_backend *b, const struct mk_step_cmd *cmd,
+                                                const int32_t *tokens, int32_t *out_tokens, struct mk_error *err) {
+    struct mk_cpu_backend *cb = (struct mk_cpu_backend *)b;
+    if (!cb->chunk_exec || cmd->n_tokens <= 1) {
+        struct mk_step_cmd c = *cmd;
+        c.token = tokens[0];
+        return mk_cpu_backend_step(b, &c, out_tokens, err);
+    }
+    cb->last_chunk = true;
+    return mk_cpu_exec_step_chunk(cb->chunk_exec, cmd, tokens, out_tokens, err);
 }
 
 static enum mk_status mk_cpu_backend_logits(struct mk_backend *b, float *out, struct mk_error *err) {
     struct mk_cpu_backend *cb = (struct mk_cpu_backend *)b;
-    memcpy(out, mk_cpu_exec_logits(cb->exec), cb->prog->vocab * sizeof(float));
+    memcpy(out, mk_cpu_exec_logits(cb->last_chunk ? cb->chunk_exec : cb->exec), cb->prog->vocab * sizeof(float));
+    return MK_OK;
+}
+
+static enum mk_status mk_cpu_backend_logits_row(struct mk_backend *b, uint32_t j, float *out, struct mk_error *err) {
+    struct mk_cpu_backend *cb = (struct mk_cpu_backend *)b;
+    const float *row = mk_cpu_exec_logits_row(cb->last_chunk ? cb->chunk_exec : cb->exec, j);
+    if (!row) return mk_error_set(err, MK_ERR_INVALID_ARG, "logits: the last step has no output row %u", j);
+    memcpy(out, row, cb->prog->vocab * sizeof(float));
     return MK_OK;
 }
 
@@ -447,13 +570,22 @@ static enum mk_status mk_cpu_backend_reset(struct mk_backend *b, struct mk_error
 static void mk_cpu_backend_free(struct mk_backend *b) {
     struct mk_cpu_backend *cb = (struct mk_cpu_backend *)b;
     if (!cb) return;
+    /* The chunk executor uses the one-token executor's KV cache: free it first. */
+    mk_cpu_exec_free(cb->chunk_exec);
     mk_cpu_exec_free(cb->exec);
+    mk_program_free(cb->chunk_prog);
     mk_program_free(cb->prog);
     free(cb);
 }
 
 static const struct mk_backend_vtbl mk_cpu_backend_vtbl = {
-    "cpu", mk_cpu_backend_step, mk_cpu_backend_logits, mk_cpu_backend_reset, mk_cpu_backend_free,
+    "cpu",
+    mk_cpu_backend_step,
+    mk_cpu_backend_logits,
+    mk_cpu_backend_reset,
+    mk_cpu_backend_free,
+    mk_cpu_backend_step_chunk,
+    mk_cpu_backend_logits_row,
 };
 
 uint32_t mk_cpu_allowed_cpus(void) {
@@ -480,7 +612,14 @@ enum mk_status mk_backend_create_cpu(const struct mk_model *m, const struct mk_b
     cp.n_ctx = bp->n_ctx;
     enum mk_status st = mk_program_compile(m, &cp, &cb->prog, err);
     if (st == MK_OK) st = mk_cpu_exec_create(cb->prog, threads, &cb->exec, err);
+    cp.ubatch = bp->ubatch ? bp->ubatch : MK_CPU_DEFAULT_UBATCH;
+    if (cp.ubatch > bp->n_ctx) cp.ubatch = bp->n_ctx;
+    if (st == MK_OK && cp.ubatch > 1) {
+        st = mk_program_compile(m, &cp, &cb->chunk_prog, err);
+        if (st == MK_OK) st = mk_cpu_exec_create_shared_kv(cb->chunk_prog, threads, cb->exec, &cb->chunk_exec, err);
+    }
     if (st == MK_OK) mk_cpu_exec_set_fault(cb->exec, &bp->fault, bp->watchdog_ms);
+    if (st == MK_OK && cb->chunk_exec) mk_cpu_exec_set_fault(cb->chunk_exec, NULL, bp->watchdog_ms);
     if (st != MK_OK) {
         mk_cpu_backend_free(&cb->base);
         return st;
@@ -488,6 +627,7 @@ enum mk_status mk_backend_create_cpu(const struct mk_model *m, const struct mk_b
     cb->base.vt = &mk_cpu_backend_vtbl;
     cb->base.kind = MK_BACKEND_CPU;
     cb->base.n_ctx = bp->n_ctx;
+    cb->base.ubatch = cb->chunk_prog ? cp.ubatch : 1;
     *out = &cb->base;
     return MK_OK;
 }

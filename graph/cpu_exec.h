@@ -15,13 +15,19 @@ struct mk_cpu_ctx {
     float *k_cache, *v_cache; /* (layer, n_ctx, kv_dim) */
     uint32_t n_ctx;
     const struct mk_step_cmd *cmd;
-    float *scratch; /* (3 * max weight cols + max tile rows) per worker */
+    float *scratch;  /* per worker: see mk_cpu_exec_create */
+    float *row;      /* per worker: (max weight cols) one dequantized weight row */
+    uint32_t ubatch; /* the program's tokens per step (1: one-token program) */
 };
 
 /* Runs task t of one instruction; SAMPLE stores its token in *sampled. -1 on an unknown opcode. */
 int mk_cpu_run_task(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t, int32_t *sampled);
 
-/* The cpu backend: compiles m for p->n_threads workers and runs it with mk_cpu_exec. */
+/* Tokens per chunk step of the cpu backend when asked for 0 (measured in BENCHMARKS.md). */
+#define MK_CPU_DEFAULT_UBATCH 32u
+
+/* The cpu backend: compiles m for p->n_threads workers and runs it with mk_cpu_exec; with
+ * p->ubatch > 1 (or 0) also a chunk program for prompts and speculation, over the same cache. */
 enum mk_status mk_backend_create_cpu(const struct mk_model *m, const struct mk_backend_params *p,
                                      struct mk_backend **out, struct mk_error *err);
 /* CPUs this process may run on (sched_getaffinity), at least 1. */
@@ -35,13 +41,27 @@ uint32_t mk_cpu_default_threads(const struct mk_model *m);
 struct mk_cpu_exec;
 enum mk_status mk_cpu_exec_create(const struct mk_program *prog, uint32_t n_threads, struct mk_cpu_exec **out,
                                   struct mk_error *err);
+/* Like mk_cpu_exec_create, but the executor uses kv_owner's KV cache (same n_layer, n_ctx, kv_dim)
+ * instead of its own: the cpu backend runs its one-token and chunk programs over one cache. Steps
+ * of the two must not overlap (each step returns when all its tasks are done); kv_owner must
+ * outlive this executor. */
+enum mk_status mk_cpu_exec_create_shared_kv(const struct mk_program *prog, uint32_t n_threads,
+                                            struct mk_cpu_exec *kv_owner, struct mk_cpu_exec **out,
+                                            struct mk_error *err);
 enum mk_status mk_cpu_exec_step(struct mk_cpu_exec *e, const struct mk_step_cmd *cmd, int32_t *out_token,
                                 struct mk_error *err);
+/* One step of a chunk program: cmd->n_tokens tokens (tokens[i] at cmd->pos + i); the last
+ * cmd->n_out rows (0 means 1) get logits and a token each, out_tokens[j] for output row j. */
+enum mk_status mk_cpu_exec_step_chunk(struct mk_cpu_exec *e, const struct mk_step_cmd *cmd, const int32_t *tokens,
+                                      int32_t *out_tokens, struct mk_error *err);
+/* Logits (vocab) of the last step's last output row. */
 const float *mk_cpu_exec_logits(const struct mk_cpu_exec *e);
 /* The step watchdog (0 = 60000 ms): a step whose tasks are not all done by then fails with
  * MK_ERR_TIMEOUT. And, for tests, a fault to inject (NULL or MK_FAULT_NONE: none). After any
  * failure the executor refuses further steps; free it. */
 void mk_cpu_exec_set_fault(struct mk_cpu_exec *e, const struct mk_fault *fault, uint32_t watchdog_ms);
+/* Logits (vocab) of output row j of the last step, NULL when it had no such row. */
+const float *mk_cpu_exec_logits_row(const struct mk_cpu_exec *e, uint32_t j);
 void mk_cpu_exec_free(struct mk_cpu_exec *e);
 
 #endif

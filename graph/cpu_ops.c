@@ -6,6 +6,17 @@
 #include "core/dtype.h"
 #include "graph/sample.h"
 
+/* Tokens in this step: chunk programs take cmd.n_tokens (the executor checked it against ubatch). */
+static uint32_t mk_cpu_n_tokens(const struct mk_cpu_ctx *c) {
+    return c->ubatch > 1 && c->cmd->n_tokens > 1 ? c->cmd->n_tokens : 1u;
+}
+
+/* Output rows (the last ones of the step) that reach the LM head and the sampler. */
+static uint32_t mk_cpu_n_out(const struct mk_cpu_ctx *c) {
+    uint32_t n = mk_cpu_n_tokens(c);
+    return c->ubatch > 1 && c->cmd->n_out > 1 && c->cmd->n_out <= n ? c->cmd->n_out : 1u;
+}
+
 static const void *mk_cpu_row(const struct mk_weight_ref *w, uint32_t r) {
     return (const uint8_t *)(uintptr_t)w->ptr + (uint64_t)r * w->row_bytes;
 }
@@ -32,13 +43,32 @@ static double mk_cpu_rope_theta(const struct mk_cpu_ctx *c, const struct mk_args
     return theta;
 }
 
+/* out[i * out_stride] = row r of w . x[i * x_stride] for the N tokens of the step. Where there are
+ * several, a row in another format is dequantized once for all of them and dotted as F32: the
+ * quantized dots dequantize into the same eight lanes in the same order, so every sum is the one
+ * mk_dot_row makes, bit for bit, without decoding the row N times. */
+static void mk_cpu_dot_tokens(const struct mk_cpu_ctx *c, const struct mk_weight_ref *w, uint32_t r, const float *x,
+                              uint64_t x_stride, uint32_t N, float *out, uint64_t out_stride) {
+    if (N == 1 || w->dtype == MK_DTYPE_F32) {
+        for (uint32_t i = 0; i < N; i++) out[i * out_stride] = mk_cpu_dot(w, r, x + i * x_stride);
+        return;
+    }
+    mk_dequantize_row((enum mk_dtype)w->dtype, mk_cpu_row(w, r), c->row, w->cols);
+    for (uint32_t i = 0; i < N; i++) out[i * out_stride] = mk_dot_row(MK_DTYPE_F32, c->row, x + i * x_stride, w->cols);
+}
+
 static void mk_cpu_embed(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *w = &c->weights[in->weight[0]];
     const struct mk_args_embed *a = &in->args.embed;
     uint32_t lo = t * a->elems_per_task, hi = lo + a->elems_per_task > a->n_embd ? a->n_embd : lo + a->elems_per_task;
     float *row = c->scratch;
-    mk_dequantize_row((enum mk_dtype)w->dtype, mk_cpu_row(w, (uint32_t)c->cmd->token), row, w->cols);
-    memcpy(c->arena + in->buf[0] + lo, row + lo, (hi - lo) * sizeof(float));
+    const uint32_t N = mk_cpu_n_tokens(c);
+    for (uint32_t i = 0; i < N; i++) {
+        int32_t tok = c->cmd->token;
+        if (in->buf[1] != MK_NO_BUF) memcpy(&tok, c->arena + in->buf[1] + i, sizeof tok);
+        mk_dequantize_row((enum mk_dtype)w->dtype, mk_cpu_row(w, (uint32_t)tok), row, w->cols);
+        memcpy(c->arena + in->buf[0] + (uint64_t)i * a->n_embd + lo, row + lo, (hi - lo) * sizeof(float));
+    }
 }
 
 /* The f32 vector of weight idx (biases, q/k norms: the validator checks they are f32). */
@@ -48,9 +78,8 @@ static const float *mk_cpu_vec(const struct mk_cpu_ctx *c, uint32_t idx) {
 
 /* Bias, per-head q/k norm and RoPE of rows [lo, hi) of [q; k; v], held in out. */
 static void mk_cpu_qkv_epilogue(const struct mk_cpu_ctx *c, const struct mk_args_qkv *a, uint32_t lo, uint32_t hi,
-                                float *out) {
+                                float *out, int32_t pos) {
     const uint32_t q_dim = a->q_dim, kv_dim = a->kv_dim, hd = a->head_dim, n_rot = a->n_rot;
-    const int32_t pos = c->cmd->pos;
     if (a->bias != MK_NO_WEIGHT)
         for (uint32_t r = lo; r < hi; r++) {
             uint32_t part = r < q_dim ? 0 : r < q_dim + kv_dim ? 1 : 2;
@@ -87,37 +116,39 @@ static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, ui
     uint32_t n = wq->cols, q_dim = a->q_dim, kv_dim = a->kv_dim, layer = a->layer;
     uint32_t rows = q_dim + 2 * kv_dim, lo = t * a->rows_per_task,
              hi = lo + a->rows_per_task > rows ? rows : lo + a->rows_per_task;
-    float *xn = c->scratch, *tmp = c->scratch + n, *out = c->scratch + 2 * n;
-    mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0], n, a->eps, xn, tmp);
-    int32_t pos = c->cmd->pos;
-    uint64_t kv_row = ((uint64_t)layer * c->n_ctx + (uint64_t)pos) * kv_dim;
+    const uint32_t N = mk_cpu_n_tokens(c), rpt = a->rows_per_task;
+    float *tmp = c->scratch, *xn = c->scratch + n, *out = xn + (uint64_t)N * n; /* xn (token, n), out (token, rpt) */
+    for (uint32_t i = 0; i < N; i++)
+        mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0] + (uint64_t)i * n, n, a->eps,
+                       xn + (uint64_t)i * n, tmp);
+    /* Each weight row is read once for all tokens of the step (it stays in cache across them). */
     for (uint32_t r = lo; r < hi; r++) {
-        if (r < q_dim)
-            out[r - lo] = mk_cpu_dot(wq, r, xn);
-        else if (r < q_dim + kv_dim)
-            out[r - lo] = mk_cpu_dot(wk, r - q_dim, xn);
-        else
-            out[r - lo] = mk_cpu_dot(wv, r - q_dim - kv_dim, xn);
+        const struct mk_weight_ref *w = r < q_dim ? wq : r < q_dim + kv_dim ? wk : wv;
+        uint32_t wr = r < q_dim ? r : r < q_dim + kv_dim ? r - q_dim : r - q_dim - kv_dim;
+        mk_cpu_dot_tokens(c, w, wr, xn, n, N, out + r - lo, rpt);
     }
-    mk_cpu_qkv_epilogue(c, a, lo, hi, out);
-    for (uint32_t r = lo; r < hi; r++) {
-        if (r < q_dim)
-            c->arena[in->buf[1] + r] = out[r - lo];
-        else if (r < q_dim + kv_dim)
-            c->k_cache[kv_row + r - q_dim] = out[r - lo];
-        else
-            c->v_cache[kv_row + r - q_dim - kv_dim] = out[r - lo];
+    for (uint32_t i = 0; i < N; i++) {
+        int32_t pos = c->cmd->pos + (int32_t)i;
+        float *o = out + (uint64_t)i * rpt; /* token i's rows [lo, hi) */
+        uint64_t kv_row = ((uint64_t)layer * c->n_ctx + (uint64_t)pos) * kv_dim;
+        mk_cpu_qkv_epilogue(c, a, lo, hi, o, pos);
+        for (uint32_t r = lo; r < hi; r++) {
+            if (r < q_dim)
+                c->arena[in->buf[1] + (uint64_t)i * q_dim + r] = o[r - lo];
+            else if (r < q_dim + kv_dim)
+                c->k_cache[kv_row + r - q_dim] = o[r - lo];
+            else
+                c->v_cache[kv_row + r - q_dim - kv_dim] = o[r - lo];
+        }
     }
 }
 
-static void mk_cpu_attn_partial(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
-    const struct mk_args_attn *a = &in->args.attn;
-    uint32_t bs = a->block, nb = a->n_blocks, layer = a->layer, nh = a->n_head, nkv = a->n_head_kv, hd = a->head_dim;
-    uint32_t h = t / nb, b = t % nb, kvh = h / (nh / nkv), kv_dim = nkv * hd;
+/* Attention of q (kv head kvh) over block b of the layer's positions up to pos, as (o[hd], m, l). */
+static void mk_cpu_attn_block(const struct mk_cpu_ctx *c, const struct mk_args_attn *a, const float *q, uint32_t kvh,
+                              uint32_t b, int32_t pos, float *o) {
+    uint32_t bs = a->block, layer = a->layer, hd = a->head_dim, kv_dim = a->n_head_kv * hd;
     int64_t lo = (int64_t)b * bs, hi = lo + bs;
-    if (hi > (int64_t)c->cmd->pos + 1) hi = (int64_t)c->cmd->pos + 1;
-    const float *q = c->arena + in->buf[0] + (uint64_t)h * hd;
-    float *o = c->arena + in->buf[1] + ((uint64_t)h * nb + b) * (hd + 2);
+    if (hi > (int64_t)pos + 1) hi = (int64_t)pos + 1;
     float m = -INFINITY, l = 0.0f, scale = 1.0f / sqrtf((float)hd);
     for (uint32_t d = 0; d < hd; d++) o[d] = 0.0f;
     for (int64_t j = lo; j < hi; j++) {
@@ -139,6 +170,13 @@ static void mk_cpu_attn_partial(const struct mk_cpu_ctx *c, const struct mk_inst
     }
     o[hd] = m;
     o[hd + 1] = l;
+}
+
+static void mk_cpu_attn_partial(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
+    const struct mk_args_attn *a = &in->args.attn;
+    uint32_t nb = a->n_blocks, hd = a->head_dim, h = t / nb, b = t % nb;
+    mk_cpu_attn_block(c, a, c->arena + in->buf[0] + (uint64_t)h * hd, h / (a->n_head / a->n_head_kv), b, c->cmd->pos,
+                      c->arena + in->buf[1] + ((uint64_t)h * nb + b) * (hd + 2));
 }
 
 /* Merges the first nb sequence blocks of head h's partials into out (hd floats). */
@@ -164,6 +202,23 @@ static void mk_cpu_attn_combine(const struct mk_cpu_ctx *c, const struct mk_inst
                         c->arena + in->buf[1] + (uint64_t)h * hd);
 }
 
+/* Head t for every token of the step: the blocks of ATTN_PARTIAL, merged as ATTN_COMBINE merges
+ * them, so that each row equals a one-token step at its position bit for bit. */
+static void mk_cpu_attn_chunk(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t h) {
+    const struct mk_args_attn *a = &in->args.attn;
+    const uint32_t nb = a->n_blocks, bs = a->block, hd = a->head_dim, row = a->n_head * hd, N = mk_cpu_n_tokens(c);
+    const uint32_t kvh = h / (a->n_head / a->n_head_kv);
+    float *part = c->scratch; /* (n_blocks, head_dim + 2) */
+    for (uint32_t i = 0; i < N; i++) {
+        int32_t pos = c->cmd->pos + (int32_t)i;
+        uint32_t live = ((uint32_t)pos + bs) / bs;
+        if (live > nb) live = nb;
+        const float *q = c->arena + in->buf[0] + (uint64_t)i * row + (uint64_t)h * hd;
+        for (uint32_t b = 0; b < live; b++) mk_cpu_attn_block(c, a, q, kvh, b, pos, part + (uint64_t)b * (hd + 2));
+        mk_cpu_combine_head(part, live, hd, c->arena + in->buf[1] + (uint64_t)i * row + (uint64_t)h * hd);
+    }
+}
+
 static void mk_cpu_attn_output(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *w = &c->weights[in->weight[0]];
     const struct mk_args_attn_out *a = &in->args.attn_out;
@@ -182,9 +237,14 @@ static void mk_cpu_attn_output(const struct mk_cpu_ctx *c, const struct mk_instr
 static void mk_cpu_matvec_residual(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *w = &c->weights[in->weight[0]];
     uint32_t rpt = in->args.matvec.rows_per_task, lo = t * rpt, hi = lo + rpt > w->rows ? w->rows : lo + rpt;
-    const float *x = c->arena + in->buf[0];
-    float *y = c->arena + in->buf[1];
-    for (uint32_t r = lo; r < hi; r++) y[r] += mk_cpu_dot(w, r, x);
+    const float *x = c->arena + in->buf[0]; /* (token, cols) */
+    float *y = c->arena + in->buf[1];       /* (token, rows) */
+    const uint32_t N = mk_cpu_n_tokens(c);
+    float *dots = c->scratch; /* (token) */
+    for (uint32_t r = lo; r < hi; r++) {
+        mk_cpu_dot_tokens(c, w, r, x, w->cols, N, dots, 1);
+        for (uint32_t i = 0; i < N; i++) y[(uint64_t)i * w->rows + r] += dots[i];
+    }
 }
 
 static void mk_cpu_gate_up(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
@@ -192,11 +252,17 @@ static void mk_cpu_gate_up(const struct mk_cpu_ctx *c, const struct mk_instr *in
     const struct mk_args_norm_matvec *a = &in->args.gate_up;
     uint32_t n = wg->cols, lo = t * a->rows_per_task,
              hi = lo + a->rows_per_task > wg->rows ? wg->rows : lo + a->rows_per_task;
-    float *xn = c->scratch, *tmp = c->scratch + n;
-    mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0], n, a->eps, xn, tmp);
+    const uint32_t N = mk_cpu_n_tokens(c);
+    float *tmp = c->scratch, *xn = c->scratch + n; /* xn (token, n) */
+    for (uint32_t i = 0; i < N; i++)
+        mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0] + (uint64_t)i * n, n, a->eps,
+                       xn + (uint64_t)i * n, tmp);
+    float *g = xn + (uint64_t)N * n, *u = g + N; /* (token) each */
     for (uint32_t r = lo; r < hi; r++) {
-        float g = mk_cpu_dot(wg, r, xn), u = mk_cpu_dot(wu, r, xn);
-        c->arena[in->buf[1] + r] = g / (1.0f + expf(-g)) * u;
+        mk_cpu_dot_tokens(c, wg, r, xn, n, N, g, 1);
+        mk_cpu_dot_tokens(c, wu, r, xn, n, N, u, 1);
+        for (uint32_t i = 0; i < N; i++)
+            c->arena[in->buf[1] + (uint64_t)i * wg->rows + r] = g[i] / (1.0f + expf(-g[i])) * u[i];
     }
 }
 
@@ -205,31 +271,60 @@ static void mk_cpu_lm_head(const struct mk_cpu_ctx *c, const struct mk_instr *in
     const struct mk_args_norm_matvec *a = &in->args.lm_head;
     uint32_t n = w->cols, lo = t * a->rows_per_task,
              hi = lo + a->rows_per_task > w->rows ? w->rows : lo + a->rows_per_task;
-    float *xn = c->scratch, *tmp = c->scratch + n;
-    mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0], n, a->eps, xn, tmp);
-    float best = -INFINITY;
-    uint32_t best_i = lo;
-    for (uint32_t r = lo; r < hi; r++) {
-        float v = mk_cpu_dot(w, r, xn);
-        c->arena[in->buf[1] + r] = v;
-        if (v > best) best = v, best_i = r;
+    const uint32_t n_out = mk_cpu_n_out(c), first = mk_cpu_n_tokens(c) - n_out;
+    /* xn (output row, n), then each row's best logit and its index */
+    float *tmp = c->scratch, *xn = c->scratch + n, *best = xn + (uint64_t)n_out * n;
+    uint32_t *best_i = (uint32_t *)(best + n_out);
+    for (uint32_t j = 0; j < n_out; j++) {
+        mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0] + (uint64_t)(first + j) * n, n, a->eps,
+                       xn + (uint64_t)j * n, tmp);
+        best[j] = -INFINITY;
+        best_i[j] = lo;
     }
-    c->arena[in->buf[2] + 2 * t] = best;
-    memcpy(&c->arena[in->buf[2] + 2 * t + 1], &best_i, sizeof best_i);
+    for (uint32_t r = lo; r < hi; r++) {
+        mk_cpu_dot_tokens(c, w, r, xn, n, n_out, c->arena + in->buf[1] + r, w->rows);
+        for (uint32_t j = 0; j < n_out; j++) {
+            float v = c->arena[in->buf[1] + (uint64_t)j * w->rows + r];
+            if (v > best[j]) best[j] = v, best_i[j] = r;
+        }
+    }
+    for (uint32_t j = 0; j < n_out; j++) {
+        float *tile = &c->arena[in->buf[2] + 2 * ((uint64_t)j * in->n_tasks + t)];
+        tile[0] = best[j];
+        memcpy(&tile[1], &best_i[j], sizeof best_i[j]);
+    }
 }
 
-static int32_t mk_cpu_sample(const struct mk_cpu_ctx *c, const struct mk_instr *in) {
-    if (c->cmd->temperature > 0.0f) return mk_sample_token(c->arena + in->buf[1], (int)in->args.sample.vocab, c->cmd);
+/* The token of output row j (logits at buf1 + j*vocab, tile maxima at buf2 + 2*j*n_tiles). */
+static int32_t mk_cpu_sample_row(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t j) {
+    const struct mk_args_sample *a = &in->args.sample;
+    if (c->cmd->temperature > 0.0f) {
+        /* The draw depends on the row's own position, as in a one-token step there. */
+        struct mk_step_cmd row = *c->cmd;
+        row.pos += (int32_t)(mk_cpu_n_tokens(c) - mk_cpu_n_out(c) + j);
+        return mk_sample_token(c->arena + in->buf[1] + (uint64_t)j * a->vocab, (int)a->vocab, &row);
+    }
+    const float *tiles = c->arena + in->buf[2] + 2ull * j * a->n_tiles;
     float best = -INFINITY;
     uint32_t best_i = 0;
-    for (uint32_t t = 0; t < in->args.sample.n_tiles; t++) {
-        float v = c->arena[in->buf[2] + 2 * t];
+    for (uint32_t t = 0; t < a->n_tiles; t++) {
+        float v = tiles[2 * t];
         uint32_t idx;
-        memcpy(&idx, &c->arena[in->buf[2] + 2 * t + 1], sizeof idx);
+        memcpy(&idx, &tiles[2 * t + 1], sizeof idx);
         /* Tiles are in row order, so strict > keeps the lowest index among equal maxima. */
         if (v > best) best = v, best_i = idx;
     }
     return (int32_t)best_i;
+}
+
+static int32_t mk_cpu_sample(const struct mk_cpu_ctx *c, const struct mk_instr *in) {
+    const uint32_t n_out = mk_cpu_n_out(c);
+    int32_t tok = -1;
+    for (uint32_t j = 0; j < n_out; j++) {
+        tok = mk_cpu_sample_row(c, in, j);
+        if (in->buf[3] != MK_NO_BUF) memcpy(c->arena + in->buf[3] + j, &tok, sizeof tok);
+    }
+    return tok;
 }
 
 int mk_cpu_run_task(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t, int32_t *sampled) {
@@ -245,6 +340,7 @@ int mk_cpu_run_task(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint3
     case MK_OP_SAMPLE: *sampled = mk_cpu_sample(c, in); return 0;
     case MK_OP_BARRIER: return 0;
     case MK_OP_ATTN_OUTPUT: mk_cpu_attn_output(c, in, t); return 0;
+    case MK_OP_ATTN_CHUNK: mk_cpu_attn_chunk(c, in, t); return 0;
     }
     return -1;
 }

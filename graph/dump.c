@@ -17,6 +17,7 @@ const char *mk_opcode_name(uint32_t op) {
     case MK_OP_SAMPLE: return "sample";
     case MK_OP_BARRIER: return "barrier";
     case MK_OP_ATTN_OUTPUT: return "attn_output";
+    case MK_OP_ATTN_CHUNK: return "attn_chunk";
     }
     return "unknown";
 }
@@ -77,6 +78,7 @@ static void mk_dump_args_json(FILE *f, const struct mk_instr *in) {
                 mk_dump_widx(a->qkv.rope_freqs), a->qkv.flags, (double)a->qkv.rope_scale);
         break;
     case MK_OP_ATTN_PARTIAL:
+    case MK_OP_ATTN_CHUNK:
         fprintf(f, "{\"block\":%u,\"n_blocks\":%u,\"layer\":%u,\"n_head\":%u,\"n_head_kv\":%u,\"head_dim\":%u}",
                 a->attn.block, a->attn.n_blocks, a->attn.layer, a->attn.n_head, a->attn.n_head_kv, a->attn.head_dim);
         break;
@@ -108,9 +110,13 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
     uint64_t wbytes = mk_program_weight_bytes(p);
     uint64_t kv_bytes = 2ull * p->n_layer * p->n_ctx * p->kv_dim * sizeof(float);
     const char *sched = p->schedule == MK_SCHED_STATIC ? "static" : "dynamic";
+    const uint32_t ubatch = p->ubatch > 1 ? p->ubatch : 1;
     if (json) {
-        fprintf(f, "{\"abi_version\":%u,\"workers\":%u,\"schedule\":\"%s\",\"n_ctx\":%u,\"instructions\":[",
-                MK_ABI_VERSION, p->n_workers, sched, p->n_ctx);
+        fprintf(f,
+                "{\"abi_version\":%u,\"workers\":%u,\"schedule\":\"%s\",\"n_ctx\":%u,\"ubatch\":%u,\"tokens_off\":%d,"
+                "\"out_tokens_off\":%d,\"instructions\":[",
+                MK_ABI_VERSION, p->n_workers, sched, p->n_ctx, ubatch, ubatch > 1 ? (int)p->tokens_off : -1,
+                ubatch > 1 ? (int)p->out_tokens_off : -1);
         for (uint32_t i = 0; i < p->n_instr; i++) {
             const struct mk_instr *in = &p->instrs[i];
             fprintf(f,
@@ -136,8 +142,13 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
                 kv_bytes);
         return;
     }
-    fprintf(f, "program: ABI v%u, %u workers, %s schedule, context %u\n", MK_ABI_VERSION, p->n_workers, sched,
-            p->n_ctx);
+    fprintf(f, "program: ABI v%u, %u workers, %s schedule, context %u, %u token%s per step\n", MK_ABI_VERSION,
+            p->n_workers, sched, p->n_ctx, ubatch, ubatch > 1 ? "s" : "");
+    if (ubatch > 1)
+        fprintf(f,
+                "chunk program: tokens (int32, %u) at arena float %u, output tokens (int32, %u) at %u; activations "
+                "have %u rows\n",
+                ubatch, p->tokens_off, ubatch, p->out_tokens_off, ubatch);
     fprintf(f, "%4s  %-22s %-18s %6s %14s %6s  %s\n", "#", "label", "op", "tasks", "bytes/task", "signal", "waits");
     for (uint32_t i = 0; i < p->n_instr; i++) {
         const struct mk_instr *in = &p->instrs[i];
@@ -147,9 +158,11 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
             if (in->wait[k].ctr != MK_NO_COUNTER) mk_dump_wait(f, &in->wait[k], false);
         fputc('\n', f);
     }
-    fprintf(f, "totals: %u instructions, %u tasks, %u counters, %u waits, %u barriers per token\n", p->n_instr,
-            p->n_tasks, p->n_counters, waits, barriers);
-    fprintf(
-        f, "weights read per token: %" PRIu64 " bytes (%.3f GB); arena %" PRIu64 " bytes; KV cache %" PRIu64 " bytes\n",
-        wbytes, wbytes / 1e9, (uint64_t)p->arena_floats * 4, kv_bytes);
+    /* A chunk step reads each weight once for all its tokens. */
+    const char *per = ubatch > 1 ? "step" : "token";
+    fprintf(f, "totals: %u instructions, %u tasks, %u counters, %u waits, %u barriers per %s\n", p->n_instr, p->n_tasks,
+            p->n_counters, waits, barriers, per);
+    fprintf(f,
+            "weights read per %s: %" PRIu64 " bytes (%.3f GB); arena %" PRIu64 " bytes; KV cache %" PRIu64 " bytes\n",
+            per, wbytes, wbytes / 1e9, (uint64_t)p->arena_floats * 4, kv_bytes);
 }

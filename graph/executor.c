@@ -87,3 +87,23 @@ enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_err
     if ((v = getenv("MK_CUDA_CUBIN")) && *v) s->kernel_image = v;
     return MK_OK;
 }
+
+enum mk_status mk_backend_step_chunk(struct mk_backend *b, const struct mk_step_cmd *cmd, const int32_t *tokens,
+                                     int32_t *out_tokens, struct mk_error *err) {
+    const uint32_t n = cmd->n_tokens ? cmd->n_tokens : 1u, n_out = cmd->n_out ? cmd->n_out : 1u;
+    if (n_out > n)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "a step of %u tokens cannot have %u output rows", n, n_out);
+    if (b->vt->step_chunk && n <= b->ubatch) return b->vt->step_chunk(b, cmd, tokens, out_tokens, err);
+    for (uint32_t i = 0; i < n; i++) {
+        struct mk_step_cmd c = *cmd;
+        c.token = tokens[i];
+        c.pos = cmd->pos + (int32_t)i;
+        c.n_tokens = 1;
+        c.n_out = 1;
+        int32_t tok;
+        enum mk_status st = b->vt->step(b, &c, &tok, err);
+        if (st != MK_OK) return st;
+        if (i >= n - n_out) out_tokens[i - (n - n_out)] = tok;
+    }
+    return MK_OK;
+}

@@ -88,6 +88,8 @@ struct mk_backend_params {
     int verbose;
     struct mk_gpu_settings gpu; /* GPU backends only */
     struct mk_fault fault;      /* test only: all zero = none */
+    uint32_t ubatch;            /* most tokens per chunk step; 0 = the backend's default (cpu:
+                                 * MK_CPU_DEFAULT_UBATCH; the others: 1), 1 = one token per step */
 };
 
 struct mk_backend;
@@ -101,13 +103,26 @@ struct mk_backend_vtbl {
     /* Forgets the KV cache (positions restart at 0). */
     enum mk_status (*reset)(struct mk_backend *b, struct mk_error *err);
     void (*free)(struct mk_backend *b);
+    /* Optional (NULL: one token per step, see mk_backend_step_chunk): one step of cmd->n_tokens
+     * (<= ubatch) tokens, tokens[i] at cmd->pos + i; the last cmd->n_out rows each get logits and
+     * a token, out_tokens[j] for output row j. */
+    enum mk_status (*step_chunk)(struct mk_backend *b, const struct mk_step_cmd *cmd, const int32_t *tokens,
+                                 int32_t *out_tokens, struct mk_error *err);
+    /* Optional: copies the logits (vocab floats) of output row j of the last step. */
+    enum mk_status (*logits_row)(struct mk_backend *b, uint32_t j, float *out, struct mk_error *err);
 };
 struct mk_backend {
     const struct mk_backend_vtbl *vt;
     enum mk_backend_kind kind;
     uint32_t n_ctx;
     uint64_t last_step_ns; /* device-measured time of the last step, 0 if unknown */
+    uint32_t ubatch;       /* most tokens step_chunk takes; 0 or 1: one token per step */
 };
+
+/* One step of cmd->n_tokens tokens through b->vt->step_chunk, or token by token through step
+ * where the backend has no chunk steps (out_tokens then holds the last n_out steps' tokens). */
+enum mk_status mk_backend_step_chunk(struct mk_backend *b, const struct mk_step_cmd *cmd, const int32_t *tokens,
+                                     int32_t *out_tokens, struct mk_error *err);
 
 #ifdef __cplusplus
 }

@@ -23,8 +23,10 @@ struct mk_lower {
     uint32_t n, cap;
     const struct mk_weight **wt; /* (n_weights) distinct weights */
     uint32_t n_wt;
-    uint32_t arena; /* floats allocated so far */
-    uint32_t n_buf; /* buffer ids: values [0, n_values), then scratch, then KV */
+    uint32_t arena;                      /* floats allocated so far */
+    uint32_t n_buf;                      /* buffer ids: values [0, n_values), then scratch, then KV */
+    uint32_t ubatch;                     /* rows of every activation buffer (1: the one-token program) */
+    uint32_t tokens_off, out_tokens_off; /* chunk programs' int32 (ubatch) token arrays, else MK_NO_BUF */
 };
 
 static uint32_t mk_lower_alloc(struct mk_lower *L, uint64_t n) {
@@ -126,7 +128,7 @@ static enum mk_status mk_lower_place(struct mk_lower *L, uint32_t *voff, struct 
             if (vs[j] < 0) continue;
             int r = mk_lower_root(g, vs[j]);
             if (!placed[r]) {
-                voff[r] = mk_lower_alloc(L, g->values[r].n);
+                voff[r] = mk_lower_alloc(L, (uint64_t)g->values[r].n * L->ubatch);
                 placed[r] = true;
             }
         }
@@ -148,6 +150,7 @@ static struct mk_lower_instr *mk_lower_embed(struct mk_lower *L, struct mk_lower
     if (!x) return NULL;
     x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
     x->ins.buf[0] = OFF(n->out);
+    if (L->ubatch > 1) x->ins.buf[1] = L->tokens_off = mk_lower_alloc(L, L->ubatch);
     x->ins.args.embed.elems_per_task = chunk;
     x->ins.args.embed.n_embd = c->n_embd;
     mk_lower_access(x, -1, -1, BUF(n->out), -1);
@@ -195,6 +198,21 @@ static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_l
     const struct mk_compile_params *p = L->p;
     const uint32_t attn_block = k->attn_block, n_blocks = k->n_blocks;
     struct mk_lower_instr *x;
+    if (L->ubatch > 1) {
+        /* Every task needs all q rows and writes its head of every row: no partials in the arena. */
+        x = mk_lower_emit(L, MK_OP_ATTN_CHUNK, c->n_head, n->label);
+        if (!x) return NULL;
+        x->ins.buf[0] = OFF(n->in[0]);
+        x->ins.buf[1] = OFF(n->out);
+        x->ins.args.attn = (struct mk_args_attn){ .block = attn_block,
+                                                  .n_blocks = n_blocks,
+                                                  .layer = n->layer,
+                                                  .n_head = c->n_head,
+                                                  .n_head_kv = c->n_head_kv,
+                                                  .head_dim = c->head_dim };
+        mk_lower_access(x, BUF(n->in[0]), k->kv_buf0 + (int)n->layer, BUF(n->out), -1);
+        return x;
+    }
     uint32_t part = mk_lower_alloc(L, (uint64_t)c->n_head * n_blocks * (c->head_dim + 2));
     int part_buf = k->scratch++;
     x = mk_lower_emit(L, MK_OP_ATTN_PARTIAL, c->n_head * n_blocks, n->label);
@@ -272,7 +290,7 @@ static struct mk_lower_instr *mk_lower_lm_head(struct mk_lower *L, struct mk_low
     struct mk_lower_instr *x;
     uint32_t rows = (uint32_t)n->w[1]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
     k->lm_tiles = mk_lower_div_up(rows, rpt);
-    k->lm_tiles_off = mk_lower_alloc(L, 2ull * k->lm_tiles);
+    k->lm_tiles_off = mk_lower_alloc(L, 2ull * k->lm_tiles * L->ubatch);
     x = mk_lower_emit(L, MK_OP_NORM_LM_HEAD, k->lm_tiles, n->label);
     if (!x) return NULL;
     for (int w = 0; w < 2; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
@@ -291,6 +309,7 @@ static struct mk_lower_instr *mk_lower_sample(struct mk_lower *L, struct mk_lowe
     if (!x) return NULL;
     x->ins.buf[1] = OFF(n->in[0]);
     x->ins.buf[2] = k->lm_tiles_off;
+    if (L->ubatch > 1) x->ins.buf[3] = L->out_tokens_off = mk_lower_alloc(L, L->ubatch);
     x->ins.args.sample = (struct mk_args_sample){ .n_tiles = k->lm_tiles, .vocab = c->n_vocab };
     mk_lower_access(x, BUF(n->in[0]), k->scratch, -1, -1);
     k->scratch++;
@@ -461,7 +480,9 @@ void mk_program_free(struct mk_program *p) {
 
 enum mk_status mk_graph_lower(const struct mk_graph *g, const struct mk_compile_params *p, struct mk_program **out,
                               struct mk_error *err) {
-    struct mk_lower L = { .g = g, .p = p };
+    struct mk_lower L = {
+        .g = g, .p = p, .ubatch = p->ubatch > 1 ? p->ubatch : 1, .tokens_off = MK_NO_BUF, .out_tokens_off = MK_NO_BUF
+    };
     struct mk_lower_instr *li = NULL;
     struct mk_program *prog = NULL;
     uint32_t n = 0;
@@ -510,6 +531,9 @@ enum mk_status mk_graph_lower(const struct mk_graph *g, const struct mk_compile_
         if (prog->instrs[i].op == MK_OP_NORM_LM_HEAD) prog->logits_off = prog->instrs[i].buf[1];
     prog->schedule = p->schedule;
     prog->n_workers = p->n_workers;
+    prog->ubatch = L.ubatch;
+    prog->tokens_off = L.tokens_off;
+    prog->out_tokens_off = L.out_tokens_off;
     if (p->schedule == MK_SCHED_STATIC) {
         /* Round-robin each instruction's tasks over the workers, starting where the last one
          * stopped, so single-task ops spread out; every list stays in program order. */
@@ -570,10 +594,16 @@ enum mk_status mk_program_compile(const struct mk_model *m, const struct mk_comp
         return mk_error_set(err, MK_ERR_UNSUPPORTED,
                             "compile: head_dim %u / rope dims %u must be even, rope <= head_dim, rope scale %g > 0",
                             m->cfg.head_dim, m->cfg.n_rot, (double)m->cfg.rope_freq_scale);
+    if (p->ubatch > MK_UBATCH_MAX)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "compile: ubatch %u is over the limit of %u tokens per step",
+                            p->ubatch, MK_UBATCH_MAX);
+    /* Chunk programs attend with ATTN_CHUNK, which writes the attention for the output matvec. */
+    struct mk_compile_params q = *p;
+    if (q.ubatch > 1) q.fuse_attn_output = false;
     struct mk_graph g;
     enum mk_status st = mk_graph_build_llama(m, &g, err);
     if (st != MK_OK) return st;
-    if ((st = mk_graph_fuse(&g, p, err)) == MK_OK) st = mk_graph_lower(&g, p, out, err);
+    if ((st = mk_graph_fuse(&g, &q, err)) == MK_OK) st = mk_graph_lower(&g, &q, out, err);
     mk_graph_free(&g);
     if (st == MK_OK && (st = mk_program_validate(*out, err)) != MK_OK) {
         mk_error_prefix(err, "compiled program failed validation (compiler bug)");

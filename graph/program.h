@@ -14,6 +14,9 @@
 extern "C" {
 #endif
 
+/* Most tokens a chunk step may take: n_tokens is a uint16_t in struct mk_step_cmd. */
+#define MK_UBATCH_MAX 4096u
+
 enum mk_schedule {
     MK_SCHED_DYNAMIC = 0, /* workers take tasks from one atomic work counter */
     MK_SCHED_STATIC = 1,  /* per-worker task lists fixed by the compiler */
@@ -29,6 +32,8 @@ struct mk_compile_params {
     bool fuse_attn_output;     /* fold ATTN_COMBINE into every attention-output task (one op and one
                               * wait less per layer, but each task redoes the combine; measured
                               * slower on the H100, see BENCHMARKS.md) */
+    uint32_t ubatch;           /* most tokens per step (a chunk program, see megakernel/abi.h); 0 or 1:
+                                * the one-token program; a chunk program ignores fuse_attn_output */
 };
 struct mk_compile_params mk_compile_default_params(void);
 
@@ -48,6 +53,10 @@ struct mk_program {
     uint32_t n_workers;
     uint32_t *sched_offsets; /* (n_workers + 1), static schedule only */
     uint32_t *sched_tasks;   /* (n_tasks), static schedule only */
+    uint32_t ubatch;         /* most tokens per step, 1 for a one-token program */
+    uint32_t tokens_off;     /* chunk programs: arena offset of the step's int32 tokens (ubatch), else MK_NO_BUF */
+    uint32_t out_tokens_off; /* chunk programs: arena offset of the int32 token of each output row (ubatch), else
+                              * MK_NO_BUF */
 };
 
 /* Lowers one decode step of m into a program. */

@@ -69,7 +69,15 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
     const struct mk_weight_ref *w##k = mk_val_weight(p, in, k); \
     if (!w##k)                                                  \
         FAIL("instr %u (%s): weight slot %d = %u is not in the table of %u", i, lab, k, in->weight[k], p->n_weights);
-    uint64_t T = in->n_tasks;
+    uint64_t T = in->n_tasks, U = p->ubatch > 1 ? p->ubatch : 1;
+    /* Chunk programs name their token arrays in EMBED buf[1] and SAMPLE buf[3]; one-token ones do not. */
+    if ((in->op == MK_OP_EMBED || in->op == MK_OP_SAMPLE) &&
+        (in->buf[in->op == MK_OP_EMBED ? 1 : 3] == MK_NO_BUF) != (U == 1))
+        FAIL("instr %u (%s): a program of %llu tokens per step %s a token array", i, lab, (unsigned long long)U,
+             U == 1 ? "has" : "lacks");
+    if (U > 1 && (in->op == MK_OP_ATTN_PARTIAL || in->op == MK_OP_ATTN_COMBINE || in->op == MK_OP_ATTN_OUTPUT))
+        FAIL("instr %u (%s): %s is a one-token op, in a program of %llu tokens per step", i, lab,
+             mk_opcode_name(in->op), (unsigned long long)U);
     switch (in->op) {
     case MK_OP_EMBED: {
         const struct mk_args_embed *e = &in->args.embed;
@@ -77,7 +85,11 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         if (w0->cols != e->n_embd || T * e->elems_per_task < e->n_embd)
             FAIL("instr %u (%s): embed covers %llu of %u elements", i, lab, (unsigned long long)(T * e->elems_per_task),
                  w0->cols);
-        WR(in->buf[0], e->n_embd);
+        WR(in->buf[0], U * e->n_embd);
+        if (U > 1 && in->buf[1] != p->tokens_off)
+            FAIL("instr %u (%s): embed reads tokens at %u, the program's token array is at %u", i, lab, in->buf[1],
+                 p->tokens_off);
+        if (U > 1) RD(in->buf[1], U);
         break;
     }
     case MK_OP_NORM_QKV_ROPE: {
@@ -96,8 +108,8 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
             FAIL("instr %u (%s): head_dim %u / n_rot %u invalid", i, lab, q->head_dim, q->n_rot);
         enum mk_status vst = mk_val_qkv_extras(p, i, lab, q, err);
         if (vst != MK_OK) return vst;
-        RD(in->buf[0], n);
-        WR(in->buf[1], q->q_dim);
+        RD(in->buf[0], U * n);
+        WR(in->buf[1], U * q->q_dim);
         a->w[a->nw++] = (struct mk_range){ MK_SPACE_KV, q->layer, q->layer + 1ull };
         break;
     }
@@ -111,6 +123,19 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         RD(in->buf[0], (uint64_t)nh * hd);
         a->r[a->nr++] = (struct mk_range){ MK_SPACE_KV, at->layer, at->layer + 1ull };
         WR(in->buf[1], (uint64_t)nh * nb * (hd + 2));
+        break;
+    }
+    case MK_OP_ATTN_CHUNK: {
+        const struct mk_args_attn *at = &in->args.attn;
+        uint32_t bs = at->block, nb = at->n_blocks, nh = at->n_head, nkv = at->n_head_kv, hd = at->head_dim;
+        if (!bs || !nb || !nh || !nkv || !hd || nh % nkv || (uint64_t)nkv * hd != p->kv_dim || T != nh ||
+            (uint64_t)bs * nb < p->n_ctx || at->layer >= p->n_layer)
+            FAIL("instr %u (%s): chunk attention shape (block %u x %u, heads %u/%u, dim %u, layer %u, %llu tasks) "
+                 "inconsistent",
+                 i, lab, bs, nb, nh, nkv, hd, at->layer, (unsigned long long)T);
+        RD(in->buf[0], U * nh * hd);
+        a->r[a->nr++] = (struct mk_range){ MK_SPACE_KV, at->layer, at->layer + 1ull };
+        WR(in->buf[1], U * nh * hd);
         break;
     }
     case MK_OP_ATTN_COMBINE: {
@@ -140,9 +165,9 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         NEED_W(0);
         if (!rpt || T * rpt < w0->rows)
             FAIL("instr %u (%s): tiles cover %llu of %u rows", i, lab, (unsigned long long)(T * rpt), w0->rows);
-        RD(in->buf[0], w0->cols);
-        RD(in->buf[1], w0->rows);
-        WR(in->buf[1], w0->rows);
+        RD(in->buf[0], U * w0->cols);
+        RD(in->buf[1], U * w0->rows);
+        WR(in->buf[1], U * w0->rows);
         break;
     }
     case MK_OP_NORM_GATE_UP_SILU: {
@@ -150,8 +175,8 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         NEED_W(0) NEED_W(1) NEED_W(2);
         if (w0->cols != w1->cols || w1->cols != w2->cols || w1->rows != w2->rows || !rpt || T * rpt < w1->rows)
             FAIL("instr %u (%s): gate/up/norm shapes or tiles disagree", i, lab);
-        RD(in->buf[0], w1->cols);
-        WR(in->buf[1], w1->rows);
+        RD(in->buf[0], U * w1->cols);
+        WR(in->buf[1], U * w1->rows);
         break;
     }
     case MK_OP_NORM_LM_HEAD: {
@@ -159,16 +184,20 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         NEED_W(0) NEED_W(1);
         if (w0->cols != w1->cols || w1->rows != p->vocab || !rpt || T * rpt < w1->rows)
             FAIL("instr %u (%s): LM head shapes or tiles disagree", i, lab);
-        RD(in->buf[0], w1->cols);
-        WR(in->buf[1], w1->rows);
-        WR(in->buf[2], 2 * T);
+        RD(in->buf[0], U * w1->cols);
+        WR(in->buf[1], U * w1->rows);
+        WR(in->buf[2], U * 2 * T);
         break;
     }
     case MK_OP_SAMPLE:
         if (T != 1 || in->args.sample.vocab != p->vocab || !in->args.sample.n_tiles)
             FAIL("instr %u (%s): sample needs 1 task over %u logits", i, lab, p->vocab);
-        RD(in->buf[1], in->args.sample.vocab);
-        RD(in->buf[2], 2ull * in->args.sample.n_tiles);
+        RD(in->buf[1], U * in->args.sample.vocab);
+        RD(in->buf[2], U * 2ull * in->args.sample.n_tiles);
+        if (U > 1 && in->buf[3] != p->out_tokens_off)
+            FAIL("instr %u (%s): sample writes tokens at %u, the program's output array is at %u", i, lab, in->buf[3],
+                 p->out_tokens_off);
+        if (U > 1) WR(in->buf[3], U);
         break;
     case MK_OP_BARRIER:
         if (T != 1) FAIL("instr %u (%s): a barrier is one task", i, lab);

@@ -14,8 +14,11 @@
 #endif
 
 /* 2: named per-opcode arguments, launch parameters instead of module globals.
- * 3: NORM_QKV_ROPE takes biases, per-head q/k norms, NEOX rotation and rope scaling. */
-#define MK_ABI_VERSION 3u
+ * 3: NORM_QKV_ROPE takes biases, per-head q/k norms, NEOX rotation and rope scaling.
+ * 4: chunk programs (several tokens per step): mk_step_cmd.n_tokens/n_out, MK_OP_ATTN_CHUNK,
+ *    EMBED buf[1] (the step's tokens) and SAMPLE buf[3] (one token per output row). A program of
+ *    one token per step is the same as in version 3. */
+#define MK_ABI_VERSION 4u
 
 #define MK_NO_COUNTER 0xffffffffu
 #define MK_NO_WEIGHT  0xffffffffu
@@ -27,7 +30,19 @@
  * struct of the same name in union mk_op_args below (in->args.<name>); "rows" of a matvec are
  * output elements, tiled rows_per_task rows per task. Every weight is a row-major (rows, cols)
  * matrix in the weight table; norms are (1, n) rows. All activations are fp32 in the arena;
- * accumulation is fp32. */
+ * accumulation is fp32.
+ *
+ * Chunk programs (struct mk_program.ubatch = U > 1) run up to U tokens per step: token i of the
+ * step (i < cmd.n_tokens) is at position cmd.pos + i. Every activation buffer then holds U rows of
+ * its one-token size (row i at buf + i * size: x (U, n_embd), q and the attention (U, q_dim), the
+ * FFN hidden (U, n_ff)); a matvec task computes its rows for every token of the step, so a weight
+ * tile is read once per step (on the GPU: a small GEMM over the chunk). NORM_QKV_ROPE writes the
+ * KV rows of all n_tokens positions. Attention is MK_OP_ATTN_CHUNK (causal inside the chunk and
+ * over the cache); ATTN_PARTIAL, ATTN_COMBINE and ATTN_OUTPUT appear only in one-token programs.
+ * Only the last cmd.n_out rows reach the LM head and SAMPLE (output row j is token row
+ * n_tokens - n_out + j): logits (U, vocab), tile maxima (U, n_tiles, 2). A one-token program
+ * (U = 1) ignores n_tokens and n_out. The CPU executor runs chunk programs; the GPU backends
+ * refuse them for now (runtime/cuda_backend.c) and keep one token per step. */
 enum mk_opcode {
     MK_OP_NOP = 0,
     /* args.embed: x[buf0 + e] = dequant(weight0[token])[e] for e in this task's chunk of
@@ -74,8 +89,14 @@ enum mk_opcode {
      * as ATTN_PARTIAL writes them; only the blocks that hold positions <= pos) into the attention
      * vector, then out[buf1 + r] += dot(weight0[r], attention) for its rows. */
     MK_OP_ATTN_OUTPUT = 10,
+    /* args.attn (chunk programs): task t is head t; for each token i < n_tokens of the step, the
+     * attention of its q row (buf0 + i*n_head*head_dim) over positions [0, pos + i] of the layer's
+     * cache, to buf1 + i*n_head*head_dim + t*head_dim. The positions are taken in blocks of
+     * `block` (n_blocks of them), each summed with a running maximum from -inf and merged as
+     * ATTN_COMBINE merges partials, so that a chunk row equals a one-token step bit for bit. */
+    MK_OP_ATTN_CHUNK = 11,
 };
-#define MK_OP_COUNT 11u
+#define MK_OP_COUNT 12u
 
 /* wait until counter[ctr] >= step * mul + add (compared wrap-safe as int32 of the difference). */
 struct mk_wait {
@@ -140,6 +161,11 @@ struct mk_args_sample {
     uint32_t n_tiles; /* LM-head tiles, one (max, index) pair each */
     uint32_t vocab;
 };
+/* Chunk programs: EMBED takes token i from the int32 array at arena buf[1] ((U) tokens, written
+ * by the host before it posts the step; row 0 is also cmd.token), and SAMPLE writes the token of
+ * output row j as int32 to arena buf[3] + j ((U) tokens, read by the host after the step) and the
+ * last row's to out_token. With temperature > 0, row j samples with position
+ * cmd.pos + n_tokens - n_out + j. In one-token programs both slots are MK_NO_BUF. */
 
 #define MK_OP_ARGS_WORDS 15u
 union mk_op_args {
@@ -213,10 +239,14 @@ struct mk_step_cmd {
     int32_t top_k;     /* <= 0: no limit (capped at MK_SAMPLE_MAX_CAND) */
     float top_p;       /* >= 1: off */
     float min_p;       /* <= 0: off */
-    uint32_t reserved0;
+    uint16_t n_tokens; /* chunk programs: tokens in this step, 1..ubatch (0 means 1) */
+    uint16_t n_out;    /* chunk programs: last rows that get logits and a token, 1..n_tokens (0 means 1) */
     uint64_t seed;
 };
 MK_STATIC_ASSERT(sizeof(struct mk_step_cmd) == 40, "mk_step_cmd is 40 bytes");
+MK_STATIC_ASSERT(offsetof(struct mk_step_cmd, n_tokens) == 28 && offsetof(struct mk_step_cmd, n_out) == 30,
+                 "mk_step_cmd.n_tokens at 28, n_out at 30 (was reserved0)");
+MK_STATIC_ASSERT(offsetof(struct mk_step_cmd, seed) == 32, "mk_step_cmd.seed at 32");
 
 /* The mailbox in pinned, device-mapped host memory. The host fills cmd, then release-stores
  * cmd_seq = n (n counts commands from 1). The device acquire-loads cmd_seq, copies cmd, runs the

@@ -1,4 +1,5 @@
 /* The public C API (runtime/mk.h): models with their tokenizer, sessions over a backend, streaming generation. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -9,6 +10,7 @@
 #include "core/gguf.h"
 #include "core/model.h"
 #include "core/tokenizer.h"
+#include "graph/lookup.h"
 #include "runtime/backend.h"
 
 struct mk_lm {
@@ -25,11 +27,22 @@ struct mk_session {
     int32_t next;                       /* token the last step sampled, -1 before any step */
     bool next_emitted;                  /* next went to the caller but is not evaluated yet */
     int32_t last_token;                 /* the token before the next piece, for dropping the dummy-prefix space */
-    int32_t *tokens;                    /* (n_ctx) the token evaluated at each position, for feed_sequence */
     bool ignore_eog;                    /* generation does not stop on end-of-generation tokens */
     struct mk_timings timings;
     struct mk_error err;
-    int cancel; /* set by mk_session_cancel from any thread; taken by the next step */
+    int cancel;       /* set by mk_session_cancel from any thread; taken by the next step */
+    uint32_t ubatch;  /* most tokens per step (1: the backend has no chunk steps) */
+    bool spec;        /* prompt-lookup speculation is on (greedy and ubatch > 1) */
+    uint32_t n_draft; /* most tokens a speculation proposes (<= ubatch - 1) */
+    int32_t *hist;    /* (n_ctx) the token at each position evaluated: prompt lookup, feed_sequence */
+    int32_t *chunk;   /* (ubatch) tokens of a chunk step */
+    int32_t *outs;    /* (ubatch) its output tokens */
+    /* Outputs a verification step already produced for the positions after `next`: queue[q_head
+     * + i] is the greedy token after position n_past + i, whose input (next, then the queue's
+     * earlier entries) that step evaluated too. */
+    int32_t *queue; /* (ubatch) */
+    uint32_t q_head, q_len;
+    uint32_t logits_pos0, logits_rows; /* position of the last step's output row 0, and its rows */
 };
 
 static double mk_api_now_ms(void) {
@@ -274,6 +287,7 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
     s->last_token = -1;
     s->ignore_eog = p->ignore_eog != 0;
     struct mk_backend_params bp = {
+        .ubatch = p->ubatch,
         .kind = p->backend,
         .n_ctx = p->n_ctx ? p->n_ctx : (c->n_ctx_train && c->n_ctx_train < 4096 ? c->n_ctx_train : 4096),
         .n_threads = p->n_threads,
@@ -288,11 +302,22 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
         free(s);
         return st;
     }
-    s->tokens = malloc((size_t)s->backend->n_ctx * sizeof *s->tokens);
-    if (!s->tokens) {
+    const uint32_t n_ctx = s->backend->n_ctx;
+    s->ubatch = s->backend->vt->step_chunk && s->backend->ubatch > 1 ? s->backend->ubatch : 1;
+    s->spec = p->spec == MK_SPEC_LOOKUP && sp->temperature <= 0.0f && s->ubatch > 1;
+    s->n_draft = p->n_draft ? p->n_draft : 8;
+    if (s->n_draft > s->ubatch - 1) s->n_draft = s->ubatch - 1;
+    s->hist = malloc((size_t)n_ctx * sizeof *s->hist);
+    s->chunk = malloc((size_t)s->ubatch * sizeof *s->chunk);
+    s->outs = malloc((size_t)s->ubatch * sizeof *s->outs);
+    s->queue = malloc((size_t)s->ubatch * sizeof *s->queue);
+    if (!s->hist || !s->chunk || !s->outs || !s->queue) {
         mk_session_free(s);
-        return mk_error_set(err, MK_ERR_NOMEM, "mk_session_create: out of memory for %u positions", (unsigned)bp.n_ctx);
+        return mk_error_set(err, MK_ERR_NOMEM, "mk_session_create: out of memory for %u positions", n_ctx);
     }
+    if (p->verbose && p->spec == MK_SPEC_LOOKUP && !s->spec)
+        fprintf(stderr, "mk: speculation off (%s)\n",
+                sp->temperature > 0.0f ? "temperature > 0: greedy decoding only" : "the backend has no chunk steps");
     s->timings.load_ms = lm->load_ms;
     s->timings.init_ms = mk_api_now_ms() - t0;
     mk_error_clear(&s->err);
@@ -303,7 +328,10 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
 void mk_session_free(struct mk_session *s) {
     if (!s) return;
     if (s->backend) s->backend->vt->free(s->backend);
-    free(s->tokens);
+    free(s->hist);
+    free(s->chunk);
+    free(s->outs);
+    free(s->queue);
     free(s);
 }
 
@@ -311,28 +339,40 @@ const char *mk_session_last_error(const struct mk_session *s) { return s->err.ms
 
 const struct mk_error *mk_session_error(const struct mk_session *s) { return &s->err; }
 
-/* One decode step of token at the next position; the sampled token becomes s->next. */
-static enum mk_status mk_session_step(struct mk_session *s, int32_t token) {
+/* One step of the n tokens at the next positions (a chunk step when n > 1); the last n_out rows'
+ * tokens go to s->outs, the last one becomes s->next, and n_past moves past all n. */
+static enum mk_status mk_session_step_n(struct mk_session *s, const int32_t *tokens, uint32_t n, uint32_t n_out) {
     struct mk_step_cmd cmd = {
         .cmd = MK_CMD_STEP,
-        .token = token,
+        .token = tokens[0],
         .pos = (int32_t)s->n_past,
         .temperature = s->sampling.temperature,
         .top_k = s->sampling.top_k,
         .top_p = s->sampling.top_p,
         .min_p = s->sampling.min_p,
+        .n_tokens = (uint16_t)n,
+        .n_out = (uint16_t)n_out,
         .seed = s->sampling.seed,
     };
-    int32_t out = -1;
     if (__atomic_exchange_n(&s->cancel, 0, __ATOMIC_ACQ_REL))
         return mk_error_set(&s->err, MK_ERR_CANCELLED, "cancelled before position %u", (unsigned)s->n_past);
-    enum mk_status st = s->backend->vt->step(s->backend, &cmd, &out, &s->err);
+    enum mk_status st = n == 1 ? s->backend->vt->step(s->backend, &cmd, &s->outs[0], &s->err)
+                               : mk_backend_step_chunk(s->backend, &cmd, tokens, s->outs, &s->err);
     if (st != MK_OK) return st;
-    s->tokens[s->n_past++] = token;
-    s->next = out;
+    memcpy(s->hist + s->n_past, tokens, n * sizeof *tokens);
+    s->logits_pos0 = s->n_past + n - n_out;
+    s->logits_rows = n_out;
+    s->n_past += n;
+    s->next = s->outs[n_out - 1];
     s->next_emitted = false;
-    s->last_token = token;
+    s->last_token = tokens[n - 1];
+    s->q_len = 0;
     return MK_OK;
+}
+
+/* One decode step of token at the next position; the sampled token becomes s->next. */
+static enum mk_status mk_session_step(struct mk_session *s, int32_t token) {
+    return mk_session_step_n(s, &token, 1, 1);
 }
 
 enum mk_status mk_session_feed(struct mk_session *s, const int32_t *ids, size_t n) {
@@ -350,13 +390,18 @@ enum mk_status mk_session_feed(struct mk_session *s, const int32_t *ids, size_t 
                                 (int)ids[i], i, (unsigned)n_vocab);
     double t0 = mk_api_now_ms();
     enum mk_status st = MK_OK;
-    if (pending) {
-        st = mk_session_step(s, s->next);
-        if (st == MK_OK) s->timings.n_prompt++;
-    }
-    for (size_t i = 0; st == MK_OK && i < n; i++) {
-        st = mk_session_step(s, ids[i]);
-        if (st == MK_OK) s->timings.n_prompt++;
+    /* Chunks of up to ubatch tokens (the pending token first); only each chunk's last row needs
+     * logits, and only the last chunk's token is kept. */
+    size_t done = 0;
+    while (st == MK_OK && done < n + pending) {
+        uint32_t k = 0;
+        for (; k < s->ubatch && done + k < n + pending; k++)
+            s->chunk[k] = pending && done + k == 0 ? s->next : ids[done + k - pending];
+        st = mk_session_step_n(s, s->chunk, k, 1);
+        if (st != MK_OK) break;
+        done += k;
+        s->timings.n_prompt += k;
+        s->timings.n_prompt_steps++;
     }
     s->timings.prompt_ms += mk_api_now_ms() - t0;
     return st;
@@ -418,6 +463,53 @@ enum mk_status mk_session_feed_text(struct mk_session *s, const char *text) {
     return st;
 }
 
+/* Evaluates s->next at the next position, as mk_session_step does, but takes the output from a
+ * verification step's queue when it already has it, and otherwise, with speculation on, verifies
+ * a prompt-lookup draft in the same step. left: tokens the caller may still emit after next. */
+static enum mk_status mk_session_advance(struct mk_session *s, uint64_t left) {
+    if (s->q_len) {
+        if (__atomic_exchange_n(&s->cancel, 0, __ATOMIC_ACQ_REL))
+            return mk_error_set(&s->err, MK_ERR_CANCELLED, "cancelled before position %u", (unsigned)s->n_past);
+        s->hist[s->n_past++] = s->next;
+        s->last_token = s->next;
+        s->next = s->queue[s->q_head++];
+        s->q_len--;
+        s->next_emitted = false;
+        return MK_OK;
+    }
+    uint32_t room = s->backend->n_ctx - s->n_past; /* >= 1: the caller checked */
+    uint64_t max = s->spec ? s->n_draft : 0;
+    if (max > left) max = left;
+    if (max > room - 1u) max = room - 1u;
+    uint32_t k = 0;
+    if (max) {
+        /* The context so far is hist[0..n_past) then next. */
+        s->hist[s->n_past] = s->next;
+        k = mk_lookup_draft(s->hist, s->n_past + 1, (uint32_t)max, s->chunk + 1);
+    }
+    if (!k) return mk_session_step(s, s->next);
+    s->chunk[0] = s->next;
+    const uint32_t base = s->n_past;
+    enum mk_status st = mk_session_step_n(s, s->chunk, k + 1, k + 1);
+    if (st != MK_OK) return st;
+    /* outs[i] is greedy's token after chunk[i]; draft token chunk[i + 1] holds while it matches. */
+    uint32_t j = 0;
+    while (j < k && s->outs[j] == s->chunk[j + 1]) j++;
+    s->timings.n_spec_steps++;
+    s->timings.n_drafted += k;
+    s->timings.n_accepted += j;
+    /* Keep position base (next) evaluated; the j accepted positions after it wait in the queue.
+     * The KV entries of rejected drafts are dead: positions past n_past are rewritten before any
+     * step attends to them. */
+    s->n_past = base + 1;
+    s->last_token = s->chunk[0];
+    s->next = s->outs[0];
+    memcpy(s->queue, s->outs + 1, j * sizeof *s->queue);
+    s->q_head = 0;
+    s->q_len = j;
+    return MK_OK;
+}
+
 const char *mk_stop_reason_str(enum mk_stop_reason r) {
     switch (r) {
     case MK_STOP_NONE: return "error";
@@ -461,7 +553,7 @@ enum mk_status mk_session_generate(struct mk_session *s, int32_t n_max, mk_token
                 break;
             }
             double t0 = mk_api_now_ms();
-            st = mk_session_step(s, s->next);
+            st = mk_session_advance(s, n_max >= 0 ? (uint64_t)n_max - count - 1 : UINT64_MAX);
             s->timings.eval_ms += mk_api_now_ms() - t0;
             if (st == MK_ERR_CANCELLED) {
                 mk_error_clear(&s->err);
@@ -513,6 +605,8 @@ enum mk_status mk_session_reset(struct mk_session *s) {
     enum mk_status st = s->backend->vt->reset(s->backend, &s->err);
     if (st != MK_OK) return st;
     s->n_past = 0;
+    s->q_len = 0;
+    s->logits_rows = 0;
     s->next = -1;
     s->next_emitted = false;
     s->last_token = -1;
@@ -537,7 +631,9 @@ enum mk_status mk_session_rewind(struct mk_session *s, uint32_t n_keep) {
     s->n_past = n_keep;
     s->next = -1;
     s->next_emitted = false;
-    s->last_token = n_keep ? s->tokens[n_keep - 1] : -1;
+    s->last_token = n_keep ? s->hist[n_keep - 1] : -1;
+    s->q_len = 0; /* verified outputs queued for positions past n_keep are void */
+    s->logits_rows = 0;
     return MK_OK;
 }
 
@@ -550,7 +646,7 @@ enum mk_status mk_session_feed_sequence(struct mk_session *s, const int32_t *ids
         return mk_error_set(&s->err, MK_ERR_CONTEXT_FULL,
                             "context full: a sequence of %zu tokens does not fit in n_ctx = %u", n, (unsigned)n_ctx);
     size_t keep = 0;
-    while (keep < s->n_past && keep < n && s->tokens[keep] == ids[keep]) keep++;
+    while (keep < s->n_past && keep < n && s->hist[keep] == ids[keep]) keep++;
     /* The last generated token, sampled but not evaluated, counts as held when it is what comes next. */
     const bool pending = keep == s->n_past && s->next_emitted && keep < n && ids[keep] == s->next;
     if (!pending && keep == n) keep = n - 1; /* the last token is evaluated again for its logits */
@@ -570,6 +666,10 @@ enum mk_status mk_session_logits(struct mk_session *s, float *out, size_t cap) {
         return mk_error_set(&s->err, MK_ERR_INVALID_ARG, "logits: room for %zu floats, the vocabulary has %u", cap,
                             (unsigned)n_vocab);
     if (s->n_past == 0) return mk_error_set(&s->err, MK_ERR_INVALID_ARG, "logits: nothing was evaluated yet");
+    /* After a verification step the last evaluated position may be any of its rows. */
+    uint32_t row = s->n_past - 1 - s->logits_pos0;
+    if (s->logits_rows > 1 && row < s->logits_rows && s->backend->vt->logits_row)
+        return s->backend->vt->logits_row(s->backend, row, out, &s->err);
     return s->backend->vt->logits(s->backend, out, &s->err);
 }
 

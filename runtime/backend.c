@@ -26,8 +26,8 @@ static enum mk_status mk_backend_create_kind(const struct mk_model *m, const str
  * (a CUDA error, no memory) is reported, since silently running elsewhere would hide it. */
 static int mk_backend_can_fall_back(enum mk_status st) { return st == MK_ERR_NO_DEVICE || st == MK_ERR_UNSUPPORTED; }
 
-enum mk_status mk_backend_create(const struct mk_model *m, const struct mk_backend_params *p, struct mk_backend **out,
-                                 struct mk_error *err) {
+static enum mk_status mk_backend_create_any(const struct mk_model *m, const struct mk_backend_params *p,
+                                            struct mk_backend **out, struct mk_error *err) {
     *out = NULL;
     if (p->kind != MK_BACKEND_AUTO) return mk_backend_create_kind(m, p, p->kind, out, err);
 
@@ -58,4 +58,13 @@ enum mk_status mk_backend_create(const struct mk_model *m, const struct mk_backe
         if (st == MK_ERR_NO_DEVICE && order[i] == MK_BACKEND_MEGAKERNEL) i++;
     }
     return mk_error_set(err, MK_ERR_INTERNAL, "backend auto: no kind was tried");
+}
+
+enum mk_status mk_backend_create(const struct mk_model *m, const struct mk_backend_params *p, struct mk_backend **out,
+                                 struct mk_error *err) {
+    enum mk_status st = mk_backend_create_any(m, p, out, err);
+    if (st == MK_OK && p->verbose && p->ubatch > 1 && (*out)->ubatch <= 1)
+        fprintf(stderr, "mk: the %s backend has no chunk steps yet: ubatch %u runs one token per step\n",
+                mk_backend_kind_name((*out)->kind), p->ubatch);
+    return st;
 }

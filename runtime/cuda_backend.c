@@ -184,6 +184,13 @@ static enum mk_status mk_cuda_check_program(const struct mk_program *p, struct m
         if (head_dim > MK_MAX_HEAD_DIM)
             return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': head_dim %u is over the GPU limit of %u",
                                 i, p->labels[i], head_dim, MK_MAX_HEAD_DIM);
+        /* Chunk programs (several tokens per step) have no device code yet: the GPU backends keep
+         * one token per step (issue 12; megakernel/abi.h describes what the device needs). */
+        if (in->op == MK_OP_ATTN_CHUNK || p->ubatch > 1)
+            return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                                "instruction %u '%s': chunk programs (%u tokens per step) are not implemented on the "
+                                "GPU yet",
+                                i, p->labels[i], p->ubatch);
         if (in->op >= MK_OP_COUNT)
             return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': opcode %u is unknown to the GPU kernels",
                                 i, p->labels[i], in->op);
@@ -666,12 +673,18 @@ static void mk_cuda_free(struct mk_backend *base) {
     free(b);
 }
 
-static const struct mk_backend_vtbl mk_cuda_mega_vtbl = { "megakernel", mk_cuda_mega_step, mk_cuda_logits,
-                                                          mk_cuda_reset, mk_cuda_free };
-static const struct mk_backend_vtbl mk_cuda_perop_vtbl = { "perop", mk_cuda_launch_step, mk_cuda_logits, mk_cuda_reset,
-                                                           mk_cuda_free };
-static const struct mk_backend_vtbl mk_cuda_graph_vtbl = { "graph", mk_cuda_launch_step, mk_cuda_logits, mk_cuda_reset,
-                                                           mk_cuda_free };
+/* No chunk steps yet (step_chunk NULL): sessions feed these one token per step. */
+static const struct mk_backend_vtbl mk_cuda_mega_vtbl = { .name = "megakernel",
+                                                          .step = mk_cuda_mega_step,
+                                                          .logits = mk_cuda_logits,
+                                                          .reset = mk_cuda_reset,
+                                                          .free = mk_cuda_free };
+static const struct mk_backend_vtbl mk_cuda_perop_vtbl = {
+    .name = "perop", .step = mk_cuda_launch_step, .logits = mk_cuda_logits, .reset = mk_cuda_reset, .free = mk_cuda_free
+};
+static const struct mk_backend_vtbl mk_cuda_graph_vtbl = {
+    .name = "graph", .step = mk_cuda_launch_step, .logits = mk_cuda_logits, .reset = mk_cuda_reset, .free = mk_cuda_free
+};
 
 static bool mk_cuda_is_ours(const struct mk_backend *b) {
     return b && (b->vt == &mk_cuda_mega_vtbl || b->vt == &mk_cuda_perop_vtbl || b->vt == &mk_cuda_graph_vtbl);

@@ -215,6 +215,16 @@ struct mk_gpu_params {
     const char *kernel_image;  /* cubin, fatbin or PTX file loaded instead of the built-in kernels */
 };
 
+/* Speculative decoding (mk_session_params.spec). */
+enum mk_spec {
+    MK_SPEC_OFF = 0,
+    /* Prompt lookup: the longest recent n-gram match in the context proposes up to n_draft next
+     * tokens, one chunk step verifies them, and the longest prefix greedy decoding would produce
+     * is kept, plus the next token: the output is greedy decoding's, token for token. Only with
+     * temperature <= 0 and a backend with chunk steps (ubatch > 1); otherwise off. */
+    MK_SPEC_LOOKUP = 1,
+};
+
 struct mk_session_params {
     uint32_t n_ctx;               /* KV-cache positions; 0 = min(model's n_ctx_train, 4096) */
     enum mk_backend_kind backend; /* MK_BACKEND_AUTO: megakernel, else perop, else cpu */
@@ -230,8 +240,15 @@ struct mk_session_params {
      * and create another); 0 = the default, 10000 ms on a GPU and 60000 ms on the cpu backend. */
     uint32_t watchdog_ms;
     /* Test only: make step fault.step fail as fault.kind says (see struct mk_fault); all zero, the
-     * default, injects nothing. The failing call returns an error naming the step. */
+     * default, injects nothing. The failing call returns an error naming the step. Faults count
+     * one-token steps: with ubatch 1 step N is position N. On a GPU, a trap or bad address is a
+     * sticky CUDA error that ends CUDA for the whole process (new sessions are refused with it). */
     struct mk_fault fault;
+    uint32_t ubatch;  /* most tokens per step for prompts and speculation (like llama.cpp's micro-batch);
+                       * 0 = the backend's default (cpu 32; the GPU backends have no chunk steps yet: 1);
+                       * 1 = one token per step */
+    int spec;         /* enum mk_spec; default MK_SPEC_OFF */
+    uint32_t n_draft; /* most tokens one speculation proposes; 0 = 8; at most ubatch - 1 are used */
 };
 struct mk_session_params mk_session_default_params(void);
 
@@ -305,7 +322,11 @@ struct mk_timings {
     double prompt_ms;
     uint32_t n_eval; /* decode steps of generated tokens */
     double eval_ms;
-    uint32_t n_generated; /* tokens passed to the callback */
+    uint32_t n_generated;    /* tokens passed to the callback */
+    uint32_t n_prompt_steps; /* steps the prompt tokens took (fewer than n_prompt with chunk steps) */
+    uint32_t n_spec_steps;   /* speculative verification steps */
+    uint32_t n_drafted;      /* tokens they proposed */
+    uint32_t n_accepted;     /* ... and of those, the ones greedy decoding agreed with */
 };
 struct mk_timings mk_session_timings(const struct mk_session *s);
 

@@ -55,6 +55,9 @@ static void run_session(const struct mk_lm *lm, uint32_t threads, enum mk_fault_
     sp.watchdog_ms = kind == MK_FAULT_HANG ? HANG_WATCHDOG_MS : 0;
     sp.fault.kind = kind;
     sp.fault.step = step;
+    /* Faults count one-token steps (the GPU backends' only kind): the prompt goes token by token,
+     * so step N is position N. */
+    sp.ubatch = 1;
     struct mk_session *s = NULL;
     struct mk_error err;
     r->st = mk_session_create(lm, &sp, &s, &err);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/mk.h"
+
 int mk_cli_parse_long(const char *s, long long lo, long long hi, long long *out) {
     char *end;
     errno = 0;
@@ -104,4 +106,34 @@ void mk_cli_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *ou
     out->no_rope_table = s->no_rope_table;
     out->trace = (int)s->trace;
     out->kernel_image = s->kernel_image;
+}
+
+const char mk_cli_chunk_usage[] =
+    "  Several tokens per step (the cpu backend; the GPU backends take one token per step for now):\n"
+    "    --ubatch N          most prompt tokens per step; 0 = the backend's default (cpu 32), 1 = one\n"
+    "                        token per step (default 0)\n"
+    "    --spec lookup|off   speculative decoding by prompt lookup, greedy (--temp 0) only: output\n"
+    "                        identical to plain greedy decoding (default off)\n"
+    "    --draft K           most tokens one speculation proposes, at most ubatch - 1 (default 8)\n";
+
+int mk_cli_chunk_flag(const char *cmd, int argc, char **argv, int *i, uint32_t *ubatch, int *spec, uint32_t *n_draft) {
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (!strcmp(a, "--ubatch")) {
+        if (mk_cli_uint(cmd, a, v, 0, 4096, ubatch)) return -1;
+    } else if (!strcmp(a, "--draft")) {
+        if (mk_cli_uint(cmd, a, v, 1, 4095, n_draft)) return -1;
+    } else if (!strcmp(a, "--spec")) {
+        if (v && !strcmp(v, "lookup"))
+            *spec = MK_SPEC_LOOKUP;
+        else if (v && !strcmp(v, "off"))
+            *spec = MK_SPEC_OFF;
+        else {
+            fprintf(stderr, "mk %s: --spec is 'lookup' or 'off', got '%s'\n", cmd, v ? v : "");
+            return -1;
+        }
+    } else {
+        return 0;
+    }
+    (*i)++;
+    return 1;
 }

@@ -23,6 +23,14 @@ extern const char mk_cli_gpu_usage[];
  * something else, -1 after printing why its value is bad. */
 int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gpu_settings *s);
 
+/* Usage lines of the chunk-step flags that mk_cli_chunk_flag takes. */
+extern const char mk_cli_chunk_usage[];
+
+/* argv[*i] as one of --ubatch N, --spec lookup|off, --draft K (the fields of the same names in
+ * struct mk_session_params; spec as enum mk_spec), *i moved past its value: 1 when it is one,
+ * 0 when it is something else, -1 after printing why its value is bad. */
+int mk_cli_chunk_flag(const char *cmd, int argc, char **argv, int *i, uint32_t *ubatch, int *spec, uint32_t *n_draft);
+
 /* The MK_CUDA_* environment overrides into *s (flags parsed afterwards win); -1 after printing
  * why one is malformed. */
 int mk_cli_gpu_env(const char *cmd, struct mk_gpu_settings *s);

@@ -15,6 +15,7 @@
 #include "runtime/soak.h"
 #include "core/gen.h"
 #include "core/model.h"
+#include "tools/bench_chunk.h"
 #include "tools/cli.h"
 #include "tools/cmds.h"
 
@@ -30,6 +31,8 @@ struct mk_bench_opts {
     uint32_t soak; /* sessions of a soak run; 0 = the usual benchmark */
     float temp;
     uint64_t seed;
+    uint32_t n_prompt, ubatch, n_draft; /* pp<n_prompt> (0: none); chunk steps of up to ubatch */
+    int spec;                           /* nonzero (MK_SPEC_LOOKUP): also the speculative-decoding tests */
 };
 
 struct mk_bench_row {
@@ -41,6 +44,7 @@ struct mk_bench_row {
     double cpu_ms; /* host CPU time (all threads of the process) per token */
     double bw_gbs, bw_ratio, floor_ms;
     double device_bw_gbs;
+    char note[64];
 };
 
 static void mk_bench_usage(FILE *f) {
@@ -59,7 +63,13 @@ static void mk_bench_usage(FILE *f) {
                "  each generating -n tokens sampled at --temp with seed S + i (the sequence restarts from\n"
                "  the prompt when it ends). Reports per-token p50/p99/max, wall and host CPU ms per token,\n"
                "  resident memory, open files and threads at start and end, and errors; exits 1 on any\n"
-               "  error or on growth: resident memory by more than 1 %% (at least 256 KiB), any file or thread.\n");
+               "  error or on growth: resident memory by more than 1 %% (at least 256 KiB), any file or thread.\n\n"
+               "  -p N (default 512; 0 = none) adds pp<N>: N prompt tokens from an empty context in chunk\n"
+               "  steps of up to --ubatch tokens, as tokens/s, with the time to first token (ttft).\n"
+               "  --spec lookup adds greedy decoding of -n tokens with and without prompt-lookup\n"
+               "  speculation (--draft K) on a shipped repetitive task (rewrite a passage with small edits)\n"
+               "  and on free text (a story), with the acceptance rate and whether the outputs agree.\n");
+    fputs(mk_cli_chunk_usage, f);
     fputs(mk_cli_gpu_usage, f);
 }
 
@@ -82,9 +92,10 @@ static double mk_percentile(double *v, uint32_t n, double q) {
 
 /* Times one backend on one model; 0 on success, else prints why and returns -1. */
 static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_backend_kind kind,
-                        const struct mk_bench_opts *o, struct mk_bench_row *row) {
+                        const struct mk_bench_opts *o, struct mk_bench_row *row, struct mk_bench_row *pp) {
     struct mk_backend_params bp = { 0 };
     bp.kind = kind;
+    bp.ubatch = o->ubatch;
     bp.n_ctx = o->ctx;
     bp.n_threads = o->threads;
     bp.gpu = o->gpu;
@@ -130,6 +141,18 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
     row->size = bytes;
     row->bw_gbs = bytes / (row->p50_ms * 1e-3) / 1e9;
     snprintf(row->test, sizeof row->test, "tg%u", o->n);
+    if (o->n_prompt) {
+        struct mk_bench_pp r;
+        if (mk_bench_pp_run(b, m->cfg.n_vocab, o->n_prompt, 3, &r, &err) != MK_OK) goto fail;
+        *pp = *row;
+        snprintf(pp->test, sizeof pp->test, "pp%u", o->n_prompt);
+        pp->p50_ms = pp->mean_ms = r.ms_per_token_p50;
+        pp->p99_ms = r.ms_per_token_max;
+        pp->dev_p50_ms = 0;
+        /* A chunk step reads the weights once for all its tokens. */
+        pp->bw_gbs = (double)bytes * r.steps / (r.ttft_ms * 1e-3) / 1e9;
+        snprintf(pp->note, sizeof pp->note, "ttft %.1f ms, %u steps", r.ttft_ms, r.steps);
+    }
     rc = 0;
     goto done;
 fail:
@@ -207,16 +230,47 @@ static void mk_bench_print(const struct mk_bench_row *r, bool json, bool *first)
         printf("%s{\"model\":\"%s\",\"weight_bytes\":%" PRIu64 ",\"backend\":\"%s\",\"test\":\"%s\","
                "\"ms_p50\":%.4f,\"ms_p99\":%.4f,\"ms_mean\":%.4f,\"host_cpu_ms\":%.4f,\"device_ms_p50\":%.4f,"
                "\"tokens_per_s\":%.2f,"
-               "\"weight_gb_s\":%.1f,\"device_read_gb_s\":%.1f,\"ratio_to_read_bw\":%.3f,\"floor_ms\":%.4f}",
+               "\"weight_gb_s\":%.1f,\"device_read_gb_s\":%.1f,\"ratio_to_read_bw\":%.3f,\"floor_ms\":%.4f,"
+               "\"note\":\"%s\"}",
                *first ? "" : ",\n", r->model, r->size, r->backend, r->test, r->p50_ms, r->p99_ms, r->mean_ms, r->cpu_ms,
-               r->dev_p50_ms, 1e3 / r->mean_ms, r->bw_gbs, r->device_bw_gbs, r->bw_ratio, r->floor_ms);
+               r->dev_p50_ms, 1e3 / r->mean_ms, r->bw_gbs, r->device_bw_gbs, r->bw_ratio, r->floor_ms, r->note);
     } else {
-        printf("| %-24s | %9.2f GB | %-10s | %-6s | %8.3f | %8.3f | %8.3f | %9.1f | %8.1f | %8.1f | %5.2f |\n",
+        printf("| %-24s | %9.2f GB | %-10s | %-6s | %8.3f | %8.3f | %8.3f | %9.1f | %8.1f | %8.1f | %5.2f | %s |\n",
                r->model, r->size / 1e9, r->backend, r->test, r->p50_ms, r->p99_ms, r->cpu_ms, 1e3 / r->mean_ms,
-               r->bw_gbs, r->device_bw_gbs, r->bw_ratio);
+               r->bw_gbs, r->device_bw_gbs, r->bw_ratio, r->note);
     }
     *first = false;
     fflush(stdout);
+}
+
+/* The speculative-decoding rows: each task without and with speculation. */
+static int mk_bench_spec_rows(const char *path, enum mk_backend_kind kind, const struct mk_bench_opts *o,
+                              const struct mk_bench_row *tg, bool *first) {
+    struct mk_bench_spec_params sp = { path, kind, o->threads, o->ctx, o->ubatch, o->n_draft, o->n };
+    struct mk_bench_spec res[2];
+    struct mk_error err = { 0 };
+    if (mk_bench_spec_run(&sp, res, &err) != MK_OK) {
+        fprintf(stderr, "mk bench: speculation on %s: %s\n", path, err.msg);
+        return 1;
+    }
+    for (int k = 0; k < 2; k++)
+        for (int on = 0; on < 2; on++) {
+            struct mk_bench_row r = *tg;
+            double tok_s = on ? res[k].tok_s_on : res[k].tok_s_off;
+            snprintf(r.test, sizeof r.test, "%s%s", res[k].task, on ? "+lk" : "");
+            r.p50_ms = r.p99_ms = r.mean_ms = tok_s > 0 ? 1e3 / tok_s : 0;
+            r.dev_p50_ms = 0;
+            r.bw_gbs = tok_s * r.size / 1e9 / (on && res[k].n_gen ? (double)res[k].n_gen / (res[k].steps_on + 1) : 1);
+            r.bw_ratio = r.device_bw_gbs > 0 ? r.bw_gbs / r.device_bw_gbs : 0;
+            if (on)
+                snprintf(r.note, sizeof r.note, "accept %.1f %%, %.2fx, %s output", 100 * res[k].accept,
+                         res[k].tok_s_off > 0 ? res[k].tok_s_on / res[k].tok_s_off : 0,
+                         res[k].same ? "same" : "DIFFERENT");
+            else
+                snprintf(r.note, sizeof r.note, "%u tokens, greedy", res[k].n_gen);
+            mk_bench_print(&r, o->json, first);
+        }
+    return !res[0].same || !res[1].same;
 }
 
 static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool *first) {
@@ -243,9 +297,9 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
             failed = 1;
             continue;
         }
-        struct mk_bench_row row = { 0 };
+        struct mk_bench_row row = { 0 }, pp = { 0 };
         snprintf(row.model, sizeof row.model, "%s", base);
-        if (mk_bench_one(m, base, kind, o, &row) != 0) {
+        if (mk_bench_one(m, base, kind, o, &row, &pp) != 0) {
             failed = 1;
             continue;
         }
@@ -265,14 +319,27 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
         row.bw_ratio = *bw > 0 ? row.bw_gbs * 1e9 / *bw : 0;
         row.floor_ms = *bw > 0 ? row.size / *bw * 1e3 : 0;
         mk_bench_print(&row, o->json, first);
+        if (o->n_prompt) {
+            pp.device_bw_gbs = row.device_bw_gbs;
+            pp.bw_ratio = *bw > 0 ? pp.bw_gbs * 1e9 / *bw : 0;
+            mk_bench_print(&pp, o->json, first);
+        }
+        if (o->spec) failed |= mk_bench_spec_rows(path, kind, o, &row, first);
     }
     mk_model_free(m);
     return failed;
 }
 
 int mk_cmd_bench(int argc, char **argv) {
-    struct mk_bench_opts o = { NULL,  "all", NULL, "bf16", 128, 512, 0, 8, false, mk_gpu_default_settings(),
-                               false, false, 0,    0.8f,   1000 };
+    struct mk_bench_opts o = { .backends = "all",
+                               .dtype = "bf16",
+                               .n = 128,
+                               .ctx = 512,
+                               .warmup = 8,
+                               .gpu = mk_gpu_default_settings(),
+                               .n_prompt = 512,
+                               .temp = 0.8f,
+                               .seed = 1000 };
     if (mk_cli_gpu_env("bench", &o.gpu)) return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -281,6 +348,9 @@ int mk_cmd_bench(int argc, char **argv) {
             return 0;
         }
         int g = mk_cli_gpu_flag("bench", argc, argv, &i, &o.gpu);
+        if (g < 0) return 2;
+        if (g) continue;
+        g = mk_cli_chunk_flag("bench", argc, argv, &i, &o.ubatch, &o.spec, &o.n_draft);
         if (g < 0) return 2;
         if (g) continue;
         if (!strcmp(a, "--json")) {
@@ -300,7 +370,9 @@ int mk_cmd_bench(int argc, char **argv) {
             o.presets = v;
         else if (!strcmp(a, "--dtype"))
             o.dtype = v;
-        else if (!strcmp(a, "-n")) {
+        else if (!strcmp(a, "-p")) {
+            if (mk_cli_uint("bench", a, v, 0, 1u << 24, &o.n_prompt)) return 2;
+        } else if (!strcmp(a, "-n")) {
             if (mk_cli_uint("bench", a, v, 1, 1u << 24, &o.n)) return 2;
             o.n_given = true;
         } else if (!strcmp(a, "--ctx")) {
@@ -331,19 +403,21 @@ int mk_cmd_bench(int argc, char **argv) {
         }
     }
     if (o.soak) return mk_bench_soak(&o);
-    if (o.n > o.ctx || o.warmup > o.ctx) {
-        fprintf(stderr, "mk bench: -n %u (and warm-up %u) must fit in --ctx %u\n", o.n, o.warmup, o.ctx);
+    if (o.n > o.ctx || o.warmup > o.ctx || o.n_prompt > o.ctx) {
+        fprintf(stderr, "mk bench: -n %u, -p %u (and warm-up %u) must fit in --ctx %u\n", o.n, o.n_prompt, o.warmup,
+                o.ctx);
         return 2;
     }
     bool first = true;
     if (o.json)
         printf("[\n");
     else {
-        printf("| %-24s | %12s | %-10s | %-6s | %8s | %8s | %8s | %9s | %8s | %8s | %5s |\n", "model", "weights/tok",
-               "backend", "test", "ms p50", "ms p99", "cpu ms", "tok/s", "GB/s", "read GB/s", "ratio");
-        printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------------", "--------------", "------------",
-               "--------", "----------", "----------", "----------", "-----------", "----------", "----------",
-               "-------");
+        printf("| %-24s | %12s | %-10s | %-6s | %8s | %8s | %8s | %9s | %8s | %8s | %5s | %s |\n", "model",
+               "weights/tok", "backend", "test", "ms p50", "ms p99", "cpu ms", "tok/s", "GB/s", "read GB/s", "ratio",
+               "note");
+        printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", "--------------------------", "--------------",
+               "------------", "--------", "----------", "----------", "----------", "-----------", "----------",
+               "----------", "-------", "------");
     }
     int failed = 0;
     if (o.model) {

@@ -67,6 +67,10 @@ for w in $WHAT; do
         for t in stories sampling context hang faults; do
             run "cuda_test $t" 300 "$BIN/cuda_test" "$t"
         done
+        # Sticky CUDA errors end CUDA for their process: one process per injected kind.
+        for k in error trap "bad address"; do
+            run "cuda_test faults $k" 120 "$BIN/cuda_test" faults "$k"
+        done
         # The optional ATTN_OUTPUT op (combine fused into the attention output) must agree too.
         run "cuda_test stories, fused attention output" 300 env MK_CUDA_FUSE_ATTN_OUTPUT=1 "$BIN/cuda_test" stories
         ;;

@@ -38,6 +38,7 @@ void mk_tool_print_usage(FILE *f, long long n_predict) {
             "  --ids              print the generated token ids, space-separated, instead of text\n"
             "  -v, --verbose      report backend choices and the prompt's token ids\n",
             n_predict);
+    fputs(mk_cli_chunk_usage, f);
     fputs(mk_cli_gpu_usage, f);
 }
 
@@ -98,6 +99,8 @@ static const char *const mk_tool_value_flags[] = {
 int mk_tool_parse_flag(struct mk_tool_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     int g = mk_cli_gpu_flag(o->cmd, argc, argv, i, &o->gpu);
+    if (g) return g;
+    g = mk_cli_chunk_flag(o->cmd, argc, argv, i, &o->sp.ubatch, &o->sp.spec, &o->sp.n_draft);
     if (g) return g;
     if (!strcmp(a, "--ids")) {
         o->print_ids = true;
@@ -300,5 +303,9 @@ void mk_tool_print_summary(const struct mk_timings *t) {
                 t->eval_ms > 0 ? 1e3 * t->n_eval / t->eval_ms : 0.0);
     else
         fprintf(stderr, "mk:        eval time = %10.2f ms / %5u runs\n", t->eval_ms, 0u);
+    if (t->n_spec_steps)
+        fprintf(stderr, "mk:      speculation = %5u steps, %u of %u drafted tokens accepted (%.1f %%)\n",
+                (unsigned)t->n_spec_steps, (unsigned)t->n_accepted, (unsigned)t->n_drafted,
+                t->n_drafted ? 100.0 * t->n_accepted / t->n_drafted : 0.0);
     fprintf(stderr, "mk:       total time = %10.2f ms / %5u tokens\n", total_ms, (unsigned)(t->n_prompt + t->n_eval));
 }

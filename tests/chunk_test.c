@@ -1,0 +1,309 @@
+/* Several tokens per step: chunk programs against one-token steps and the reference, chunked prompts and prompt-lookup speculation against plain greedy decoding. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gen.h"
+#include "core/model.h"
+#include "graph/cpu_exec.h"
+#include "graph/lookup.h"
+#include "graph/program.h"
+#include "runtime/backend.h"
+#include "runtime/mk.h"
+#include "tests/test_util.h"
+
+#define N_CTX 96
+
+/* A token sequence with repeats, so that prompt lookup finds matches: (n) ids below vocab. */
+static void make_tokens(int32_t *ids, uint32_t n, uint32_t vocab) {
+    for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)(1u + (i % 11u) * 37u % (vocab - 1u));
+}
+
+static struct mk_program *compile(const struct mk_model *m, uint32_t workers, enum mk_schedule sched, uint32_t ubatch) {
+    struct mk_compile_params cp = mk_compile_default_params();
+    cp.n_workers = workers;
+    cp.n_ctx = N_CTX;
+    cp.schedule = sched;
+    cp.attn_block = 16; /* several attention blocks inside and across chunks */
+    cp.ubatch = ubatch;
+    struct mk_program *p = NULL;
+    struct mk_error err = { 0 };
+    enum mk_status st = mk_program_compile(m, &cp, &p, &err);
+    MK_CHECK_MSG(st == MK_OK, "compile ubatch %u for %u workers: %s", ubatch, workers, err.msg);
+    return st == MK_OK ? p : NULL;
+}
+
+/* Runs ids through the chunk program in chunks of the sizes in `sizes` (cycled), every row an
+ * output row, and through the one-token program and the reference token by token: every row's
+ * logits must match, and the tokens too. */
+static void check_chunk_program(const char *name, const struct mk_model *m, uint32_t workers, enum mk_schedule sched) {
+    const uint32_t U = 8, n = 70, vocab = m->cfg.n_vocab;
+    static const uint32_t sizes[] = { 5, 8, 1, 3, 8, 7, 2 };
+    struct mk_error err = { 0 };
+    struct mk_program *one = compile(m, workers, sched, 1), *chunk = compile(m, workers, sched, U);
+    struct mk_cpu_exec *e1 = NULL, *ec = NULL;
+    struct mk_backend *ref = NULL;
+    struct mk_backend_params bp = { .kind = MK_BACKEND_REF, .n_ctx = N_CTX };
+    int32_t ids[70], outs[8];
+    float *want = malloc((size_t)n * vocab * sizeof *want), *ref_logits = malloc(vocab * sizeof *ref_logits);
+    int32_t want_tok[70];
+    if (!one || !chunk || !want || !ref_logits) goto done;
+    MK_CHECK(chunk->ubatch == U && one->ubatch == 1);
+    MK_CHECK(chunk->tokens_off != MK_NO_BUF && one->tokens_off == MK_NO_BUF);
+    if (mk_cpu_exec_create(one, workers, &e1, &err) != MK_OK ||
+        mk_cpu_exec_create(chunk, workers, &ec, &err) != MK_OK || mk_backend_create_ref(m, &bp, &ref, &err) != MK_OK) {
+        MK_CHECK_MSG(0, "%s: executors: %s", name, err.msg);
+        goto done;
+    }
+    make_tokens(ids, n, vocab);
+    double worst_ref = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct mk_step_cmd c = mk_test_step_cmd(ids[i], (int32_t)i);
+        MK_CHECK(mk_cpu_exec_step(e1, &c, &want_tok[i], &err) == MK_OK);
+        memcpy(want + (size_t)i * vocab, mk_cpu_exec_logits(e1), vocab * sizeof *want);
+        int32_t rt;
+        MK_CHECK(ref->vt->step(ref, &c, &rt, &err) == MK_OK && ref->vt->logits(ref, ref_logits, &err) == MK_OK);
+        double e = mk_test_rel_err(want + (size_t)i * vocab, ref_logits, vocab);
+        if (e > worst_ref) worst_ref = e;
+    }
+    MK_CHECK_MSG(worst_ref < 1e-5, "%s: one-token program differs from the reference by %.3g", name, worst_ref);
+    double worst = 0;
+    uint32_t steps = 0;
+    for (uint32_t i = 0, k = 0; i < n; i += k, steps++) {
+        k = sizes[steps % (sizeof sizes / sizeof sizes[0])];
+        if (k > n - i) k = n - i;
+        struct mk_step_cmd c = mk_test_step_cmd(ids[i], (int32_t)i);
+        c.n_tokens = (uint16_t)k;
+        c.n_out = (uint16_t)k;
+        enum mk_status st = mk_cpu_exec_step_chunk(ec, &c, ids + i, outs, &err);
+        MK_CHECK_MSG(st == MK_OK, "%s: chunk step at %u: %s", name, i, err.msg);
+        if (st != MK_OK) break;
+        for (uint32_t j = 0; j < k; j++) {
+            double e = mk_test_rel_err(mk_cpu_exec_logits_row(ec, j), want + (size_t)(i + j) * vocab, vocab);
+            if (e > worst) worst = e;
+            MK_CHECK_MSG(outs[j] == want_tok[i + j], "%s: row %u of the step at %u: token %d, one-token step %d", name,
+                         j, i, outs[j], want_tok[i + j]);
+        }
+        MK_CHECK(mk_cpu_exec_logits_row(ec, k) == NULL);
+    }
+    MK_CHECK_MSG(worst < 1e-6, "%s: chunk logits differ from one-token steps by %.3g", name, worst);
+    /* A prompt chunk: only the last row gets logits, and they match too. */
+    struct mk_step_cmd c = mk_test_step_cmd(ids[0], 0);
+    c.n_tokens = 6;
+    c.n_out = 1;
+    MK_CHECK(mk_cpu_exec_step_chunk(ec, &c, ids, outs, &err) == MK_OK);
+    MK_CHECK(outs[0] == want_tok[5] && mk_test_rel_err(mk_cpu_exec_logits(ec), want + 5ull * vocab, vocab) < 1e-6);
+    /* Bad steps are refused, not run. */
+    c.n_tokens = (uint16_t)(U + 1);
+    MK_CHECK(mk_cpu_exec_step_chunk(ec, &c, ids, outs, &err) == MK_ERR_INVALID_ARG);
+    c.n_tokens = 4;
+    c.n_out = 5;
+    MK_CHECK(mk_cpu_exec_step_chunk(ec, &c, ids, outs, &err) == MK_ERR_INVALID_ARG);
+    c.n_out = 1;
+    c.pos = N_CTX - 3;
+    MK_CHECK(mk_cpu_exec_step_chunk(ec, &c, ids, outs, &err) == MK_ERR_CONTEXT_FULL);
+    printf("%-28s %u workers %-7s: %u rows in %u chunk steps, max logit error vs one-token steps %.2e, one-token vs "
+           "reference %.2e\n",
+           name, workers, sched == MK_SCHED_STATIC ? "static" : "dynamic", n, steps, worst, worst_ref);
+done:
+    free(want);
+    free(ref_logits);
+    if (ref) ref->vt->free(ref);
+    mk_cpu_exec_free(ec);
+    mk_cpu_exec_free(e1);
+    mk_program_free(chunk);
+    mk_program_free(one);
+}
+
+static void expect_invalid(const struct mk_program *p, const char *what, const char *needle) {
+    struct mk_error err = { 0 };
+    enum mk_status st = mk_program_validate(p, &err);
+    MK_CHECK_MSG(st != MK_OK, "validator accepted a chunk program with %s", what);
+    MK_CHECK_MSG(st == MK_OK || strstr(err.msg, needle), "message for %s lacks '%s': %s", what, needle, err.msg);
+}
+
+static void check_validator(const struct mk_model *m) {
+    struct mk_program *p = compile(m, 2, MK_SCHED_DYNAMIC, 4);
+    if (!p) return;
+    struct mk_error err = { 0 };
+    MK_CHECK_MSG(mk_program_validate(p, &err) == MK_OK, "pristine chunk program rejected: %s", err.msg);
+    uint32_t embed = 0, attn = 0;
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        if (p->instrs[i].op == MK_OP_EMBED) embed = i;
+        if (p->instrs[i].op == MK_OP_ATTN_CHUNK && !attn) attn = i;
+        MK_CHECK(p->instrs[i].op != MK_OP_ATTN_PARTIAL && p->instrs[i].op != MK_OP_ATTN_OUTPUT);
+    }
+    MK_CHECK(attn > 0);
+    struct mk_instr saved = p->instrs[embed];
+    p->instrs[embed].buf[1] = MK_NO_BUF;
+    expect_invalid(p, "no token array", "lacks a token array");
+    p->instrs[embed].buf[1] = saved.buf[1] + 16;
+    expect_invalid(p, "a moved token array", "token array is at");
+    p->instrs[embed] = saved;
+    saved = p->instrs[attn];
+    p->instrs[attn].op = MK_OP_ATTN_PARTIAL;
+    expect_invalid(p, "a one-token attention op", "one-token op");
+    p->instrs[attn] = saved;
+    p->instrs[attn].args.attn.n_blocks = 1;
+    expect_invalid(p, "attention blocks short of the context", "chunk attention shape");
+    p->instrs[attn] = saved;
+    /* Every activation has ubatch rows: a smaller arena cannot hold them. */
+    p->arena_floats /= 2;
+    expect_invalid(p, "a one-token arena", "past the arena");
+    mk_program_free(p);
+}
+
+static void check_lookup(void) {
+    const int32_t ctx[] = { 5, 6, 7, 8, 9, 1, 2, 5, 6, 7 };
+    int32_t d[8];
+    /* "5 6 7" occurred before, followed by 8 9 1 2 5 6 7. */
+    uint32_t k = mk_lookup_draft(ctx, 10, 3, d);
+    MK_CHECK(k == 3 && d[0] == 8 && d[1] == 9 && d[2] == 1);
+    k = mk_lookup_draft(ctx, 10, 8, d);
+    MK_CHECK(k == 7 && d[6] == 7);
+    /* No repeated 2-gram at the end: no draft. */
+    const int32_t fresh[] = { 1, 2, 3, 4, 2, 5 };
+    MK_CHECK(mk_lookup_draft(fresh, 6, 4, d) == 0);
+    /* The latest occurrence wins. */
+    const int32_t twice[] = { 1, 2, 3, 1, 2, 4, 1, 2 };
+    MK_CHECK(mk_lookup_draft(twice, 8, 1, d) == 1 && d[0] == 4);
+    MK_CHECK(mk_lookup_draft(twice, 8, 0, d) == 0 && mk_lookup_draft(twice, 1, 4, d) == 0);
+}
+
+struct run {
+    int32_t ids[256];
+    uint32_t n;
+    float logits[32768];
+    struct mk_timings t;
+};
+
+static int collect(void *user, int32_t id, const char *piece, size_t len) {
+    struct run *r = user;
+    if (r->n < 256) r->ids[r->n++] = id;
+    return 0;
+}
+
+/* Greedy: the prompt, then n_gen tokens (-1: until the context is full), then the logits. */
+static void session_run(const struct mk_lm *lm, enum mk_backend_kind kind, uint32_t ubatch, int spec, uint32_t n_ctx,
+                        const int32_t *prompt, uint32_t n_prompt, int32_t n_gen, struct run *r) {
+    struct mk_session_params sp = mk_session_default_params();
+    sp.backend = kind;
+    sp.n_ctx = n_ctx;
+    sp.n_threads = 2;
+    sp.ubatch = ubatch;
+    sp.spec = spec;
+    sp.n_draft = 5;
+    sp.sampling.temperature = 0.0f;
+    struct mk_session *s = NULL;
+    struct mk_error err = { 0 };
+    memset(r, 0, sizeof *r);
+    if (mk_session_create(lm, &sp, &s, &err) != MK_OK) {
+        MK_CHECK_MSG(0, "session: %s", err.msg);
+        return;
+    }
+    MK_CHECK_MSG(mk_session_feed(s, prompt, n_prompt) == MK_OK, "feed: %s", mk_session_last_error(s));
+    MK_CHECK_MSG(mk_session_generate(s, n_gen, collect, r, NULL, NULL) == MK_OK, "generate: %s",
+                 mk_session_last_error(s));
+    uint32_t vocab = mk_lm_get_info(lm).n_vocab;
+    MK_CHECK(vocab <= 32768 && mk_session_logits(s, r->logits, 32768) == MK_OK);
+    r->t = mk_session_timings(s);
+    mk_session_free(s);
+}
+
+static uint32_t g_accepted; /* drafted tokens accepted over every model */
+
+/* Chunked prompts and speculation against token-by-token greedy decoding, through the public API. */
+static void check_api(const char *name, const char *path) {
+    struct mk_lm *lm = NULL;
+    struct mk_error err = { 0 };
+    if (mk_lm_load(path, &lm, &err) != MK_OK) {
+        MK_CHECK_MSG(0, "%s: %s", path, err.msg);
+        return;
+    }
+    uint32_t vocab = mk_lm_get_info(lm).n_vocab;
+    int32_t prompt[40];
+    make_tokens(prompt, 40, vocab);
+    static struct run base, ref, chunk, spec, spec_full, base_full;
+    session_run(lm, MK_BACKEND_CPU, 1, MK_SPEC_OFF, N_CTX, prompt, 40, 40, &base);
+    session_run(lm, MK_BACKEND_REF, 8, MK_SPEC_LOOKUP, N_CTX, prompt, 40, 40, &ref);
+    session_run(lm, MK_BACKEND_CPU, 8, MK_SPEC_OFF, N_CTX, prompt, 40, 40, &chunk);
+    session_run(lm, MK_BACKEND_CPU, 8, MK_SPEC_LOOKUP, N_CTX, prompt, 40, 40, &spec);
+    const struct run *all[] = { &ref, &chunk, &spec };
+    static const char *const what[] = { "ref", "chunked prompt", "speculation" };
+    MK_CHECK(base.n == 40 && base.t.n_prompt_steps == 40 && chunk.t.n_prompt_steps == 5);
+    MK_CHECK_MSG(ref.t.n_spec_steps == 0, "%s: speculation ran on the ref backend, which has no chunk steps", name);
+    MK_CHECK_MSG(spec.t.n_spec_steps > 0, "%s: prompt lookup proposed nothing on a repetitive prompt", name);
+    for (int k = 0; k < 3; k++) {
+        MK_CHECK_MSG(all[k]->n == base.n && !memcmp(all[k]->ids, base.ids, base.n * sizeof base.ids[0]),
+                     "%s: %s output differs from token-by-token greedy decoding", name, what[k]);
+        double e = mk_test_rel_err(all[k]->logits, base.logits, vocab);
+        MK_CHECK_MSG(e < 1e-5, "%s: %s: final logits differ by %.3g", name, what[k], e);
+    }
+    /* To a full context: drafts are cut at its end. */
+    session_run(lm, MK_BACKEND_CPU, 1, MK_SPEC_OFF, 64, prompt, 10, -1, &base_full);
+    session_run(lm, MK_BACKEND_CPU, 8, MK_SPEC_LOOKUP, 64, prompt, 10, -1, &spec_full);
+    MK_CHECK_MSG(spec_full.n == base_full.n && !memcmp(spec_full.ids, base_full.ids, base_full.n * sizeof(int32_t)),
+                 "%s: speculation to a full context differs (%u vs %u tokens)", name, spec_full.n, base_full.n);
+    g_accepted += spec.t.n_accepted + spec_full.t.n_accepted;
+    printf("%-28s greedy identical: chunked prompt (%u steps for 40 tokens), speculation (%u steps, %u of %u drafted "
+           "accepted), to a full context (%u tokens, %u accepted)\n",
+           name, chunk.t.n_prompt_steps, spec.t.n_spec_steps, spec.t.n_accepted, spec.t.n_drafted, spec_full.n,
+           spec_full.t.n_accepted);
+    mk_lm_free(lm);
+}
+
+static void check_model(const char *name, const char *path) {
+    struct mk_model *m = NULL;
+    struct mk_error err = { 0 };
+    if (mk_model_load(path, &m, &err) != MK_OK) {
+        MK_CHECK_MSG(0, "%s: %s", path, err.msg);
+        return;
+    }
+    check_chunk_program(name, m, 1, MK_SCHED_DYNAMIC);
+    check_chunk_program(name, m, 3, MK_SCHED_DYNAMIC);
+    check_chunk_program(name, m, 2, MK_SCHED_STATIC);
+    mk_model_free(m);
+    check_api(name, path);
+}
+
+int main(void) {
+    check_lookup();
+    char tmp[1024], path[1200];
+    if (!mk_test_make_tmp_dir(tmp, sizeof tmp, "chunk_test")) {
+        fprintf(stderr, "FAIL: temp dir\n");
+        return 1;
+    }
+    static const char *const dtypes[] = { "f32", "q8_0", "q4_k" };
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
+        struct mk_gen_params gp = mk_gen_default_params();
+        gp.dtype = dtypes[i];
+        snprintf(path, sizeof path, "%s/tiny-%s.gguf", tmp, dtypes[i]);
+        struct mk_error err = { 0 };
+        if (mk_gen_write(path, &gp, &err) != MK_OK) {
+            MK_CHECK_MSG(0, "gen tiny %s: %s", dtypes[i], err.msg);
+            continue;
+        }
+        char name[64];
+        snprintf(name, sizeof name, "tiny-%s", dtypes[i]);
+        check_model(name, path);
+        if (i == 0) {
+            struct mk_model *m = NULL;
+            if (mk_model_load(path, &m, &err) == MK_OK) check_validator(m);
+            mk_model_free(m);
+        }
+    }
+    mk_test_remove_tree(tmp);
+    const char *dir = mk_test_models_dir("stories260K-f32.gguf");
+    if (!dir) {
+        printf("SKIP: models dir not found (set MK_MODELS_DIR): stories260K and llama-2-tiny-random\n");
+    } else {
+        static const char *const files[] = { "stories260K-f32.gguf", "llama-2-tiny-random.gguf" };
+        for (size_t i = 0; i < 2; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+            check_model(files[i], path);
+        }
+    }
+    MK_CHECK_MSG(g_accepted > 0, "no drafted token was ever accepted: the acceptance path went untested");
+    return mk_test_finish("chunk_test");
+}
