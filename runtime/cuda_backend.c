@@ -815,20 +815,45 @@ static enum mk_status mk_cuda_size_grid(struct mk_cuda_backend *b, const struct 
     return MK_OK;
 }
 
-/* The kernels and the program they run, tiled for the grid. A first compile for the SM count
- * says what formats (checked before the kernels load) and shared memory the program needs, which
- * sizes the grid; more workers only shrink tiles (and so shared memory), so the occupancy found
- * for it holds for the final one. */
+/* Blocks of the kernel one multiprocessor holds before shared memory counts (registers and
+ * threads), capped by settings.blocks_per_sm, times the SM count. */
+static enum mk_status mk_cuda_max_grid(struct mk_cuda_backend *b, uint32_t *grid, struct mk_error *err) {
+    const struct mk_cuda *cu = b->cu;
+    const char *fname = b->base.kind == MK_BACKEND_MEGAKERNEL ? "mk_megakernel" : "mk_perop";
+    if (MK_CU(cu, err, cuModuleGetFunction(&b->fn, b->mod, fname))) return MK_ERR_CUDA;
+    int per_sm = 0;
+    if (MK_CU(cu, err, cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, b->fn, (int)MK_BLOCK_THREADS, 0)))
+        return MK_ERR_CUDA;
+    if (per_sm < 1)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED, "no block of the kernel fits on a multiprocessor of %s",
+                            b->info.device);
+    if (b->gpu.blocks_per_sm && (int)b->gpu.blocks_per_sm < per_sm) per_sm = (int)b->gpu.blocks_per_sm;
+    *grid = (uint32_t)per_sm * (uint32_t)b->info.sm_count;
+    return MK_OK;
+}
+
+/* The kernels and the program they run, tiled for the grid. The program is compiled once, for
+ * the grid the kernel's registers allow; only when its shared memory lowers the occupancy is it
+ * compiled again for the smaller grid (whose bigger tiles may need more, so until the grid holds). */
 static enum mk_status mk_cuda_build_program(struct mk_cuda_backend *b, const struct mk_model *m, struct mk_error *err) {
-    struct mk_program *probe = NULL;
-    enum mk_status st = mk_cuda_compile(m, b, (uint32_t)b->info.sm_count, &probe, err);
-    if (st == MK_OK) st = mk_cuda_check_program(probe, err);
-    if (st == MK_OK) st = mk_cuda_load_module(b, err);
-    if (st == MK_OK) st = mk_cuda_size_grid(b, probe, err);
-    mk_program_free(probe);
-    if (st == MK_OK) st = mk_cuda_compile(m, b, b->info.grid, &b->prog, err);
-    if (st == MK_OK) st = mk_cuda_check_program(b->prog, err);
+    uint32_t grid = 0;
+    enum mk_status st = mk_cuda_load_module(b, err);
+    if (st == MK_OK) st = mk_cuda_max_grid(b, &grid, err);
+    for (int round = 0; st == MK_OK; round++) {
+        mk_program_free(b->prog);
+        b->prog = NULL;
+        st = mk_cuda_compile(m, b, grid, &b->prog, err);
+        if (st == MK_OK) st = mk_cuda_check_program(b->prog, err);
+        if (st == MK_OK) st = mk_cuda_size_grid(b, b->prog, err);
+        if (st != MK_OK || b->info.grid >= grid) break;
+        if (round == 4)
+            st = mk_error_set(err, MK_ERR_UNSUPPORTED, "no grid of %s holds the program's shared memory (%u blocks)",
+                              b->info.device, b->info.grid);
+        grid = b->info.grid;
+    }
     if (st != MK_OK) return st;
+    b->info.grid = grid; /* the program's static schedule is for exactly this many blocks */
+    b->info.blocks_per_sm = (int)(grid / (uint32_t)b->info.sm_count);
     b->info.smem_bytes = mk_cuda_program_smem(b->prog);
     b->info.n_instr = b->prog->n_instr;
     b->info.n_tasks = b->prog->n_tasks;
