@@ -86,6 +86,24 @@ __device__ __forceinline__ float mk_warp_max(float v) {
     return v;
 }
 
+/* (v, i) ranks before (bv, bi): greater logit, then lower id. */
+__device__ __forceinline__ bool mk_better(float v, uint32_t i, float bv, uint32_t bi) {
+    return v > bv || (v == bv && i < bi);
+}
+
+/* The best (value, index) of the warp by mk_better, in every lane. */
+__device__ __forceinline__ void mk_warp_best(float *best, uint32_t *bi) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(0xffffffffu, *best, o);
+        uint32_t i = __shfl_xor_sync(0xffffffffu, *bi, o);
+        if (mk_better(v, i, *best, *bi)) {
+            *best = v;
+            *bi = i;
+        }
+    }
+}
+
 /* Sum over the block; every thread gets the same value (same order everywhere). */
 __device__ __noinline__ float mk_block_sum(float v) {
     __shared__ float part[MK_BLOCK_WARPS];

@@ -4,11 +4,6 @@
 
 #include "megakernel/common.cuh"
 
-/* (v, i) ranks before (bv, bi): greater logit, then lower id. */
-__device__ __forceinline__ bool mk_better(float v, uint32_t i, float bv, uint32_t bi) {
-    return v > bv || (v == bv && i < bi);
-}
-
 __device__ __forceinline__ void mk_lm_rows(const struct mk_wdesc *w, const float *xs, float *logits, uint32_t r0,
                                            uint32_t count, uint32_t g, float *best, uint32_t *best_i, const int R) {
     const uint8_t *rows[4];
@@ -60,14 +55,7 @@ __device__ void mk_op_norm_lm_head(const struct mk_task_ctx *c) {
                 best_i = r0 + i;
             }
         }
-        for (int o = 16; o > 0; o >>= 1) {
-            float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            uint32_t oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-            if (mk_better(ob, oi, best, best_i)) {
-                best = ob;
-                best_i = oi;
-            }
-        }
+        mk_warp_best(&best, &best_i);
     } else if (R == 4) {
         for (uint32_t g = warp * 4u; g < count; g += MK_BLOCK_WARPS * 4u)
             mk_lm_rows(&w, xs, logits, r0, count, g, &best, &best_i, 4);

@@ -34,15 +34,7 @@ __device__ int32_t mk_sample_greedy(const struct mk_task_ctx *c) {
             bi = i;
         }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        float v = __shfl_xor_sync(0xffffffffu, best, o);
-        uint32_t i = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (mk_better(v, i, best, bi)) {
-            best = v;
-            bi = i;
-        }
-    }
+    mk_warp_best(&best, &bi);
     if ((threadIdx.x & 31u) == 0) {
         wb[threadIdx.x >> 5] = best;
         wi[threadIdx.x >> 5] = bi;
