@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/mem.h"
 #include "core/model.h"
 #include "graph/cpu_exec.h"
 
@@ -297,12 +298,12 @@ void mk_cpu_exec_free(struct mk_cpu_exec *e) {
         for (uint32_t i = 0; i < e->n_started; i++) pthread_join(e->threads[i], NULL);
     }
     free(e->threads);
-    free(e->arena);
+    mk_mem_free_big(e->arena);
     if (e->owns_kv) {
-        free(e->k_cache);
-        free(e->v_cache);
+        mk_mem_free_big(e->k_cache);
+        mk_mem_free_big(e->v_cache);
     }
-    free(e->scratch);
+    mk_mem_free_big(e->scratch);
     free(e->counters);
     free(e);
 }
@@ -342,16 +343,16 @@ static enum mk_status mk_cpu_exec_make(const struct mk_program *prog, uint32_t n
     e->scratch_floats = mk_cpu_scratch_floats(prog) + e->row_floats;
     size_t kv = (size_t)prog->n_layer * prog->n_ctx * prog->kv_dim;
     e->threads = calloc(n_threads, sizeof *e->threads);
-    e->arena = calloc(prog->arena_floats ? prog->arena_floats : 1, sizeof(float));
+    e->arena = mk_mem_alloc_big((size_t)prog->arena_floats * sizeof(float));
     e->owns_kv = !kv_owner;
     if (kv_owner) {
         e->k_cache = kv_owner->k_cache;
         e->v_cache = kv_owner->v_cache;
     } else {
-        e->k_cache = calloc(kv ? kv : 1, sizeof(float));
-        e->v_cache = calloc(kv ? kv : 1, sizeof(float));
+        e->k_cache = mk_mem_alloc_big(kv * sizeof(float));
+        e->v_cache = mk_mem_alloc_big(kv * sizeof(float));
     }
-    e->scratch = calloc((size_t)n_threads * e->scratch_floats, sizeof(float));
+    e->scratch = mk_mem_alloc_big((size_t)n_threads * e->scratch_floats * sizeof(float));
     e->counters = calloc(prog->n_counters, sizeof *e->counters);
     if (!e->threads || !e->arena || !e->k_cache || !e->v_cache || !e->scratch || !e->counters) {
         mk_cpu_exec_free(e);

@@ -6,6 +6,7 @@
 
 #include "runtime/backend.h"
 #include "core/dtype.h"
+#include "core/mem.h"
 #include "graph/sample.h"
 
 struct mk_ref {
@@ -218,8 +219,8 @@ static void mk_ref_free(struct mk_backend *b) {
     free(r->gate);
     free(r->up);
     free(r->logits);
-    free(r->key_cache);
-    free(r->value_cache);
+    mk_mem_free_big(r->key_cache);
+    mk_mem_free_big(r->value_cache);
     free(r);
 }
 
@@ -265,8 +266,8 @@ enum mk_status mk_backend_create_ref(const struct mk_model *m, const struct mk_b
     r->gate = mk_ref_alloc(c->n_ff);
     r->up = mk_ref_alloc(c->n_ff);
     r->logits = mk_ref_alloc(c->n_vocab);
-    r->key_cache = mk_ref_alloc(cache);
-    r->value_cache = mk_ref_alloc(cache);
+    r->key_cache = mk_mem_alloc_big(cache * sizeof(float));
+    r->value_cache = mk_mem_alloc_big(cache * sizeof(float));
     if (!r->x || !r->xn || !r->norm_w || !r->q || !r->att_out || !r->score || !r->gate || !r->up || !r->logits ||
         !r->key_cache || !r->value_cache)
         goto fail;

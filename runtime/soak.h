@@ -13,13 +13,14 @@ extern "C" {
 #endif
 
 struct mk_soak_params {
-    uint32_t sessions;                /* measured sessions, after the warm-up ones */
-    uint32_t warmup;                  /* sessions run before the baseline is taken (allocator arenas, thread stacks) */
-    uint32_t tokens;                  /* generated per session; the sequence restarts (reset + prompt) when it ends */
-    const char *prompt;               /* fed at each (re)start */
-    uint64_t seed;                    /* session i samples with seed + i */
-    bool vary_threads;                /* odd sessions use 2 cpu workers, even ones the default */
-    double rss_slack_pct;             /* allowed growth of resident memory, in % of the baseline ... */
+    uint32_t sessions;  /* measured sessions, after the warm-up ones */
+    uint32_t warmup;    /* sessions run before the baseline is taken (allocator arenas, thread stacks) */
+    uint32_t tokens;    /* generated per session; the sequence restarts (reset + prompt) when it ends */
+    const char *prompt; /* fed at each (re)start */
+    uint64_t seed;      /* session i samples with seed + i */
+    bool vary_threads;  /* odd sessions use 2 cpu workers, even ones the default */
+    double
+        rss_slack_pct; /* allowed growth of anonymous resident memory, in % of all resident memory at the baseline ... */
     long rss_floor_kib;               /* ... but at least this many KiB */
     struct mk_session_params session; /* backend, sampling (temperature > 0), n_ctx, ... */
 };
@@ -33,6 +34,9 @@ struct mk_soak_report {
     double wall_ms_per_token;           /* whole measured run over its tokens (restarts and prompts too) */
     double cpu_ms_per_token;            /* host CPU of every thread of the process, same basis */
     long rss0_kib, rss1_kib;            /* resident memory after warm-up, and at the end */
+    long anon0_kib, anon1_kib;          /* its anonymous part (heap, KV caches, stacks), what a leak grows; the rest
+                                         * is file-backed: pages of the binary and libraries, read once when code
+                                         * first runs */
     int fds0, fds1, threads0, threads1; /* open files and threads, same moments */
     char first_error[512];              /* the first session's error, "" when none */
     char verdict[256];                  /* "" when flat and error-free, else what grew or failed */
@@ -40,6 +44,8 @@ struct mk_soak_report {
 
 /* Resident memory of this process in KiB (/proc/self/statm), -1 when unknown. */
 long mk_soak_rss_kib(void);
+/* Its anonymous part in KiB (RssAnon in /proc/self/status), -1 when unknown. */
+long mk_soak_anon_kib(void);
 /* Open file descriptors (/proc/self/fd) or threads (/proc/self/task) of this process, -1 when unknown. */
 int mk_soak_count_fds(void);
 int mk_soak_count_threads(void);

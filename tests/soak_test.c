@@ -50,14 +50,16 @@ int main(void) {
 #endif
     struct mk_soak_report r;
     MK_CHECK(mk_soak_run(lm, &p, &r, &err) == MK_OK);
-    printf("soak: %u sessions x %u tokens: %llu tokens, %u errors; per token p50 %.3f ms, p99 %.3f ms, max %.3f ms; "
-           "wall %.3f ms, host cpu %.3f ms; rss %ld -> %ld KiB; fds %d -> %d; threads %d -> %d\n",
-           r.sessions, p.tokens, (unsigned long long)r.tokens, r.errors, r.p50_ms, r.p99_ms, r.max_ms,
-           r.wall_ms_per_token, r.cpu_ms_per_token, r.rss0_kib, r.rss1_kib, r.fds0, r.fds1, r.threads0, r.threads1);
+    printf(
+        "soak: %u sessions x %u tokens: %llu tokens, %u errors; per token p50 %.3f ms, p99 %.3f ms, max %.3f ms; "
+        "wall %.3f ms, host cpu %.3f ms; rss %ld -> %ld KiB (anonymous %ld -> %ld); fds %d -> %d; threads %d -> %d\n",
+        r.sessions, p.tokens, (unsigned long long)r.tokens, r.errors, r.p50_ms, r.p99_ms, r.max_ms, r.wall_ms_per_token,
+        r.cpu_ms_per_token, r.rss0_kib, r.rss1_kib, r.anon0_kib, r.anon1_kib, r.fds0, r.fds1, r.threads0, r.threads1);
     MK_CHECK_MSG(r.verdict[0] == '\0', "soak: %s", r.verdict);
     MK_CHECK_MSG(r.errors == 0, "first error: %s", r.first_error);
     MK_CHECK(r.tokens == (uint64_t)p.sessions * p.tokens);
     MK_CHECK(r.rss0_kib > 0 && r.rss1_kib > 0 && r.fds0 > 0);
+    MK_CHECK(r.anon0_kib > 0 && r.anon0_kib <= r.rss0_kib && r.anon1_kib > 0 && r.anon1_kib <= r.rss1_kib);
     /* Nothing of a session outlives it: only the main thread (and TSan's) is left. */
     MK_CHECK_MSG(r.threads0 == own_threads && r.threads1 == own_threads, "threads %d -> %d", r.threads0, r.threads1);
     MK_CHECK(r.p50_ms > 0 && r.p50_ms <= r.p99_ms && r.p99_ms <= r.max_ms);

@@ -63,7 +63,8 @@ static void mk_bench_usage(FILE *f) {
                "  each generating -n tokens sampled at --temp with seed S + i (the sequence restarts from\n"
                "  the prompt when it ends). Reports per-token p50/p99/max, wall and host CPU ms per token,\n"
                "  resident memory, open files and threads at start and end, and errors; exits 1 on any\n"
-               "  error or on growth: resident memory by more than 1 %% (at least 256 KiB), any file or thread.\n\n"
+               "  error or on growth: anonymous resident memory (heap, caches; not the pages of the binary) by\n"
+               "  more than 1 %% of all resident memory (at least 256 KiB), any file or thread.\n\n"
                "  -p N (default 512; 0 = none) adds pp<N>: N prompt tokens from an empty context in chunk\n"
                "  steps of up to --ubatch tokens, as tokens/s, with the time to first token (ttft).\n"
                "  --spec lookup adds greedy decoding of -n tokens with and without prompt-lookup\n"
@@ -202,11 +203,12 @@ static int mk_bench_soak(const struct mk_bench_opts *o) {
     if (o->json) {
         printf("{\"model\":\"%s\",\"backend\":\"%s\",\"sessions\":%u,\"tokens_per_session\":%u,\"tokens\":%" PRIu64
                ",\"errors\":%u,\"ms_p50\":%.4f,\"ms_p99\":%.4f,\"ms_max\":%.4f,\"wall_ms_per_token\":%.4f,"
-               "\"host_cpu_ms\":%.4f,\"rss_kib_start\":%ld,\"rss_kib_end\":%ld,\"fds_start\":%d,\"fds_end\":%d,"
+               "\"host_cpu_ms\":%.4f,\"rss_kib_start\":%ld,\"rss_kib_end\":%ld,\"anon_kib_start\":%ld,\"anon_kib_end\":"
+               "%ld,\"fds_start\":%d,\"fds_end\":%d,"
                "\"threads_start\":%d,\"threads_end\":%d,\"pass\":%s,\"verdict\":\"",
                base, mk_backend_kind_name(kind), r.sessions, p.tokens, r.tokens, r.errors, r.p50_ms, r.p99_ms, r.max_ms,
-               r.wall_ms_per_token, r.cpu_ms_per_token, r.rss0_kib, r.rss1_kib, r.fds0, r.fds1, r.threads0, r.threads1,
-               r.verdict[0] ? "false" : "true");
+               r.wall_ms_per_token, r.cpu_ms_per_token, r.rss0_kib, r.rss1_kib, r.anon0_kib, r.anon1_kib, r.fds0,
+               r.fds1, r.threads0, r.threads1, r.verdict[0] ? "false" : "true");
         for (const char *c = r.verdict; *c; c++) printf(*c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
         printf("\"}\n");
     } else {
@@ -214,9 +216,12 @@ static int mk_bench_soak(const struct mk_bench_opts *o) {
                mk_backend_kind_name(kind), r.sessions, p.tokens, r.tokens, (double)o->temp, r.errors);
         printf("  per token: p50 %.3f ms, p99 %.3f ms, max %.3f ms; wall %.3f ms, host cpu %.3f ms\n", r.p50_ms,
                r.p99_ms, r.max_ms, r.wall_ms_per_token, r.cpu_ms_per_token);
-        printf("  resident memory %ld -> %ld KiB (%+.2f %%), open files %d -> %d, threads %d -> %d\n", r.rss0_kib,
-               r.rss1_kib, r.rss0_kib > 0 ? 100.0 * (double)(r.rss1_kib - r.rss0_kib) / (double)r.rss0_kib : 0.0,
-               r.fds0, r.fds1, r.threads0, r.threads1);
+        double pct = r.rss0_kib > 0 ? 100.0 / (double)r.rss0_kib : 0.0;
+        printf("  resident memory %ld -> %ld KiB (%+.2f %%): anonymous %ld -> %ld KiB (%+.2f %% of resident), "
+               "file-backed %ld -> %ld KiB\n",
+               r.rss0_kib, r.rss1_kib, pct * (double)(r.rss1_kib - r.rss0_kib), r.anon0_kib, r.anon1_kib,
+               pct * (double)(r.anon1_kib - r.anon0_kib), r.rss0_kib - r.anon0_kib, r.rss1_kib - r.anon1_kib);
+        printf("  open files %d -> %d, threads %d -> %d\n", r.fds0, r.fds1, r.threads0, r.threads1);
         printf("  %s%s\n", r.verdict[0] ? "FAIL: " : "pass", r.verdict);
     }
     rc = r.verdict[0] ? 1 : 0;
