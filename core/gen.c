@@ -483,6 +483,39 @@ static void mk_gen_vocab_add_chat(struct mk_gen_vocab *v) {
         }                                     \
     } while (0)
 
+static enum mk_status mk_gen_copy_kv(struct mk_gguf_writer *w, const char *in_path, const char *key,
+                                     const struct mk_gguf_kv *kv, struct mk_error *err);
+static char *mk_gen_strdup(struct mk_gguf_str s);
+
+/* The size of p->vocab_path's vocabulary (its tokenizer.ggml.tokens), checked to be usable. */
+static enum mk_status mk_gen_vocab_file_size(const struct mk_gguf *g, const char *path, uint32_t *n,
+                                             struct mk_error *err) {
+    const struct mk_gguf_kv *kv = mk_gguf_find_kv(g, "tokenizer.ggml.tokens");
+    if (!kv || kv->type != MK_GGUF_ARRAY || kv->v.arr.elem_type != MK_GGUF_STRING)
+        return mk_error_set(err, MK_ERR_FORMAT, "%s: no tokenizer.ggml.tokens string array to take the vocab from",
+                            path);
+    if (kv->v.arr.n < 4 || kv->v.arr.n > (1u << 24))
+        return mk_error_set(err, MK_ERR_UNSUPPORTED, "%s: tokenizer.ggml.tokens has %llu tokens (4 to 16777216)", path,
+                            (unsigned long long)kv->v.arr.n);
+    *n = (uint32_t)kv->v.arr.n;
+    return MK_OK;
+}
+
+/* Copies every tokenizer.* key of g (but the chat template when the caller writes its own). */
+static enum mk_status mk_gen_copy_tokenizer(struct mk_gguf_writer *w, const struct mk_gguf *g, const char *path,
+                                            bool skip_template, struct mk_error *err) {
+    enum mk_status st = MK_OK;
+    for (uint64_t i = 0; i < mk_gguf_kv_count(g) && st == MK_OK; i++) {
+        const struct mk_gguf_kv *kv = mk_gguf_kv_at(g, i);
+        char *key = mk_gen_strdup(kv->key);
+        if (!key) return mk_error_set(err, MK_ERR_FORMAT, "%s: a key holds a NUL byte", path);
+        if (!strncmp(key, "tokenizer.", 10) && !(skip_template && !strcmp(key, "tokenizer.chat_template")))
+            st = mk_gen_copy_kv(w, path, key, kv, err);
+        free(key);
+    }
+    return st;
+}
+
 enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, struct mk_error *err) {
     struct mk_gen_params def = mk_gen_default_params();
     if (!p) p = &def;
@@ -498,19 +531,32 @@ enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, str
     struct mk_gen_tensor *ts = NULL;
     struct mk_gen_stream s = { 0 };
     struct mk_gen_vocab voc = { 0 };
+    struct mk_gguf *vg = NULL;
+    uint32_t n_vocab = pr->n_vocab;
+    if (p->vocab_path) {
+        if ((st = mk_gguf_open(p->vocab_path, &vg, err)) != MK_OK) return st;
+        if ((st = mk_gen_vocab_file_size(vg, p->vocab_path, &n_vocab, err)) != MK_OK) {
+            mk_gguf_close(vg);
+            return st;
+        }
+    }
     const uint32_t L = pr->n_layer, head_dim = pr->n_embd / pr->n_head;
     const int64_t e = pr->n_embd, q = (int64_t)pr->n_head * head_dim, kv = (int64_t)pr->n_head_kv * head_dim;
-    const int64_t ff = pr->n_ff, nv = pr->n_vocab;
+    const int64_t ff = pr->n_ff, nv = n_vocab;
     size_t n_ts = 0, cap = (size_t)9 * L + 3;
     const struct mk_gen_model_shape shape = { .n_layer = L,
                                               .n_gqa = pr->n_head / pr->n_head_kv,
                                               .has_output = !pr->tied_output };
 
-    if (p->eot_id >= 0 && (uint32_t)p->eot_id >= pr->n_vocab)
-        return mk_error_set(err, MK_ERR_INVALID_ARG, "eot id %d is outside the vocab of %u tokens", (int)p->eot_id,
-                            pr->n_vocab);
-    if ((st = mk_gen_vocab_build(pr->n_vocab, &voc, err)) != MK_OK) return st;
-    if (p->chat_template) mk_gen_vocab_add_chat(&voc);
+    if (p->eot_id >= 0 && (uint32_t)p->eot_id >= n_vocab) {
+        st = mk_error_set(err, MK_ERR_INVALID_ARG, "eot id %d is outside the vocab of %u tokens", (int)p->eot_id,
+                          n_vocab);
+        goto fail;
+    }
+    if (!vg) {
+        if ((st = mk_gen_vocab_build(pr->n_vocab, &voc, err)) != MK_OK) goto fail;
+        if (p->chat_template) mk_gen_vocab_add_chat(&voc);
+    }
     if (!(ts = calloc(cap, sizeof *ts))) {
         st = mk_error_set(err, MK_ERR_NOMEM, "no memory for the tensor list");
         goto fail;
@@ -558,16 +604,20 @@ enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, str
     MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "llama.rope.dimension_count", head_dim));
     MK_GEN_TRY(mk_gguf_writer_kv_f32(w, "llama.rope.freq_base", pr->rope_base));
     MK_GEN_TRY(mk_gguf_writer_kv_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
-    MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "llama.vocab_size", pr->n_vocab));
-    MK_GEN_TRY(mk_gguf_writer_kv_str(w, "tokenizer.ggml.model", "llama"));
-    MK_GEN_TRY(mk_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", voc.pieces, voc.n));
-    MK_GEN_TRY(mk_gguf_writer_kv_arr_f32(w, "tokenizer.ggml.scores", voc.scores, voc.n));
-    MK_GEN_TRY(mk_gguf_writer_kv_arr_i32(w, "tokenizer.ggml.token_type", voc.types, voc.n));
-    MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", 1));
-    MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", 2));
-    MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0));
-    MK_GEN_TRY(mk_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", true));
-    MK_GEN_TRY(mk_gguf_writer_kv_bool(w, "tokenizer.ggml.add_eos_token", false));
+    MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "llama.vocab_size", n_vocab));
+    if (vg) {
+        if ((st = mk_gen_copy_tokenizer(w, vg, p->vocab_path, p->chat_template != NULL, err)) != MK_OK) goto fail;
+    } else {
+        MK_GEN_TRY(mk_gguf_writer_kv_str(w, "tokenizer.ggml.model", "llama"));
+        MK_GEN_TRY(mk_gguf_writer_kv_arr_str(w, "tokenizer.ggml.tokens", voc.pieces, voc.n));
+        MK_GEN_TRY(mk_gguf_writer_kv_arr_f32(w, "tokenizer.ggml.scores", voc.scores, voc.n));
+        MK_GEN_TRY(mk_gguf_writer_kv_arr_i32(w, "tokenizer.ggml.token_type", voc.types, voc.n));
+        MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "tokenizer.ggml.bos_token_id", 1));
+        MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "tokenizer.ggml.eos_token_id", 2));
+        MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "tokenizer.ggml.unknown_token_id", 0));
+        MK_GEN_TRY(mk_gguf_writer_kv_bool(w, "tokenizer.ggml.add_bos_token", true));
+        MK_GEN_TRY(mk_gguf_writer_kv_bool(w, "tokenizer.ggml.add_eos_token", false));
+    }
     if (p->eot_id >= 0) MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)p->eot_id));
     if (p->chat_template) MK_GEN_TRY(mk_gguf_writer_kv_str(w, "tokenizer.chat_template", p->chat_template));
     MK_GEN_TRY(mk_gguf_writer_kv_str(w, "mk.gen.preset", pr->name));
@@ -595,6 +645,7 @@ enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, str
     if (st != MK_OK) goto fail;
     mk_gen_stream_free(&s);
     mk_gen_vocab_free(&voc);
+    mk_gguf_close(vg);
     free(ts);
     return MK_OK;
 fail:
@@ -602,6 +653,7 @@ fail:
     if (s.progress.on) fputc('\n', stderr);
     mk_gen_stream_free(&s);
     mk_gen_vocab_free(&voc);
+    mk_gguf_close(vg);
     free(ts);
     return st;
 }

@@ -22,6 +22,10 @@ struct mk_gen_params {
      * so that a test model can be talked to in ChatML or Llama 3 format. */
     const char *chat_template;
     int32_t eot_id; /* written as tokenizer.ggml.eot_token_id when >= 0 (default -1: absent) */
+    /* A GGUF whose tokenizer (every tokenizer.* key: tokens, merges, pre-tokenizer, special ids,
+     * chat template) replaces the synthetic one; the vocab size follows it. chat_template, when
+     * also set, replaces that file's template and adds no tokens. NULL: the synthetic vocab. */
+    const char *vocab_path;
 };
 
 /* The control tokens a vocab with a chat template ends with, in id order. */

@@ -116,6 +116,26 @@ else
     echo "ok: SIGINT stopped the answer ($(grep "interrupted after" "$T/err")), /exit then ended mk chat"
 fi
 
+# ---- mk gen --vocab: a model with a real tokenizer (Qwen2's, ChatML) ----
+sh_models ggml-vocab-qwen2.gguf
+if [ -n "$M" ]; then
+    run 0 "$MK" gen --vocab "$M/ggml-vocab-qwen2.gguf" --chat-template chatml --dtype q8_0 -o "$T/qwen.gguf"
+    run 0 "$MK" info "$T/qwen.gguf"
+    has "$T/out" "151936 tokens"
+    # The same text gives the same tokens through the vocab file and through the made model.
+    text='Hello <|im_start|>world, 世界 123'
+    run 0 "$MK" tokenize -m "$M/ggml-vocab-qwen2.gguf" -p "$text" --ids
+    cp "$T/out" "$T/want"
+    run 0 "$MK" tokenize -m "$T/qwen.gguf" -p "$text" --ids
+    cmp -s "$T/out" "$T/want" || fail "tokens differ: vocab file $(cat "$T/want"), made model $(cat "$T/out")"
+    # ChatML around one user message: <|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n
+    run 0 "$MK" run -m "$T/qwen.gguf" --backend cpu --chat -p Hi -n 0 -v
+    has "$T/err" "prompt: 9 tokens: 151644 872 198 13048 151645 198 151644 77091 198"
+    run 1 "$MK" gen --vocab "$T/in" -o "$T/bad.gguf"
+    has "$T/err" "$T/in"
+    [ -e "$T/bad.gguf" ] && fail "a failed 'mk gen --vocab' left $T/bad.gguf behind"
+fi
+
 [ "$failures" -eq 0 ] || {
     echo "$failures check(s) failed" >&2
     exit 1

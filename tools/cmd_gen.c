@@ -11,7 +11,7 @@
 #include "tools/cmds.h"
 
 static void mk_gen_usage(FILE *f) {
-    fprintf(f, "usage: mk gen [--preset NAME] [--dtype TYPE] [--seed S] -o FILE\n"
+    fprintf(f, "usage: mk gen [--preset NAME] [--dtype TYPE] [--seed S] [--vocab FILE] -o FILE\n"
                "\n"
                "Writes a Llama-architecture GGUF with deterministic random weights (the same seed gives\n"
                "the same file) and a synthetic SentencePiece vocab, with llama.cpp's keys and tensor names.\n"
@@ -31,6 +31,10 @@ static void mk_gen_usage(FILE *f) {
                "                 llama3, or Jinja text); the vocab then ends with the control tokens\n"
                "                 <|im_start|> <|im_end|> <|start_header_id|> <|end_header_id|> <|eot_id|>\n"
                "  --eot-id N     write N as tokenizer.ggml.eot_token_id (an end-of-generation token)\n"
+               "  --vocab FILE   take the tokenizer from this GGUF (every tokenizer.* key: tokens, merges,\n"
+               "                 pre-tokenizer, special ids, chat template; a vocab-only ggml-vocab-*.gguf\n"
+               "                 will do) instead of the synthetic one; the vocab size follows it, and\n"
+               "                 --chat-template then only replaces its template\n"
                "  -o FILE        output path (required)\n");
 }
 
@@ -71,6 +75,8 @@ int mk_cmd_gen(int argc, char **argv) {
             p.seed = s;
         } else if ((v = mk_gen_opt(argc, argv, &i, "--chat-template", &missing))) {
             p.chat_template = v;
+        } else if ((v = mk_gen_opt(argc, argv, &i, "--vocab", &missing))) {
+            p.vocab_path = v;
         } else if ((v = mk_gen_opt(argc, argv, &i, "--eot-id", &missing))) {
             char *end;
             errno = 0;
