@@ -3,6 +3,7 @@
 
 #include "core/unicode.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,7 +225,8 @@ struct mk_tokenizer {
     size_t n_specials;
     int32_t bos, eos, unk, eot, eom;
     bool add_bos, add_eos, add_space_prefix;
-    int32_t *eog; /* (n_eog) end-of-generation ids */
+    bool rstrip_specials; /* see mk_tokenizer_meta */
+    int32_t *eog;         /* (n_eog) end-of-generation ids */
     size_t n_eog;
     const struct mk_tok_pre *pre;                     /* BPE: the pre-tokenizer */
     struct mk_unicode_regex *regex[MK_TOK_MAX_REGEX]; /* its compiled patterns */
@@ -404,6 +406,13 @@ enum mk_status mk_tokenizer_read_meta(const struct mk_gguf *g, struct mk_tokeniz
         (st = mk_tok_read_id(g, "tokenizer.ggml.eot_token_id", &m->eot, err)) != MK_OK ||
         (st = mk_tok_read_id(g, "tokenizer.ggml.eom_token_id", &m->eom, err)) != MK_OK)
         return st;
+    struct mk_gguf_str name = { 0, NULL };
+    if ((st = mk_gguf_get_str_opt(g, "general.name", &name, err)) != MK_OK) return st;
+    char low[256];
+    size_t nl = name.len < sizeof low - 1 ? (size_t)name.len : sizeof low - 1;
+    for (size_t i = 0; i < nl; i++) low[i] = (char)tolower((unsigned char)name.data[i]);
+    low[nl] = '\0';
+    m->rstrip_specials = strstr(low, "phi-3") || strstr(low, "phi3");
     return MK_OK;
 }
 
@@ -650,6 +659,7 @@ enum mk_status mk_tokenizer_create_meta(const struct mk_vocab_data *v, const str
     t->unk = v->unk;
     t->eot = m->eot;
     t->eom = m->eom;
+    t->rstrip_specials = m->rstrip_specials;
     if ((st = mk_tok_check_id("tokenizer.ggml.bos_token_id", &t->bos, t->n_vocab, err)) != MK_OK ||
         (st = mk_tok_check_id("tokenizer.ggml.eos_token_id", &t->eos, t->n_vocab, err)) != MK_OK ||
         (st = mk_tok_check_id("tokenizer.ggml.unknown_token_id", &t->unk, t->n_vocab, err)) != MK_OK ||
@@ -1021,6 +1031,15 @@ static enum mk_status mk_tok_frag_add(struct mk_tok_frags *f, size_t off, size_t
     return MK_OK;
 }
 
+/* Whether the text after special token id loses its leading whitespace (llama.cpp's RSTRIP). */
+static bool mk_tok_rstrip(const struct mk_tokenizer *t, int32_t id) {
+    if (!t->rstrip_specials) return false;
+    static const char *const keep[] = { "<unk>", "<s>", "<|endoftext|>" };
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++)
+        if (t->text_len[id] == strlen(keep[i]) && !memcmp(mk_tok_text(t, id), keep[i], t->text_len[id])) return false;
+    return true;
+}
+
 /* Cuts every occurrence of the special tokens (longest first, each left to right) out of the raw
  * fragments, as llama.cpp's tokenizer_st_partition does. User-defined tokens are always cut;
  * control and unknown ones only when parse_special. */
@@ -1035,6 +1054,7 @@ static enum mk_status mk_tok_partition(const struct mk_tokenizer *t, const char 
         if (!parse_special && t->types[id] != MK_TOK_USER_DEFINED) continue;
         const char *sp = mk_tok_text(t, id);
         size_t sn = t->text_len[id];
+        const bool rstrip = mk_tok_rstrip(t, id);
         bool found = false;
         for (size_t i = 0; i < f->n && !found; i++)
             found = f->a[i].id < 0 && memmem(text + f->a[i].off, f->a[i].len, sp, sn) != NULL;
@@ -1054,6 +1074,8 @@ static enum mk_status mk_tok_partition(const struct mk_tokenizer *t, const char 
                 if (at > pos && (st = mk_tok_frag_add(&next, pos, at - pos, -1)) != MK_OK) goto fail;
                 if ((st = mk_tok_frag_add(&next, at, sn, id)) != MK_OK) goto fail;
                 pos = at + sn;
+                if (rstrip)
+                    while (pos < end && isspace((unsigned char)text[pos])) pos++;
             }
             if (pos < end && (st = mk_tok_frag_add(&next, pos, end - pos, -1)) != MK_OK) goto fail;
         }

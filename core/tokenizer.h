@@ -21,6 +21,9 @@ struct mk_tokenizer_meta {
     char pre[64];                              /* tokenizer.ggml.pre; "" when absent */
     int8_t add_bos, add_eos, add_space_prefix; /* tokenizer.ggml.add_*: 1 or 0, -1 when absent */
     int32_t eot, eom;                          /* tokenizer.ggml.eot_token_id, eom_token_id; -1 when absent */
+    /* general.name holds "phi-3" or "phi3" (any case): as in llama.cpp, whitespace after a special
+     * token in the text is dropped (its RSTRIP attribute), but after <unk>, <s> and <|endoftext|>. */
+    bool rstrip_specials;
 };
 void mk_tokenizer_meta_init(struct mk_tokenizer_meta *m); /* everything absent */
 enum mk_status mk_tokenizer_read_meta(const struct mk_gguf *g, struct mk_tokenizer_meta *m, struct mk_error *err);
