@@ -19,6 +19,27 @@ extern "C" {
  * ctx[p+g .. min(p+g+max_draft, n)). Writes them to draft and returns how many (0: no match). */
 uint32_t mk_lookup_draft(const int32_t *ctx, size_t n, uint32_t max_draft, int32_t *draft);
 
+/* How much of a draft to verify. A verification step of k drafted tokens costs about 1 + beta k
+ * single steps (beta: the extra cost of one more row in a chunk step, near 0 where a step is
+ * bound by reading the weights, near 1 where it is bound by arithmetic) and yields on average
+ * 1 + a + ... + a^k tokens when each drafted token holds with probability a. The k in 0..k_max
+ * with the most tokens per unit of cost; 0 (a plain step) unless some k beats it by 2 %. */
+uint32_t mk_lookup_choose(double accept, double beta, uint32_t k_max);
+
+/* Running estimates for mk_lookup_choose, kept per session. */
+struct mk_lookup_stats {
+    double accept;  /* per drafted token, exponential moving average */
+    double beta;    /* extra cost per drafted token, relative to a plain step */
+    double step_ms; /* a plain step's wall time, moving average; 0 until one was timed */
+};
+/* accept 0.5, beta 0.25: speculate after a few matching drafts, until costs are measured. */
+struct mk_lookup_stats mk_lookup_stats_init(void);
+/* One drafted token held (hit) or did not. */
+void mk_lookup_stats_token(struct mk_lookup_stats *s, int hit);
+/* A plain step took ms; a verification step of k drafted tokens took ms. */
+void mk_lookup_stats_plain(struct mk_lookup_stats *s, double ms);
+void mk_lookup_stats_verify(struct mk_lookup_stats *s, uint32_t k, double ms);
+
 #ifdef __cplusplus
 }
 #endif

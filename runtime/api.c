@@ -42,6 +42,11 @@ struct mk_session {
      * earlier entries) that step evaluated too. */
     int32_t *queue; /* (ubatch) */
     uint32_t q_head, q_len;
+    /* Adaptive draft length: acceptance and cost estimates, and a draft that was not verified
+     * (a plain step was cheaper) whose tokens are scored against what greedy decoding then gives. */
+    struct mk_lookup_stats spec_stats;
+    int32_t *shadow; /* (ubatch) */
+    uint32_t shadow_len, shadow_at;
     uint32_t logits_pos0, logits_rows; /* position of the last step's output row 0, and its rows */
 };
 
@@ -311,7 +316,9 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
     s->chunk = malloc((size_t)s->ubatch * sizeof *s->chunk);
     s->outs = malloc((size_t)s->ubatch * sizeof *s->outs);
     s->queue = malloc((size_t)s->ubatch * sizeof *s->queue);
-    if (!s->hist || !s->chunk || !s->outs || !s->queue) {
+    s->shadow = malloc((size_t)s->ubatch * sizeof *s->shadow);
+    s->spec_stats = mk_lookup_stats_init();
+    if (!s->hist || !s->chunk || !s->outs || !s->queue || !s->shadow) {
         mk_session_free(s);
         return mk_error_set(err, MK_ERR_NOMEM, "mk_session_create: out of memory for %u positions", n_ctx);
     }
@@ -332,6 +339,7 @@ void mk_session_free(struct mk_session *s) {
     free(s->chunk);
     free(s->outs);
     free(s->queue);
+    free(s->shadow);
     free(s);
 }
 
@@ -390,6 +398,7 @@ enum mk_status mk_session_feed(struct mk_session *s, const int32_t *ids, size_t 
                                 (int)ids[i], i, (unsigned)n_vocab);
     double t0 = mk_api_now_ms();
     enum mk_status st = MK_OK;
+    s->shadow_len = 0; /* a draft scored against generated tokens, not fed ones */
     /* Chunks of up to ubatch tokens (the pending token first); only each chunk's last row needs
      * logits, and only the last chunk's token is kept. */
     size_t done = 0;
@@ -486,15 +495,42 @@ static enum mk_status mk_session_advance(struct mk_session *s, uint64_t left) {
         /* The context so far is hist[0..n_past) then next. */
         s->hist[s->n_past] = s->next;
         k = mk_lookup_draft(s->hist, s->n_past + 1, (uint32_t)max, s->chunk + 1);
+        uint32_t use = mk_lookup_choose(s->spec_stats.accept, s->spec_stats.beta, k);
+        if (!use && k && !s->shadow_len) {
+            /* A draft not verified is scored as the plain steps go: the estimate keeps learning
+             * while speculation does not pay. */
+            s->shadow_len = k;
+            s->shadow_at = 0;
+            memcpy(s->shadow, s->chunk + 1, k * sizeof *s->shadow);
+        }
+        k = use;
     }
-    if (!k) return mk_session_step(s, s->next);
+    if (!k) {
+        double t0 = mk_api_now_ms();
+        enum mk_status st = mk_session_step(s, s->next);
+        if (st != MK_OK) return st;
+        if (s->spec) {
+            mk_lookup_stats_plain(&s->spec_stats, mk_api_now_ms() - t0);
+            if (s->shadow_len) {
+                int hit = s->next == s->shadow[s->shadow_at];
+                mk_lookup_stats_token(&s->spec_stats, hit);
+                if (!hit || ++s->shadow_at == s->shadow_len) s->shadow_len = 0;
+            }
+        }
+        return MK_OK;
+    }
+    s->shadow_len = 0;
     s->chunk[0] = s->next;
     const uint32_t base = s->n_past;
+    double t0 = mk_api_now_ms();
     enum mk_status st = mk_session_step_n(s, s->chunk, k + 1, k + 1);
     if (st != MK_OK) return st;
+    mk_lookup_stats_verify(&s->spec_stats, k, mk_api_now_ms() - t0);
     /* outs[i] is greedy's token after chunk[i]; draft token chunk[i + 1] holds while it matches. */
     uint32_t j = 0;
     while (j < k && s->outs[j] == s->chunk[j + 1]) j++;
+    for (uint32_t i = 0; i < j; i++) mk_lookup_stats_token(&s->spec_stats, 1);
+    if (j < k) mk_lookup_stats_token(&s->spec_stats, 0);
     s->timings.n_spec_steps++;
     s->timings.n_drafted += k;
     s->timings.n_accepted += j;
@@ -606,6 +642,7 @@ enum mk_status mk_session_reset(struct mk_session *s) {
     if (st != MK_OK) return st;
     s->n_past = 0;
     s->q_len = 0;
+    s->shadow_len = 0;
     s->logits_rows = 0;
     s->next = -1;
     s->next_emitted = false;
@@ -633,6 +670,7 @@ enum mk_status mk_session_rewind(struct mk_session *s, uint32_t n_keep) {
     s->next_emitted = false;
     s->last_token = n_keep ? s->hist[n_keep - 1] : -1;
     s->q_len = 0; /* verified outputs queued for positions past n_keep are void */
+    s->shadow_len = 0;
     s->logits_rows = 0;
     return MK_OK;
 }

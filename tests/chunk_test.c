@@ -169,6 +169,24 @@ static void check_lookup(void) {
     const int32_t twice[] = { 1, 2, 3, 1, 2, 4, 1, 2 };
     MK_CHECK(mk_lookup_draft(twice, 8, 1, d) == 1 && d[0] == 4);
     MK_CHECK(mk_lookup_draft(twice, 8, 0, d) == 0 && mk_lookup_draft(twice, 1, 4, d) == 0);
+
+    /* Draft length: weight-bound steps (small beta) verify long drafts even at modest acceptance;
+     * arithmetic-bound ones (beta near 1) only short drafts at high acceptance, none at low. */
+    MK_CHECK(mk_lookup_choose(0.9, 0.05, 8) == 8);
+    MK_CHECK(mk_lookup_choose(0.5, 0.05, 8) >= 2);
+    MK_CHECK(mk_lookup_choose(0.2, 1.0, 8) == 0);
+    uint32_t c = mk_lookup_choose(0.9, 0.7, 8);
+    MK_CHECK(c >= 1 && c <= 4);
+    MK_CHECK(mk_lookup_choose(0.99, 0.05, 3) == 3 && mk_lookup_choose(0.9, 0.05, 0) == 0);
+    /* The estimates move toward what they see. */
+    struct mk_lookup_stats st = mk_lookup_stats_init();
+    for (int i = 0; i < 50; i++) mk_lookup_stats_token(&st, 0);
+    MK_CHECK(st.accept < 0.01);
+    mk_lookup_stats_verify(&st, 4, 2.0); /* no plain step timed yet: no cost estimate */
+    MK_CHECK(st.beta == mk_lookup_stats_init().beta);
+    for (int i = 0; i < 20; i++) mk_lookup_stats_plain(&st, 1.0);
+    for (int i = 0; i < 30; i++) mk_lookup_stats_verify(&st, 4, 1.2); /* 0.05 per drafted token */
+    MK_CHECK(st.beta > 0.04 && st.beta < 0.06);
 }
 
 struct run {

@@ -114,7 +114,9 @@ const char mk_cli_chunk_usage[] =
     "                        token per step (default 0)\n"
     "    --spec lookup|off   speculative decoding by prompt lookup, greedy (--temp 0) only: output\n"
     "                        identical to plain greedy decoding (default off)\n"
-    "    --draft K           most tokens one speculation proposes, at most ubatch - 1 (default 8)\n";
+    "    --draft K           most tokens one speculation proposes, at most ubatch - 1 (default 8);\n"
+    "                        each step verifies as many of them as the measured acceptance rate\n"
+    "                        and step costs make worth it, none when a plain step is cheaper\n";
 
 int mk_cli_chunk_flag(const char *cmd, int argc, char **argv, int *i, uint32_t *ubatch, int *spec, uint32_t *n_draft) {
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
