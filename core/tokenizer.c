@@ -408,11 +408,9 @@ enum mk_status mk_tokenizer_read_meta(const struct mk_gguf *g, struct mk_tokeniz
         return st;
     struct mk_gguf_str name = { 0, NULL };
     if ((st = mk_gguf_get_str_opt(g, "general.name", &name, err)) != MK_OK) return st;
-    char low[256];
-    size_t nl = name.len < sizeof low - 1 ? (size_t)name.len : sizeof low - 1;
-    for (size_t i = 0; i < nl; i++) low[i] = (char)tolower((unsigned char)name.data[i]);
-    low[nl] = '\0';
-    m->rstrip_specials = strstr(low, "phi-3") || strstr(low, "phi3");
+    char buf[256] = "";
+    if (name.len) snprintf(buf, sizeof buf, "%.*s", (int)(name.len < sizeof buf ? name.len : sizeof buf), name.data);
+    m->rstrip_specials = strcasestr(buf, "phi-3") || strcasestr(buf, "phi3");
     return MK_OK;
 }
 

@@ -378,11 +378,6 @@ static enum mk_status mk_session_step_n(struct mk_session *s, const int32_t *tok
     return MK_OK;
 }
 
-/* One decode step of token at the next position; the sampled token becomes s->next. */
-static enum mk_status mk_session_step(struct mk_session *s, int32_t token) {
-    return mk_session_step_n(s, &token, 1, 1);
-}
-
 enum mk_status mk_session_feed(struct mk_session *s, const int32_t *ids, size_t n) {
     mk_error_clear(&s->err);
     const uint32_t n_vocab = s->lm->model->cfg.n_vocab;
@@ -472,9 +467,9 @@ enum mk_status mk_session_feed_text(struct mk_session *s, const char *text) {
     return st;
 }
 
-/* Evaluates s->next at the next position, as mk_session_step does, but takes the output from a
- * verification step's queue when it already has it, and otherwise, with speculation on, verifies
- * a prompt-lookup draft in the same step. left: tokens the caller may still emit after next. */
+/* Evaluates s->next at the next position (its sampled successor becomes s->next), but takes the
+ * output from a verification step's queue when it already has it, and otherwise, with speculation
+ * on, verifies as much of a prompt-lookup draft as pays in the same step. left: tokens the caller may still emit after next. */
 static enum mk_status mk_session_advance(struct mk_session *s, uint64_t left) {
     if (s->q_len) {
         if (__atomic_exchange_n(&s->cancel, 0, __ATOMIC_ACQ_REL))
@@ -505,27 +500,23 @@ static enum mk_status mk_session_advance(struct mk_session *s, uint64_t left) {
         }
         k = use;
     }
+    s->chunk[0] = s->next;
+    const uint32_t base = s->n_past;
+    const double t0 = s->spec ? mk_api_now_ms() : 0; /* the draft-length estimates need step times */
+    enum mk_status st = mk_session_step_n(s, s->chunk, k + 1, k + 1);
+    if (st != MK_OK || !s->spec) return st;
+    const double ms = mk_api_now_ms() - t0;
     if (!k) {
-        double t0 = mk_api_now_ms();
-        enum mk_status st = mk_session_step(s, s->next);
-        if (st != MK_OK) return st;
-        if (s->spec) {
-            mk_lookup_stats_plain(&s->spec_stats, mk_api_now_ms() - t0);
-            if (s->shadow_len) {
-                int hit = s->next == s->shadow[s->shadow_at];
-                mk_lookup_stats_token(&s->spec_stats, hit);
-                if (!hit || ++s->shadow_at == s->shadow_len) s->shadow_len = 0;
-            }
+        mk_lookup_stats_plain(&s->spec_stats, ms);
+        if (s->shadow_len) {
+            int hit = s->next == s->shadow[s->shadow_at];
+            mk_lookup_stats_token(&s->spec_stats, hit);
+            if (!hit || ++s->shadow_at == s->shadow_len) s->shadow_len = 0;
         }
         return MK_OK;
     }
     s->shadow_len = 0;
-    s->chunk[0] = s->next;
-    const uint32_t base = s->n_past;
-    double t0 = mk_api_now_ms();
-    enum mk_status st = mk_session_step_n(s, s->chunk, k + 1, k + 1);
-    if (st != MK_OK) return st;
-    mk_lookup_stats_verify(&s->spec_stats, k, mk_api_now_ms() - t0);
+    mk_lookup_stats_verify(&s->spec_stats, k, ms);
     /* outs[i] is greedy's token after chunk[i]; draft token chunk[i + 1] holds while it matches. */
     uint32_t j = 0;
     while (j < k && s->outs[j] == s->chunk[j + 1]) j++;

@@ -785,12 +785,25 @@ static enum mk_status mk_cuda_backend_new(const struct mk_cuda *cu, const struct
     return MK_OK;
 }
 
-/* The kernel function, its shared memory for the program `p`, and the grid the occupancy API
- * allows for it (capped by settings.blocks_per_sm). */
+/* Blocks of the kernel b->fn one multiprocessor holds with smem bytes of dynamic shared memory,
+ * capped by settings.blocks_per_sm. */
+static enum mk_status mk_cuda_blocks_per_sm(struct mk_cuda_backend *b, uint32_t smem, int *per_sm,
+                                            struct mk_error *err) {
+    *per_sm = 0;
+    if (MK_CU(b->cu, err, cuOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, b->fn, (int)MK_BLOCK_THREADS, smem)))
+        return MK_ERR_CUDA;
+    if (*per_sm < 1)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                            "no block of the kernel fits on a multiprocessor of %s (%u bytes shared)", b->info.device,
+                            smem);
+    if (b->gpu.blocks_per_sm && (int)b->gpu.blocks_per_sm < *per_sm) *per_sm = (int)b->gpu.blocks_per_sm;
+    return MK_OK;
+}
+
+/* The shared memory of the program `p` set on the kernel function (mk_cuda_max_grid found it),
+ * and the grid the occupancy API allows for it. */
 static enum mk_status mk_cuda_size_grid(struct mk_cuda_backend *b, const struct mk_program *p, struct mk_error *err) {
     const struct mk_cuda *cu = b->cu;
-    const char *fname = b->base.kind == MK_BACKEND_MEGAKERNEL ? "mk_megakernel" : "mk_perop";
-    if (MK_CU(cu, err, cuModuleGetFunction(&b->fn, b->mod, fname))) return MK_ERR_CUDA;
     uint32_t smem = mk_cuda_program_smem(p);
     int optin = 0;
     if (MK_CU(cu, err, cuDeviceGetAttribute(&optin, MK_CU_ATTR_MAX_SHARED_PER_BLOCK_OPTIN, b->dev))) return MK_ERR_CUDA;
@@ -803,33 +816,21 @@ static enum mk_status mk_cuda_size_grid(struct mk_cuda_backend *b, const struct 
     MK_CU(cu, &ignored, cuFuncGetAttribute(&b->info.regs, MK_CU_FUNC_ATTR_NUM_REGS, b->fn));
     MK_CU(cu, &ignored, cuFuncGetAttribute(&b->info.local_bytes, MK_CU_FUNC_ATTR_LOCAL_SIZE_BYTES, b->fn));
     int per_sm = 0;
-    if (MK_CU(cu, err, cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, b->fn, (int)MK_BLOCK_THREADS, smem)))
-        return MK_ERR_CUDA;
-    if (per_sm < 1)
-        return mk_error_set(err, MK_ERR_UNSUPPORTED,
-                            "no block of the kernel fits on a multiprocessor of %s (%u bytes shared)", b->info.device,
-                            smem);
-    if (b->gpu.blocks_per_sm && (int)b->gpu.blocks_per_sm < per_sm) per_sm = (int)b->gpu.blocks_per_sm;
+    enum mk_status st = mk_cuda_blocks_per_sm(b, smem, &per_sm, err);
+    if (st != MK_OK) return st;
     b->info.blocks_per_sm = per_sm;
     b->info.grid = (uint32_t)per_sm * (uint32_t)b->info.sm_count;
     return MK_OK;
 }
 
-/* Blocks of the kernel one multiprocessor holds before shared memory counts (registers and
- * threads), capped by settings.blocks_per_sm, times the SM count. */
+/* The kernel function, and the grid its registers and threads allow before shared memory counts. */
 static enum mk_status mk_cuda_max_grid(struct mk_cuda_backend *b, uint32_t *grid, struct mk_error *err) {
-    const struct mk_cuda *cu = b->cu;
     const char *fname = b->base.kind == MK_BACKEND_MEGAKERNEL ? "mk_megakernel" : "mk_perop";
-    if (MK_CU(cu, err, cuModuleGetFunction(&b->fn, b->mod, fname))) return MK_ERR_CUDA;
+    if (MK_CU(b->cu, err, cuModuleGetFunction(&b->fn, b->mod, fname))) return MK_ERR_CUDA;
     int per_sm = 0;
-    if (MK_CU(cu, err, cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, b->fn, (int)MK_BLOCK_THREADS, 0)))
-        return MK_ERR_CUDA;
-    if (per_sm < 1)
-        return mk_error_set(err, MK_ERR_UNSUPPORTED, "no block of the kernel fits on a multiprocessor of %s",
-                            b->info.device);
-    if (b->gpu.blocks_per_sm && (int)b->gpu.blocks_per_sm < per_sm) per_sm = (int)b->gpu.blocks_per_sm;
-    *grid = (uint32_t)per_sm * (uint32_t)b->info.sm_count;
-    return MK_OK;
+    enum mk_status st = mk_cuda_blocks_per_sm(b, 0, &per_sm, err);
+    if (st == MK_OK) *grid = (uint32_t)per_sm * (uint32_t)b->info.sm_count;
+    return st;
 }
 
 /* The kernels and the program they run, tiled for the grid. The program is compiled once, for

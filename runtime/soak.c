@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "core/status.h"
 #include "graph/cpu_time.h"
@@ -18,27 +17,23 @@ static uint64_t mk_soak_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-long mk_soak_rss_kib(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    long size = 0, res = -1;
-    if (f) {
-        if (fscanf(f, "%ld %ld", &size, &res) != 2) res = -1;
-        fclose(f);
-    }
-    return res < 0 ? -1 : res * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
-long mk_soak_anon_kib(void) {
+/* A "Field:   N kB" line of /proc/self/status, in KiB; -1 when unknown. */
+static long mk_soak_status_kib(const char *field) {
     FILE *f = fopen("/proc/self/status", "r");
     long kib = -1;
     if (f) {
         char line[256];
+        size_t n = strlen(field);
         while (fgets(line, sizeof line, f))
-            if (sscanf(line, "RssAnon: %ld kB", &kib) == 1) break;
+            if (!strncmp(line, field, n) && line[n] == ':' && sscanf(line + n + 1, "%ld", &kib) == 1) break;
         fclose(f);
     }
     return kib;
 }
+
+long mk_soak_rss_kib(void) { return mk_soak_status_kib("VmRSS"); }
+
+long mk_soak_anon_kib(void) { return mk_soak_status_kib("RssAnon"); }
 
 /* Entries of a /proc/self folder, "." and ".." not counted; skip_own drops the listing's own fd. */
 static int mk_soak_count_entries(const char *dir, int skip_own) {
@@ -164,7 +159,7 @@ static void mk_soak_judge(const struct mk_soak_params *p, struct mk_soak_report 
     if (slack < p->rss_floor_kib) slack = p->rss_floor_kib;
     if (r->errors) mk_soak_say(r, "%u sessions failed (first: %s)", r->errors, r->first_error);
     if (r->rss0_kib < 0 || r->rss1_kib < 0 || r->anon0_kib < 0 || r->anon1_kib < 0)
-        mk_soak_say(r, "resident memory unknown (/proc/self/statm, /proc/self/status)");
+        mk_soak_say(r, "resident memory unknown (/proc/self/status)");
     else if (r->anon1_kib - r->anon0_kib > slack)
         mk_soak_say(r, "anonymous resident memory grew from %ld to %ld KiB (allowed %ld)", r->anon0_kib, r->anon1_kib,
                     slack);

@@ -42,7 +42,7 @@ struct mk_soak_report {
     char verdict[256];                  /* "" when flat and error-free, else what grew or failed */
 };
 
-/* Resident memory of this process in KiB (/proc/self/statm), -1 when unknown. */
+/* Resident memory of this process in KiB (VmRSS in /proc/self/status), -1 when unknown. */
 long mk_soak_rss_kib(void);
 /* Its anonymous part in KiB (RssAnon in /proc/self/status), -1 when unknown. */
 long mk_soak_anon_kib(void);

@@ -16,13 +16,8 @@ MK=${2:?mk binary}
 MODELS=${3:-../shared/models}
 W=${4:-$(mktemp -d)}
 mkdir -p "$W"
-B=$L/build
-libs=$(find "$B" -name 'libllama-common*.a' -o -name 'libllama.a' -o -name 'libggml*.a' | sort -r)
-if [ ! -x "$W/chat_ref" ]; then
-    g++ -std=c++17 -O1 -I"$L/include" -I"$L/common" -I"$L/ggml/include" -I"$L/vendor" \
-        "$(dirname "$0")/chat_ref.cpp" -Wl,--start-group $libs -Wl,--end-group -fopenmp -lpthread -ldl \
-        -o "$W/chat_ref" || { echo "check_chat: cannot build chat_ref against $B"; exit 2; }
-fi
+. "$(dirname "$0")/lib.sh"
+llamacpp_build "$L" chat_ref.cpp "$W/chat_ref"
 T=$L/models/templates
 gen() { # name vocab template-text-or-name
     [ -f "$W/$1.gguf" ] || "$MK" gen --preset tiny --dtype q8_0 --vocab "$MODELS/$2" --chat-template "$3" \

@@ -17,12 +17,8 @@ IN=${3:?input gguf}
 W=${4:-$(mktemp -d)}
 mkdir -p "$W"
 Q=$L/build/bin/llama-quantize
-libs=$(find "$L/build" -name 'libllama.a' -o -name 'libggml*.a' | sort -r)
-if [ ! -x "$W/greedy_ref" ]; then
-    g++ -std=c++17 -O1 -I"$L/include" -I"$L/ggml/include" "$(dirname "$0")/greedy_ref.cpp" \
-        -Wl,--start-group $libs -Wl,--end-group -fopenmp -lpthread -ldl -o "$W/greedy_ref" ||
-        { echo "check_quantize: cannot build greedy_ref against $L/build"; exit 2; }
-fi
+. "$(dirname "$0")/lib.sh"
+llamacpp_build "$L" greedy_ref.cpp "$W/greedy_ref"
 PROMPT="Once upon a time"
 fails=0
 compare() { # a.gguf b.gguf -> prints "identical" or the differences
