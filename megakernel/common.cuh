@@ -8,6 +8,7 @@
 #include "megakernel/abi.h"
 #include "megakernel/cuda_layout.h"
 #include "megakernel/quant.cuh"
+#include "megakernel/quant8.cuh"
 #include "megakernel/sync.cuh"
 
 /* Values of enum mk_dtype (runtime/dtype.h is host C; the ids are ggml's and never change). */
@@ -362,8 +363,8 @@ __device__ __forceinline__ void mk_qcur_next(const struct mk_qseg *seg, uint32_t
     }
 }
 
-/* This lane's part of a staged chunk of `len` bytes of format t against x (from the chunk's first
- * element): 8 lanes per 32-element group, four elements each. One loop per format, so each decode
+/* This lane's part of a staged chunk of `len` bytes of float format t against x (from the chunk's
+ * first element): 8 lanes per 32-element group, four elements each. One loop per format, so each decode
  * is specialised and the switch stays outside it. */
 __device__ __noinline__ float mk_qchunk_dot(uint32_t t, const uint8_t *chunk, uint32_t len, const float *x) {
     const uint32_t lane = threadIdx.x & 31u, q = lane & 7u;
@@ -384,40 +385,168 @@ __device__ __noinline__ float mk_qchunk_dot(uint32_t t, const uint8_t *chunk, ui
         MK_QCHUNK_LOOP(MK_DEV_F32)
         MK_QCHUNK_LOOP(MK_DEV_F16)
         MK_QCHUNK_LOOP(MK_DEV_BF16)
-        MK_QCHUNK_LOOP(MK_DEV_Q4_0)
-        MK_QCHUNK_LOOP(MK_DEV_Q4_1)
-        MK_QCHUNK_LOOP(MK_DEV_Q5_0)
-        MK_QCHUNK_LOOP(MK_DEV_Q5_1)
-        MK_QCHUNK_LOOP(MK_DEV_Q8_0)
-        MK_QCHUNK_LOOP(MK_DEV_Q2_K)
-        MK_QCHUNK_LOOP(MK_DEV_Q3_K)
-        MK_QCHUNK_LOOP(MK_DEV_Q4_K)
-        MK_QCHUNK_LOOP(MK_DEV_Q5_K)
-        MK_QCHUNK_LOOP(MK_DEV_Q6_K)
-        MK_QCHUNK_LOOP(MK_DEV_IQ4_NL)
-        MK_QCHUNK_LOOP(MK_DEV_IQ4_XS)
 #undef MK_QCHUNK_LOOP
     default: break;
     }
     return acc;
 }
 
-/* res[seg.res0 + i] = row(seg.row0 + i) . xs for every row of the segments, in any format. Each
- * warp streams its rows chunk by chunk through MK_QSTAGES buffers of `stage` (MK_QSTAGE_BYTES each
- * per warp): the copies of the next chunks are in flight while it decodes the current one. Ends
- * with __syncthreads, so res is complete for the whole block. */
-__device__ __noinline__ void mk_qrows(const struct mk_qseg *seg, uint32_t nseg, const float *xs, float *res,
-                                      uint8_t *stage) {
+/* Up to four weight rows (by value: a noinline callee keeps them in registers). */
+struct mk_rows4 {
+    const uint8_t *p[4];
+};
+
+/* Lane-units (32 elements each) a lane has in flight at once in the block-format matvec (8 and an
+ * L2 prefetch of each warp's next rows measured slower on llama-1b Q8_0 and Q4_K_M). */
+#ifndef MK_Q8_INFLIGHT
+#define MK_Q8_INFLIGHT 4
+#endif
+
+/* acc[r] = row r . x' for R rows of block format T, straight from global memory: lane-units
+ * lane, lane + 32, ... of every row, MK_Q8_INFLIGHT / R of each row in flight per lane, as the
+ * float path keeps 16-byte loads in flight. */
+template <uint32_t T, int R>
+__device__ __forceinline__ float4 mk_q8_rows_t(const struct mk_rows4 *row, uint32_t units, const struct mk_xq8 *x) {
+    const uint32_t lane = threadIdx.x & 31u;
+    const int U = MK_Q8_INFLIGHT / R;
+    float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    for (uint32_t u0 = lane; u0 < units; u0 += 32u * U) {
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            const uint32_t u = u0 + 32u * (uint32_t)i, uc = min(u, units - 1u); /* loads stay unconditional */
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float v = mk_q8_unit<true>(T, row->p[r], uc, x);
+                acc[r] += u < units ? v : 0.0f;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) acc[r] = mk_warp_sum(acc[r]);
+    return make_float4(acc[0], acc[1], acc[2], acc[3]);
+}
+
+__device__ __noinline__ float4 mk_q8_rows(uint32_t t, struct mk_rows4 row, int R, uint32_t units, struct mk_xq8 x) {
+    switch (t) {
+#define MK_Q8_ROWS(T)                                           \
+    case T:                                                     \
+        if (R == 4) return mk_q8_rows_t<T, 4>(&row, units, &x); \
+        if (R == 2) return mk_q8_rows_t<T, 2>(&row, units, &x); \
+        return mk_q8_rows_t<T, 1>(&row, units, &x);
+        MK_Q8_ROWS(MK_DEV_Q4_0)
+        MK_Q8_ROWS(MK_DEV_Q4_1)
+        MK_Q8_ROWS(MK_DEV_Q5_0)
+        MK_Q8_ROWS(MK_DEV_Q5_1)
+        MK_Q8_ROWS(MK_DEV_Q8_0)
+        MK_Q8_ROWS(MK_DEV_Q2_K)
+        MK_Q8_ROWS(MK_DEV_Q3_K)
+        MK_Q8_ROWS(MK_DEV_Q4_K)
+        MK_Q8_ROWS(MK_DEV_Q5_K)
+        MK_Q8_ROWS(MK_DEV_Q6_K)
+        MK_Q8_ROWS(MK_DEV_IQ4_NL)
+        MK_Q8_ROWS(MK_DEV_IQ4_XS)
+#undef MK_Q8_ROWS
+    default: return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+/* x for the int8 dots from xs (n floats, n a multiple of 32): the groups' scales and sums at
+ * `area`, the quants over xs itself, or after the groups with `keep` (when float formats of the
+ * same op still read xs). Eight neighbouring lanes hold a group, four floats each, and reduce its
+ * maximum and sums with shuffles. In place, each pass of 1024 elements writes its 3072 bytes of
+ * quants only after every thread read its floats, and they cover floats this or earlier passes
+ * read. */
+__device__ __noinline__ struct mk_xq8 mk_block_quantize_x(float *xs, uint32_t n, float *area, bool keep) {
+    struct mk_xgroup *grp = (struct mk_xgroup *)area;
+    int8_t *q = keep ? (int8_t *)(area + n / 8u) : (int8_t *)xs;
+    for (uint32_t base = 0; base < n; base += 4u * MK_BLOCK_THREADS) {
+        const uint32_t i = base + 4u * threadIdx.x, g = i / 32u, p = i % 32u;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (i < n) v = *(const float4 *)(xs + i);
+        float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+        for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float d = amax / 127.0f;
+        const float xv[4] = { v.x, v.y, v.z, v.w };
+        uint32_t word[3] = { 0u, 0u, 0u };
+        int s[3] = { 0, 0, 0 };
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int l[3];
+            mk_xq_levels(xv[k], d, l);
+#pragma unroll
+            for (int m = 0; m < 3; m++) {
+                word[m] |= ((uint32_t)l[m] & 255u) << (8 * k);
+                s[m] += l[m];
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < 3; m++)
+            for (int o = 4; o > 0; o >>= 1) s[m] += __shfl_xor_sync(0xffffffffu, s[m], o);
+        __syncthreads();
+        if (i < n) {
+#pragma unroll
+            for (int m = 0; m < 3; m++) *(uint32_t *)(q + 96u * g + 32u * m + p) = word[m];
+            if ((threadIdx.x & 7u) == 0) {
+                grp[g].d = d;
+                for (int m = 0; m < 3; m++) grp[g].s[m] = s[m];
+            }
+        }
+    }
+    __syncthreads();
+    struct mk_xq8 x = { q, grp };
+    return x;
+}
+
+/* res[seg.res0 + i] = row(seg.row0 + i) . xs for every row of the segments, in any format. Block
+ * formats take x rounded to int8 levels (mk_block_quantize_x, which overwrites xs when no float
+ * format needs it) and stream their rows straight from global memory; float formats in the same
+ * op stream theirs chunk by chunk through MK_QSTAGES buffers of `stage` (MK_QSTAGE_BYTES each per
+ * warp), the copies of the next chunks in flight while the current one is decoded. The groups of
+ * x follow the stages (when there are float formats) at `stage`. Ends with __syncthreads, so res
+ * is complete for the whole block. */
+__device__ __noinline__ void mk_qrows(const struct mk_qseg *all, uint32_t nall, float *xs, float *res, uint8_t *stage) {
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    struct mk_qseg seg[3]; /* the float-format segments */
+    uint32_t nseg = 0;
+    bool any_block = false;
+    for (uint32_t i = 0; i < nall; i++) {
+        if (mk_layout_is_block_format(all[i].dtype))
+            any_block = true;
+        else if (nseg < 3u)
+            seg[nseg++] = all[i];
+    }
     uint8_t *bufs = stage + warp * MK_QSTAGES * MK_QSTAGE_BYTES;
     struct mk_qcur prod = { warp, 0u }, cons = prod;
-    for (uint32_t i = 0; i + 1u < MK_QSTAGES; i++) {
-        mk_qissue(seg, nseg, prod, bufs + i * MK_QSTAGE_BYTES);
-        mk_qcur_next(seg, nseg, &prod);
+    if (nseg) {
+        for (uint32_t i = 0; i + 1u < MK_QSTAGES; i++) {
+            mk_qissue(seg, nseg, prod, bufs + i * MK_QSTAGE_BYTES);
+            mk_qcur_next(seg, nseg, &prod);
+        }
+    }
+    if (any_block) {
+        /* While the float chunks are on their way: x for the block formats, then their rows. */
+        float *area = (float *)(stage + (nseg ? 4u * mk_layout_qstage_words() : 0u));
+        const struct mk_xq8 xq = mk_block_quantize_x(xs, all[0].cols, area, nseg > 0);
+        for (uint32_t i = 0; i < nall; i++) {
+            const struct mk_qseg *sg = &all[i];
+            if (!mk_layout_is_block_format(sg->dtype)) continue;
+            const int R = mk_rows_per_warp(sg->n);
+            for (uint32_t k = warp * (uint32_t)R; k < sg->n; k += MK_BLOCK_WARPS * (uint32_t)R) {
+                struct mk_rows4 rw;
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    rw.p[r] = sg->ptr + (uint64_t)(sg->row0 + min(k + (uint32_t)r, sg->n - 1u)) * sg->row_bytes;
+                const float4 a = mk_q8_rows(sg->dtype, rw, R, sg->cols / 32u, xq);
+                const float av[4] = { a.x, a.y, a.z, a.w };
+                if (lane == 0)
+                    for (int r = 0; r < R; r++)
+                        if (k + (uint32_t)r < sg->n) res[sg->res0 + k + r] = av[r];
+            }
+        }
     }
     float acc = 0.0f;
     uint32_t s, r;
-    for (uint32_t it = 0; mk_qcur_seg(seg, nseg, cons.k, &s, &r); it++) {
+    for (uint32_t it = 0; nseg && mk_qcur_seg(seg, nseg, cons.k, &s, &r); it++) {
         mk_qissue(seg, nseg, prod, bufs + ((it + MK_QSTAGES - 1u) % MK_QSTAGES) * MK_QSTAGE_BYTES);
         mk_qcur_next(seg, nseg, &prod);
         mk_cp_async_wait_stages();

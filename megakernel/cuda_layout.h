@@ -40,9 +40,12 @@ MK_LAYOUT_FN uint32_t mk_layout_qstage_words(void) { return MK_BLOCK_WARPS * MK_
 /* A ggml block format rather than f32 (0), f16 (1) or bf16 (30). */
 MK_LAYOUT_FN int mk_layout_is_block_format(uint32_t dtype) { return dtype != 0u && dtype != 1u && dtype != 30u; }
 
-/* The staged path's extra words: `res` results (rows of the task, 4-aligned) and the stages. */
-MK_LAYOUT_FN uint32_t mk_layout_qextra_words(int staged, uint32_t res) {
-    return staged ? mk_layout_align4(res) + mk_layout_qstage_words() : 0u;
+/* The block-format path's extra words (megakernel/common.cuh, mk_qrows): `res` results (rows of the
+ * task, 4-aligned); with `keep` (float formats in the same op, which still read the floats and are
+ * staged) the stages; x for the int8 dots (megakernel/quant8.cuh): a scale and three sums per 32
+ * inputs, and with `keep` the 3 n bytes of quants, which otherwise overwrite the floats. */
+MK_LAYOUT_FN uint32_t mk_layout_qextra_words(int staged, uint32_t res, uint32_t n, int keep) {
+    return staged ? mk_layout_align4(res) + (keep ? mk_layout_qstage_words() + 3u * n / 4u : 0u) + n / 8u : 0u;
 }
 
 /* 4-byte words of dynamic shared memory the op of `in` uses; the kernels carve exactly this.
@@ -51,34 +54,36 @@ MK_LAYOUT_FN uint32_t mk_layout_smem_words(const struct mk_instr *in, const stru
     switch (in->op) {
     case MK_OP_MATVEC_RESIDUAL:
         return mk_layout_align4(w[in->weight[0]].cols) +
-               mk_layout_qextra_words(mk_layout_is_block_format(w[in->weight[0]].dtype), in->args.matvec.rows_per_task);
+               mk_layout_qextra_words(mk_layout_is_block_format(w[in->weight[0]].dtype), in->args.matvec.rows_per_task,
+                                      w[in->weight[0]].cols, 0);
     case MK_OP_ATTN_OUTPUT: {
         uint32_t own = mk_layout_align4(w[in->weight[0]].cols) +
                        mk_layout_align4(2u * in->args.attn_out.n_head * in->args.attn_out.n_blocks);
         return own + mk_layout_qextra_words(mk_layout_is_block_format(w[in->weight[0]].dtype),
-                                            in->args.attn_out.rows_per_task);
+                                            in->args.attn_out.rows_per_task, w[in->weight[0]].cols, 0);
     }
     case MK_OP_NORM_QKV_ROPE: {
-        int staged = mk_layout_is_block_format(w[in->weight[1]].dtype) ||
-                     mk_layout_is_block_format(w[in->weight[2]].dtype) ||
-                     mk_layout_is_block_format(w[in->weight[3]].dtype);
+        int blocks = 0;
+        for (int k = 1; k <= 3; k++) blocks += mk_layout_is_block_format(w[in->weight[k]].dtype);
+        /* res is there either way (the epilogue works on it). */
         return mk_layout_align4(w[in->weight[1]].cols) + mk_layout_align4(in->args.qkv.rows_per_task) +
-               (staged ? mk_layout_qstage_words() : 0u);
+               (blocks ? mk_layout_qextra_words(1, 0u, w[in->weight[1]].cols, blocks < 3) : 0u);
     }
     case MK_OP_ATTN_PARTIAL: {
         uint32_t tile = mk_layout_attn_tile(in->args.attn.block), hd = in->args.attn.head_dim;
         return mk_layout_align4(hd) + 2u * tile * (hd + 1u) + mk_layout_align4(tile) + MK_BLOCK_THREADS;
     }
     case MK_OP_NORM_GATE_UP_SILU: {
-        int staged =
-            mk_layout_is_block_format(w[in->weight[1]].dtype) || mk_layout_is_block_format(w[in->weight[2]].dtype);
-        return mk_layout_align4(w[in->weight[1]].cols) +
-               mk_layout_qextra_words(staged, 2u * in->args.gate_up.rows_per_task);
+        int blocks =
+            mk_layout_is_block_format(w[in->weight[1]].dtype) + mk_layout_is_block_format(w[in->weight[2]].dtype);
+        return mk_layout_align4(w[in->weight[1]].cols) + mk_layout_qextra_words(blocks > 0,
+                                                                                2u * in->args.gate_up.rows_per_task,
+                                                                                w[in->weight[1]].cols, blocks < 2);
     }
     case MK_OP_NORM_LM_HEAD:
         return mk_layout_align4(w[in->weight[1]].cols) +
-               mk_layout_qextra_words(mk_layout_is_block_format(w[in->weight[1]].dtype),
-                                      in->args.lm_head.rows_per_task);
+               mk_layout_qextra_words(mk_layout_is_block_format(w[in->weight[1]].dtype), in->args.lm_head.rows_per_task,
+                                      w[in->weight[1]].cols, 0);
     case MK_OP_SAMPLE: return MK_SAMPLE_SMEM_WORDS;
     default: return 0;
     }

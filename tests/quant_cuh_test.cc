@@ -6,7 +6,7 @@
 
 #include "tests/cuda_host_shim.h"
 #define MK_QUANT_NO_CUDA_HEADERS
-#include "megakernel/quant.cuh"
+#include "megakernel/quant8.cuh"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint32_t rng_next() {
@@ -92,6 +92,68 @@ static int check_dot4(uint32_t t, const struct mk_dtype_info *info) {
     return bad;
 }
 
+/* x as the device's activation quantizer writes it (megakernel/common.cuh, mk_block_quantize_x):
+ * per group the scale, the three int8 levels and their sums. */
+static void make_xq(const std::vector<float> &x, std::vector<int8_t> &q, std::vector<struct mk_xgroup> &grp) {
+    const size_t ng = x.size() / 32;
+    q.assign(96 * ng + 64, 0);
+    grp.assign(ng, mk_xgroup{});
+    for (size_t g = 0; g < ng; g++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * g + i]));
+        grp[g].d = amax / 127.0f;
+        for (int i = 0; i < 32; i++) {
+            int l[3];
+            mk_xq_levels(x[32 * g + i], grp[g].d, l);
+            for (int k = 0; k < 3; k++) {
+                q[96 * g + 32 * k + i] = (int8_t)l[k];
+                grp[g].s[k] += l[k];
+            }
+        }
+    }
+}
+
+/* The int8 dot (mk_q8_unit, what the GPU runs for block formats) against the float dot of the
+ * dequantized row, row by row: it must agree to float precision, for rows and inputs of very
+ * different magnitudes. */
+static int check_q8(uint32_t t, const struct mk_dtype_info *info) {
+    const int64_t n = 8 * 256;
+    const size_t bytes = mk_dtype_row_bytes((enum mk_dtype)t, n);
+    std::vector<float> w(n), x(n), vals(n);
+    std::vector<uint8_t> row(bytes + 64);
+    std::vector<int8_t> xq;
+    std::vector<struct mk_xgroup> grp;
+    const float wscale[] = { 1.0f, 1e-4f, 1e3f, 1.0f };
+    const float xscale[] = { 1.0f, 30.0f, 1e-3f, 1.0f };
+    int bad = 0;
+    for (int c = 0; c < 4; c++) {
+        for (int64_t i = 0; i < n; i++) {
+            w[i] = rng_uniform() * wscale[c] * (i % 97 == 0 ? 50.0f : 1.0f);
+            x[i] = rng_uniform() * xscale[c] * (c == 3 && i % 61 == 0 ? 400.0f : 1.0f);
+            if (c == 3 && i % 256 < 32) x[i] = 0.0f; /* groups of zeros: d = 0 */
+        }
+        mk_quantize_row((enum mk_dtype)t, w.data(), row.data(), n);
+        mk_dequantize_row((enum mk_dtype)t, row.data(), vals.data(), n);
+        make_xq(x, xq, grp);
+        struct mk_xq8 xv = { xq.data(), grp.data() };
+        double want = 0.0, mag = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            want += (double)vals[i] * x[i];
+            mag += fabs((double)vals[i] * x[i]);
+        }
+        double got = 0.0;
+        /* Staged (shared memory) and direct (global memory) loads: one decoder, two load paths. */
+        for (uint32_t u = 0; u < n / 32; u++)
+            got += u % 2 ? mk_q8_unit<false>(t, row.data(), u, &xv) : mk_q8_unit<true>(t, row.data(), u, &xv);
+        if (!(fabs(got - want) <= 1e-6 * mag)) {
+            fprintf(stderr, "%s: int8 dot, case %d: %.9g, float dot %.9g (sum of |products| %.3g)\n", info->name, c,
+                    got, want, mag);
+            bad++;
+        }
+    }
+    return bad;
+}
+
 int main(void) {
     int failures = 0, checked = 0;
     for (uint32_t t = 0; t < 64; t++) {
@@ -101,6 +163,9 @@ int main(void) {
         printf("%-8s staged dot4 %s\n", info->name, bad4 ? "DIFFERS" : "agrees");
         failures += bad4 != 0;
         if (info->block_size == 1) continue;
+        int bad8 = check_q8(t, info);
+        printf("%-8s int8 dot %s\n", info->name, bad8 ? "DIFFERS" : "agrees");
+        failures += bad8 != 0;
         int bad = check_type(t, info);
         printf("%-8s %s\n", info->name, bad ? "DIFFERS" : "bit-identical");
         failures += bad != 0;

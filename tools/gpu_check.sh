@@ -135,7 +135,7 @@ for w in $WHAT; do
             run "llama.cpp unpack" 120 tar xzf "${LLAMA_TARBALL:-gpu/llama.cpp-subset.tar.gz}" -C "$(dirname "$src")"
             run "llama.cpp configure" 300 cmake -S "$src" -B "$LLAMA_BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
                 -DCMAKE_CUDA_ARCHITECTURES=90a -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
-                -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
+                -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_APP=OFF
             run "llama.cpp build" 900 cmake --build "$LLAMA_BUILD" -j "$(nproc)" --target llama-bench
         fi
         for f in ${PEER_MODELS:-}; do

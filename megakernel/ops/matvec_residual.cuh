@@ -24,7 +24,7 @@ __device__ __forceinline__ void mk_matvec_residual_rows(const struct mk_wdesc *w
 
 /* out[buf1 + r] += W[r] . xs for the task's rows_per_task rows; xs (w.cols floats, shared
  * memory) is ready. Block formats use `scratch` (shared memory: results, then the stages). */
-__device__ void mk_matvec_residual_tile(const struct mk_task_ctx *c, const struct mk_wdesc *w, const float *xs,
+__device__ void mk_matvec_residual_tile(const struct mk_task_ctx *c, const struct mk_wdesc *w, float *xs,
                                         uint32_t rows_per_task, float *scratch) {
     const struct mk_instr *in = c->in;
     uint32_t r0 = c->t * rows_per_task;
