@@ -26,8 +26,7 @@ static uint64_t mk_full(const struct mk_program *p, uint32_t w) {
     return w < p->n_weights ? (uint64_t)p->weights[w].rows * p->weights[w].row_bytes : 0;
 }
 
-/* Weight bytes one step of instruction i reads (EMBED reads a single row). */
-static uint64_t mk_instr_weight_bytes(const struct mk_program *p, uint32_t i) {
+uint64_t mk_program_instr_weight_bytes(const struct mk_program *p, uint32_t i) {
     const struct mk_instr *in = &p->instrs[i];
     if (in->op == MK_OP_EMBED) return in->weight[0] < p->n_weights ? p->weights[in->weight[0]].row_bytes : 0;
     uint64_t b = 0;
@@ -47,7 +46,7 @@ static int mk_dump_widx(uint32_t w) { return w == MK_NO_WEIGHT ? -1 : (int)w; }
 
 uint64_t mk_program_weight_bytes(const struct mk_program *p) {
     uint64_t b = 0;
-    for (uint32_t i = 0; i < p->n_instr; i++) b += mk_instr_weight_bytes(p, i);
+    for (uint32_t i = 0; i < p->n_instr; i++) b += mk_program_instr_weight_bytes(p, i);
     return b;
 }
 
@@ -122,8 +121,8 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
             fprintf(f,
                     "%s{\"index\":%u,\"label\":\"%s\",\"op\":\"%s\",\"tasks\":%u,\"weight_bytes\":%" PRIu64
                     ",\"signal\":%u,\"waits\":[",
-                    i ? "," : "", i, p->labels[i], mk_opcode_name(in->op), in->n_tasks, mk_instr_weight_bytes(p, i),
-                    in->signal);
+                    i ? "," : "", i, p->labels[i], mk_opcode_name(in->op), in->n_tasks,
+                    mk_program_instr_weight_bytes(p, i), in->signal);
             bool first = true;
             for (int k = 0; k < 2; k++) {
                 if (in->wait[k].ctr == MK_NO_COUNTER) continue;
@@ -153,7 +152,7 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
     for (uint32_t i = 0; i < p->n_instr; i++) {
         const struct mk_instr *in = &p->instrs[i];
         fprintf(f, "%4u  %-22s %-18s %6u %14" PRIu64 " %6u ", i, p->labels[i], mk_opcode_name(in->op), in->n_tasks,
-                mk_instr_weight_bytes(p, i) / in->n_tasks, in->signal);
+                mk_program_instr_weight_bytes(p, i) / in->n_tasks, in->signal);
         for (int k = 0; k < 2; k++)
             if (in->wait[k].ctr != MK_NO_COUNTER) mk_dump_wait(f, &in->wait[k], false);
         fputc('\n', f);

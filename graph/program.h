@@ -74,6 +74,8 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json);
 
 /* Weight bytes the program reads per step (each weight table entry once). */
 uint64_t mk_program_weight_bytes(const struct mk_program *p);
+/* Weight bytes one step of instruction i reads (EMBED reads a single row). */
+uint64_t mk_program_instr_weight_bytes(const struct mk_program *p, uint32_t i);
 
 /* Instruction index of global task t (binary search over task_base). */
 uint32_t mk_program_instr_of_task(const struct mk_program *p, uint32_t t);

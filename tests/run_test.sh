@@ -181,6 +181,25 @@ else
     echo "ok: SIGINT -> exit 130: $(grep "interrupted after" "$work/err")"
 fi
 
+# ---- mk trace: its errors; the trace itself needs the GPU host (tools/gpu_check.sh trace) ----
+trace_fail() {
+    local what="$1" want_rc="$2" pattern="$3"
+    shift 3
+    "$MK" trace "$@" >"$work/out" 2>"$work/err"
+    rc=$?
+    if [ "$rc" -ne "$want_rc" ] || ! grep -q -- "$pattern" "$work/err"; then
+        fail "mk trace $what: exit $rc (want $want_rc), stderr: $(head -n 2 "$work/err")"
+    else
+        echo "ok: mk trace $what -> exit $rc: $(head -n 1 "$work/err")"
+    fi
+}
+trace_fail "without -m" 2 "a model is required"
+trace_fail "-n past --ctx" 2 "do not fit in --ctx 8" -m "$stories" -n 9 --ctx 8
+trace_fail "bad GPU flag" 2 "static or dynamic" -m "$stories" --schedule sometimes
+trace_fail "missing file" 1 "/nonexistent/model.gguf" -m /nonexistent/model.gguf
+MK_CUDA_LIB=libcuda-absent.so.1 trace_fail "without a driver" 1 "libcuda-absent.so.1 not found" -m "$stories" -o "$work/t.json"
+[ -e "$work/t.json" ] && fail "mk trace without a driver wrote $work/t.json"
+
 if [ "$failures" -ne 0 ]; then
     echo "$failures check(s) failed" >&2
     exit 1

@@ -9,6 +9,7 @@ int mk_cmd_quantize(int argc, char **argv);
 int mk_cmd_run(int argc, char **argv);
 int mk_cmd_chat(int argc, char **argv);
 int mk_cmd_dump(int argc, char **argv);
+int mk_cmd_trace(int argc, char **argv);
 int mk_cmd_bench(int argc, char **argv);
 int mk_cmd_tokenize(int argc, char **argv);
 

@@ -5,8 +5,10 @@
 #   BIN_DIR  folder of binaries built elsewhere with `bazel build -c opt`: cuda_test (and mk,
 #            megakernel_module.cubin/.ptx, variant_*.cubin when present); default gpu/. Models: $MK_MODELS_DIR, else
 #            BIN_DIR/models (copies of ../shared/models files, never committed).
-#   what     any of: info tests quant ptx llama1b bench bench8b variants nodriver mk peer (default:
-#            all but bench8b, variants and peer).
+#   what     any of: info tests quant ptx llama1b bench bench8b variants nodriver mk trace peer
+#            (default: all but bench8b, variants, trace and peer).
+#   trace    mk trace of stories260K and of each file in $TRACE_MODELS, the JSON checked (every task a
+#            slice on a block's track) and its per-op table kept.
 #   peer     builds llama.cpp from $LLAMA_TARBALL (a .tar.gz of its source, e.g. vendor/llama.cpp of
 #            the llama-cpp-python sdist) unless $LLAMA_BUILD already holds bin/llama-bench, then runs
 #            llama-bench on each file in $PEER_MODELS (space-separated GGUFs) as mk's figures were.
@@ -126,6 +128,21 @@ for w in $WHAT; do
             m1b=$TMPDIR/mk_llama1b_bf16.gguf
             [ -f "$m1b" ] && run "mk bench llama-1b" 400 "$BIN/mk" bench -m "$m1b" --backend megakernel,perop,graph -n 128
         fi
+        ;;
+    trace)
+        for f in "$MK_MODELS_DIR/stories260K-f32.gguf" ${TRACE_MODELS:-}; do
+            t=$OUT/trace-$(basename "$f" .gguf).json
+            run "mk trace $(basename "$f")" 120 "$BIN/mk" trace -m "$f" -n 16 -o "$t"
+            tail -n 30 "$LOG" | sed -n '/^mk trace: step/,/^(time:/p' >> "$SUM"
+            run "trace JSON $(basename "$t")" 60 python3 -c '
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+x = [e for e in ev if e["ph"] == "X"]
+tracks = {e["tid"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+assert x and all(e["tid"] in tracks and e["dur"] >= 0 and e["ts"] >= 0 for e in x), "bad slices"
+print("INFO trace %s: %d slices on %d block tracks, %d distinct instructions, span %.1f us" % (sys.argv[1], len(x),
+      len({e["tid"] for e in x}), len({e["name"] for e in x}), max(e["ts"] + e["dur"] for e in x)))' "$t"
+        done
         ;;
     peer)
         LLAMA_BUILD=${LLAMA_BUILD:-$TMPDIR/llama.cpp/build}

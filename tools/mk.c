@@ -18,6 +18,7 @@ static const struct mk_subcommand mk_subcommands[] = {
     { "bench", mk_cmd_bench, "time decoding per backend against the memory-bandwidth floor" },
     { "info", mk_cmd_info, "describe a GGUF model: config, tokenizer, tensors, bytes per token" },
     { "dump", mk_cmd_dump, "print the compiled work-queue program of a model" },
+    { "trace", mk_cmd_trace, "write one megakernel step as a Perfetto trace, with the time per op" },
     { "gen", mk_cmd_gen, "write a Llama GGUF with deterministic random weights" },
     { "quantize", mk_cmd_quantize, "rewrite a GGUF with another weight format" },
     { "tokenize", mk_cmd_tokenize, "print the tokens of a text, as llama.cpp's llama-tokenize does" },
