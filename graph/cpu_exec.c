@@ -76,6 +76,7 @@ struct mk_cpu_exec {
     struct mk_fault fault;
     uint32_t fault_task; /* the global task index the injected fault hits */
     uint32_t n_exited;   /* workers that left their loop (a trapped one leaves early) */
+    uint64_t *trace;     /* (n_tasks, 3) start after waits ns, end ns, worker; NULL = off */
 };
 
 struct mk_cpu_worker {
@@ -186,11 +187,17 @@ static bool mk_cpu_exec_task(struct mk_cpu_exec *e, struct mk_cpu_ctx *ctx, uint
     if (!mk_cpu_wait(e, &in->wait[0], step, deadline_ns) || !mk_cpu_wait(e, &in->wait[1], step, deadline_ns))
         return false;
     if (!mk_cpu_inject(e, id, t, i, step, deadline_ns)) return false;
+    const uint64_t t0 = e->trace ? mk_cpu_now_ns() : 0;
     int32_t tok = -1;
     if (mk_cpu_run_task(ctx, in, t - p->task_base[i], &tok) != 0) {
         struct mk_cpu_failure f = { MK_ERR_INTERNAL, step, i, t, id, "unknown opcode" };
         mk_cpu_fail(e, &f);
         return false;
+    }
+    if (e->trace) { /* before the signals, which publish it with the step's end */
+        e->trace[3ull * t] = t0;
+        e->trace[3ull * t + 1] = mk_cpu_now_ns();
+        e->trace[3ull * t + 2] = id;
     }
     if (in->op == MK_OP_SAMPLE) {
         e->state.out_token = tok;
@@ -305,8 +312,18 @@ void mk_cpu_exec_free(struct mk_cpu_exec *e) {
     }
     mk_mem_free_big(e->scratch);
     free(e->counters);
+    free(e->trace);
     free(e);
 }
+
+enum mk_status mk_cpu_exec_set_trace(struct mk_cpu_exec *e, struct mk_error *err) {
+    if (e->trace) return MK_OK;
+    e->trace = calloc((size_t)e->prog->n_tasks * 3, sizeof *e->trace);
+    if (!e->trace) return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the trace of %u tasks", e->prog->n_tasks);
+    return MK_OK;
+}
+
+const uint64_t *mk_cpu_exec_trace(const struct mk_cpu_exec *e) { return e->trace; }
 
 /* Scratch floats one worker needs for any task of prog (see the ops in graph/cpu_ops.c). */
 static uint32_t mk_cpu_scratch_floats(const struct mk_program *prog) {

@@ -63,5 +63,10 @@ void mk_cpu_exec_set_fault(struct mk_cpu_exec *e, const struct mk_fault *fault, 
 /* Logits (vocab) of output row j of the last step, NULL when it had no such row. */
 const float *mk_cpu_exec_logits_row(const struct mk_cpu_exec *e, uint32_t j);
 void mk_cpu_exec_free(struct mk_cpu_exec *e);
+/* Per-task timestamps from the next step on (mk trace): call between steps. */
+enum mk_status mk_cpu_exec_set_trace(struct mk_cpu_exec *e, struct mk_error *err);
+/* The last step's (n_tasks, 3): start after the task's waits (ns, CLOCK_MONOTONIC), end, worker;
+ * NULL unless tracing is on. */
+const uint64_t *mk_cpu_exec_trace(const struct mk_cpu_exec *e);
 
 #endif

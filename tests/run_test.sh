@@ -199,6 +199,19 @@ trace_fail "bad GPU flag" 2 "static or dynamic" -m "$stories" --schedule sometim
 trace_fail "missing file" 1 "/nonexistent/model.gguf" -m /nonexistent/model.gguf
 MK_CUDA_LIB=libcuda-absent.so.1 trace_fail "without a driver" 1 "libcuda-absent.so.1 not found" -m "$stories" -o "$work/t.json"
 [ -e "$work/t.json" ] && fail "mk trace without a driver wrote $work/t.json"
+trace_fail "unknown backend" 2 "'megakernel' or 'cpu'" -m "$stories" --backend ref
+# The cpu executor's trace: a slice per task, on the tracks of its two workers.
+"$MK" trace -m "$stories" --backend cpu --threads 2 -n 4 -o "$work/t.json" >"$work/out" 2>"$work/err"
+rc=$?
+tasks=$(sed -n 's/.* \([0-9][0-9]*\) tasks, step span.*/\1/p' "$work/out")
+slices=$(grep -c '"ph":"X"' "$work/t.json" 2>/dev/null)
+tracks=$(grep -o '"ph":"X","pid":0,"tid":[0-9]*' "$work/t.json" 2>/dev/null | sort -u | wc -l)
+if [ "$rc" -ne 0 ] || [ -z "$tasks" ] || [ "$slices" != "$tasks" ] || [ "$tracks" -ne 2 ] ||
+    ! grep -q "^norm_gate_up_silu" "$work/out"; then
+    fail "mk trace --backend cpu: exit $rc, $tasks tasks, $slices slices on $tracks tracks: $(cat "$work/err")"
+else
+    echo "ok: mk trace --backend cpu: $slices slices on $tracks worker tracks"
+fi
 
 if [ "$failures" -ne 0 ]; then
     echo "$failures check(s) failed" >&2
