@@ -85,10 +85,11 @@ has "$T/err" "--ctx"
 # ---- Errors: no template, unknown template, no model ----
 run 1 "$MK" chat -m "$T/plain.gguf" </dev/null
 has "$T/err" "has no tokenizer.chat_template"
-run 1 "$MK" chat -m "$T/chat.gguf" --chat-template nope </dev/null
+run 2 "$MK" chat -m "$T/chat.gguf" --chat-template nope </dev/null
 has "$T/err" "unknown chat template 'nope'"
-run 1 "$MK" run -m "$T/chat.gguf" --chat --chat-template nope -p "Hi"
-has "$T/err" "unknown chat template 'nope'"
+# Refused with the option, before the model is read (it need not even exist).
+run 2 "$MK" run -m "$T/absent.gguf" --chat --chat-template nope -p "Hi"
+has "$T/err" "unknown chat template 'nope' (known: chatml,"
 run 2 "$MK" chat </dev/null
 has "$T/err" "no model"
 run 0 "$MK" chat -m "$T/plain.gguf" --chat-template llama3 -n 2 "${common[@]}" </dev/null

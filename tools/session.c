@@ -82,6 +82,16 @@ static int mk_tool_parse_value(struct mk_tool_opts *o, const char *a, const char
         if (mk_cli_parse_long(v, 0, 4096, &ll)) return mk_tool_bad(o->cmd, a, v, "an integer in [0, 4096]");
         o->sp.n_threads = (uint32_t)ll;
     } else if (!strcmp(a, "--chat-template")) {
+        /* Checked here, so that a wrong name fails before minutes of loading. */
+        size_t i = 0;
+        while (mk_chat_template_name_at(i) && strcmp(mk_chat_template_name_at(i), v)) i++;
+        if (!mk_chat_template_name_at(i)) {
+            fprintf(stderr, "mk %s: unknown chat template '%s' (known:", o->cmd, v);
+            for (i = 0; mk_chat_template_name_at(i); i++)
+                fprintf(stderr, "%s %s", i ? "," : "", mk_chat_template_name_at(i));
+            fprintf(stderr, ")\n");
+            return -1;
+        }
         o->chat_template = v;
     } else if (!strcmp(a, "--system")) {
         o->system = v;
