@@ -214,6 +214,15 @@ if [ "$rc" -ne 0 ] || [ -z "$tasks" ] || [ "$slices" != "$tasks" ] || [ "$tracks
 else
     echo "ok: mk trace --backend cpu: $slices slices for $tasks tasks, all on the $named worker tracks"
 fi
+# mk bench --breakdown: the same per-op table after the cpu backend's row; none for ref.
+"$MK" bench -m "$stories" --backend cpu,ref -n 8 -p 0 --breakdown >"$work/out" 2>"$work/err"
+rc=$?
+if [ "$rc" -ne 0 ] || ! grep -q "^breakdown stories260K-f32.gguf cpu: step 8 on the cpu executor" "$work/out" ||
+    ! grep -q "^norm_gate_up_silu  *5 " "$work/out" || ! grep -q "^breakdown stories260K-f32.gguf ref: only" "$work/out"; then
+    fail "mk bench --breakdown: exit $rc: $(cat "$work/out" "$work/err")"
+else
+    echo "ok: mk bench --breakdown: $(grep -c '^breakdown' "$work/out") breakdown headers"
+fi
 
 if [ "$failures" -ne 0 ]; then
     echo "$failures check(s) failed" >&2

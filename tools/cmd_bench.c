@@ -18,6 +18,7 @@
 #include "tools/bench_chunk.h"
 #include "tools/cli.h"
 #include "tools/cmds.h"
+#include "tools/trace.h"
 
 struct mk_bench_opts {
     const char *model;
@@ -33,6 +34,7 @@ struct mk_bench_opts {
     uint64_t seed;
     uint32_t n_prompt, ubatch, n_draft; /* pp<n_prompt> (0: none); chunk steps of up to ubatch */
     int spec;                           /* nonzero (MK_SPEC_LOOKUP): also the speculative-decoding tests */
+    bool breakdown;                     /* per op kind time and bandwidth of one traced step */
 };
 
 struct mk_bench_row {
@@ -49,7 +51,7 @@ struct mk_bench_row {
 
 static void mk_bench_usage(FILE *f) {
     fprintf(f, "usage: mk bench [-m FILE] [--backend all|ref,cpu,megakernel,perop,graph] [-n 128] [--ctx 512]\n"
-               "                [--threads N] [--preset llama-1b,llama-8b] [--dtype bf16] [--json]\n"
+               "                [--threads N] [--preset llama-1b,llama-8b] [--dtype bf16] [--breakdown] [--json]\n"
                "  Times -n greedy decode steps (tg<n>) from an empty context on each backend and prints\n"
                "  ms/token p50 and p99, host CPU ms/token (every thread of the process: the cost to the\n"
                "  machine beside the wall time), tokens/s, the weight bandwidth achieved (weight bytes per token over\n"
@@ -69,7 +71,10 @@ static void mk_bench_usage(FILE *f) {
                "  steps of up to --ubatch tokens, as tokens/s, with the time to first token (ttft).\n"
                "  --spec lookup adds greedy decoding of -n tokens with and without prompt-lookup\n"
                "  speculation (--draft K) on a shipped repetitive task (rewrite a passage with small edits)\n"
-               "  and on free text (a story), with the acceptance rate and whether the outputs agree.\n");
+               "  and on free text (a story), with the acceptance rate and whether the outputs agree.\n"
+               "  --breakdown adds, for the cpu and megakernel backends, the time and weight bandwidth\n"
+               "  per op kind of one more step, run with per-task timestamps (mk trace writes the whole\n"
+               "  step as a Perfetto trace).\n");
     fputs(mk_cli_chunk_usage, f);
     fputs(mk_cli_gpu_usage, f);
 }
@@ -278,6 +283,38 @@ static int mk_bench_spec_rows(const char *path, enum mk_backend_kind kind, const
     return !res[0].same || !res[1].same;
 }
 
+/* Per op kind of the step after -n traced ones (at most the context), on stdout, or stderr with --json. */
+static int mk_bench_breakdown(const struct mk_model *m, const char *name, enum mk_backend_kind kind,
+                              const struct mk_bench_opts *o) {
+    FILE *f = o->json ? stderr : stdout;
+    if (kind != MK_BACKEND_CPU && kind != MK_BACKEND_MEGAKERNEL) {
+        fprintf(f, "breakdown %s %s: only the cpu and megakernel backends record per-task times\n", name,
+                mk_backend_kind_name(kind));
+        return 0;
+    }
+    struct mk_program *p = NULL;
+    struct mk_trace_task *tk = NULL;
+    uint32_t tracks;
+    char where[200];
+    const uint32_t steps = o->n < o->ctx ? o->n : o->ctx;
+    if (mk_trace_run("bench", m, kind == MK_BACKEND_CPU, o->threads, steps, o->ctx, &o->gpu, &p, &tk, &tracks, where,
+                     sizeof where) != 0)
+        return 1;
+    struct mk_trace_op ops[MK_OP_COUNT];
+    mk_trace_ops(p, tk, ops);
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (uint32_t t = 0; t < p->n_tasks; t++) {
+        if (tk[t].s < lo) lo = tk[t].s;
+        if (tk[t].e > hi) hi = tk[t].e;
+    }
+    fprintf(f, "breakdown %s %s: step %u on %s, step span %.1f us\n", name, mk_backend_kind_name(kind), steps, where,
+            (double)(hi - lo) / 1e3);
+    mk_trace_print_ops(f, ops);
+    free(tk);
+    mk_program_free(p);
+    return 0;
+}
+
 static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool *first) {
     struct mk_error err = { 0 };
     struct mk_model *m = NULL;
@@ -330,6 +367,7 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
             mk_bench_print(&pp, o->json, first);
         }
         if (o->spec) failed |= mk_bench_spec_rows(path, kind, o, &row, first);
+        if (o->breakdown) failed |= mk_bench_breakdown(m, base, kind, o);
     }
     mk_model_free(m);
     return failed;
@@ -358,6 +396,10 @@ int mk_cmd_bench(int argc, char **argv) {
         g = mk_cli_chunk_flag("bench", argc, argv, &i, &o.ubatch, &o.spec, &o.n_draft);
         if (g < 0) return 2;
         if (g) continue;
+        if (!strcmp(a, "--breakdown")) {
+            o.breakdown = true;
+            continue;
+        }
         if (!strcmp(a, "--json")) {
             o.json = true;
             continue;

@@ -1,0 +1,43 @@
+/* Per-task timestamps of one decode step (megakernel or CPU executor) for mk trace and mk bench --breakdown. */
+#ifndef MK_TOOLS_TRACE_H
+#define MK_TOOLS_TRACE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "graph/executor.h"
+#include "graph/program.h"
+#include "core/model.h"
+
+struct mk_trace_op {
+    uint32_t tasks;
+    double span_us; /* sum over instructions of last end - first start */
+    uint64_t bytes;
+};
+
+/* One task as traced: start, end (ns, any origin) and its track. */
+struct mk_trace_task {
+    uint64_t s, e;
+    uint32_t track, t;
+};
+
+/* Runs `steps` greedy steps from BOS on the megakernel (timestamps from the device) or on a CPU
+ * executor of `threads` workers (0: the cpu backend's default), and gives the program and the
+ * last step's tasks (*tk[t] for task t; free both), the number of tracks and where it ran. 0 on
+ * success, else -1 after printing why (prefixed with cmd). */
+int mk_trace_run(const char *cmd, const struct mk_model *m, bool cpu, uint32_t threads, uint32_t steps, uint32_t ctx,
+                 const struct mk_gpu_settings *gs, struct mk_program **p, struct mk_trace_task **tk, uint32_t *n_tracks,
+                 char *where, size_t where_len);
+
+/* Per op kind of p: tasks, summed instruction spans and weight bytes (ops has MK_OP_COUNT entries). */
+void mk_trace_ops(const struct mk_program *p, const struct mk_trace_task *tk, struct mk_trace_op *ops);
+
+/* The tasks as Chrome trace JSON into path (tk is reordered); 0, or -1 after printing why. */
+int mk_trace_write(const char *path, const struct mk_program *p, struct mk_trace_task *tk, uint32_t n_tracks,
+                   const char *track_name);
+
+/* The per-op table: op, tasks, time, MB, GB/s. */
+void mk_trace_print_ops(FILE *f, const struct mk_trace_op *ops);
+
+#endif
