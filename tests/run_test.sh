@@ -214,6 +214,16 @@ if [ "$rc" -ne 0 ] || [ -z "$tasks" ] || [ "$slices" != "$tasks" ] || [ "$tracks
 else
     echo "ok: mk trace --backend cpu: $slices slices for $tasks tasks, all on the $named worker tracks"
 fi
+# A chunk step (#12): its attention is ATTN_CHUNK.
+"$MK" trace -m "$stories" --backend cpu --ubatch 4 -n 2 -o "$work/tc.json" >"$work/out" 2>"$work/err"
+rc=$?
+if [ "$rc" -ne 0 ] || ! grep -q '"cat":"attn_chunk"' "$work/tc.json" || ! grep -q "chunk steps of 4 tokens" "$work/out"; then
+    fail "mk trace --ubatch 4: exit $rc: $(cat "$work/err")"
+else
+    echo "ok: mk trace --ubatch 4: $(grep -c '"cat":"attn_chunk"' "$work/tc.json") attn_chunk slices"
+fi
+trace_fail "--ubatch on the GPU" 2 "needs --backend cpu" -m "$stories" --ubatch 4
+
 # mk bench --breakdown: the same per-op table after the cpu backend's row; none for ref.
 "$MK" bench -m "$stories" --backend cpu,ref -n 8 -p 0 --breakdown >"$work/out" 2>"$work/err"
 rc=$?

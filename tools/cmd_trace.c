@@ -10,7 +10,7 @@
 static void mk_trace_usage(FILE *f) {
     fprintf(f,
             "usage: mk trace -m FILE [-n 16] [--ctx 512] [-o mk_trace.json] [--backend megakernel|cpu]\n"
-            "                [--threads N] [--fetch] [GPU options]\n"
+            "                [--threads N] [--ubatch N] [--fetch] [GPU options]\n"
             "  Runs -n greedy decode steps from BOS with per-task timestamps on, and writes the last\n"
             "  step as a Chrome trace (open it in ui.perfetto.dev or chrome://tracing): one track per\n"
             "  GPU block (megakernel, the default) or CPU executor worker (cpu, --threads N), one slice\n"
@@ -19,6 +19,7 @@ static void mk_trace_usage(FILE *f) {
             "  Then prints per op kind\n"
             "  the tasks, the summed time of its instructions (first start to last end of each) and\n"
             "  the weight bandwidth over that time. Timestamps cost nothing when not asked for.\n"
+            "  --ubatch N  (cpu) chunk steps of N tokens: the trace shows one chunk step\n"
             "  --fetch   slices start when the block takes the task, before its waits (default: after\n"
             "            them, so a slice is the task's own work)\n"
             "%s",
@@ -27,7 +28,7 @@ static void mk_trace_usage(FILE *f) {
 
 int mk_cmd_trace(int argc, char **argv) {
     const char *path = NULL, *out = "mk_trace.json";
-    uint32_t steps = 16, ctx = 512, threads = 0;
+    uint32_t steps = 16, ctx = 512, threads = 0, ubatch = 1;
     bool fetch = false, cpu = false;
     struct mk_gpu_settings gs = mk_gpu_default_settings();
     if (mk_cli_gpu_env("trace", &gs)) return 2;
@@ -50,6 +51,9 @@ int mk_cmd_trace(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--ctx")) {
             if (mk_cli_uint("trace", a, v, 1, 1u << 20, &ctx)) return 2;
+            i++;
+        } else if (!strcmp(a, "--ubatch")) {
+            if (mk_cli_uint("trace", a, v, 1, MK_UBATCH_MAX, &ubatch)) return 2;
             i++;
         } else if (!strcmp(a, "--threads")) {
             if (mk_cli_uint("trace", a, v, 0, 1024, &threads)) return 2;
@@ -75,8 +79,13 @@ int mk_cmd_trace(int argc, char **argv) {
         mk_trace_usage(stderr);
         return 2;
     }
-    if (steps > ctx) {
-        fprintf(stderr, "mk trace: -n %u steps do not fit in --ctx %u\n", steps, ctx);
+    if ((uint64_t)steps * ubatch > ctx) {
+        fprintf(stderr, "mk trace: -n %u steps of %u tokens do not fit in --ctx %u\n", steps, ubatch, ctx);
+        return 2;
+    }
+    if (ubatch > 1 && !cpu) {
+        fprintf(stderr, "mk trace: --ubatch %u needs --backend cpu (the GPU backends run one token per step)\n",
+                ubatch);
         return 2;
     }
     if (gs.trace == MK_GPU_TRACE_AT_FETCH) fetch = true; /* --trace fetch says the same */
@@ -92,7 +101,7 @@ int mk_cmd_trace(int argc, char **argv) {
         fprintf(stderr, "mk trace: %s\n", err.msg);
         return 1;
     }
-    if (mk_trace_run("trace", m, cpu, threads, steps, ctx, &gs, &p, &tk, &n_tracks, where, sizeof where) != 0)
+    if (mk_trace_run("trace", m, cpu, threads, ubatch, steps, ctx, &gs, &p, &tk, &n_tracks, where, sizeof where) != 0)
         goto done;
     uint64_t lo = UINT64_MAX, hi = 0;
     for (uint32_t t = 0; t < p->n_tasks; t++) {

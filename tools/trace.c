@@ -81,9 +81,9 @@ int mk_trace_write(const char *path, const struct mk_program *p, struct mk_trace
     return 0;
 }
 
-int mk_trace_run(const char *tool, const struct mk_model *m, bool cpu, uint32_t threads, uint32_t steps, uint32_t ctx,
-                 const struct mk_gpu_settings *gs, struct mk_program **p, struct mk_trace_task **tk, uint32_t *n_tracks,
-                 char *where, size_t where_len) {
+int mk_trace_run(const char *tool, const struct mk_model *m, bool cpu, uint32_t threads, uint32_t ubatch,
+                 uint32_t steps, uint32_t ctx, const struct mk_gpu_settings *gs, struct mk_program **p,
+                 struct mk_trace_task **tk, uint32_t *n_tracks, char *where, size_t where_len) {
     struct mk_error err = { 0 };
     struct mk_step_cmd cmd = { 0 };
     cmd.cmd = MK_CMD_STEP;
@@ -94,16 +94,30 @@ int mk_trace_run(const char *tool, const struct mk_model *m, bool cpu, uint32_t 
     if (cpu) {
         struct mk_cpu_exec *e = NULL;
         cp.n_workers = threads ? threads : mk_cpu_default_threads(m);
+        cp.ubatch = ubatch > 1 ? ubatch : 1;
         if (mk_program_compile(m, &cp, p, &err) != MK_OK || mk_cpu_exec_create(*p, cp.n_workers, &e, &err) != MK_OK ||
             mk_cpu_exec_set_trace(e, &err) != MK_OK) {
             fprintf(stderr, "mk %s: %s\n", tool, err.msg);
             mk_cpu_exec_free(e);
             return -1;
         }
+        int32_t toks[MK_UBATCH_MAX], outs[MK_UBATCH_MAX];
         for (uint32_t i = 0; i < steps; i++) {
-            cmd.token = tok;
-            cmd.pos = (int32_t)i;
-            if (mk_cpu_exec_step(e, &cmd, &tok, &err) != MK_OK) {
+            enum mk_status st;
+            if (cp.ubatch > 1) {
+                /* Chunk steps of ubatch tokens each, every row's token fed back as the next input. */
+                for (uint32_t k = 0; k < cp.ubatch; k++) toks[k] = k ? outs[k - 1] : tok;
+                cmd.pos = (int32_t)(i * cp.ubatch);
+                cmd.n_tokens = (uint16_t)cp.ubatch;
+                cmd.n_out = (uint16_t)cp.ubatch;
+                st = mk_cpu_exec_step_chunk(e, &cmd, toks, outs, &err);
+                tok = outs[cp.ubatch - 1];
+            } else {
+                cmd.token = tok;
+                cmd.pos = (int32_t)i;
+                st = mk_cpu_exec_step(e, &cmd, &tok, &err);
+            }
+            if (st != MK_OK) {
                 fprintf(stderr, "mk %s: step %u: %s\n", tool, i, err.msg);
                 mk_cpu_exec_free(e);
                 return -1;
@@ -115,7 +129,11 @@ int mk_trace_run(const char *tool, const struct mk_model *m, bool cpu, uint32_t 
             for (uint32_t t = 0; t < (*p)->n_tasks; t++)
                 (*tk)[t] = (struct mk_trace_task){ tr[3ull * t], tr[3ull * t + 1], (uint32_t)tr[3ull * t + 2], t };
         *n_tracks = cp.n_workers;
-        snprintf(where, where_len, "the cpu executor, %u workers", cp.n_workers);
+        if (cp.ubatch > 1)
+            snprintf(where, where_len, "the cpu executor, %u workers, chunk steps of %u tokens", cp.n_workers,
+                     cp.ubatch);
+        else
+            snprintf(where, where_len, "the cpu executor, %u workers", cp.n_workers);
         mk_cpu_exec_free(e);
         return *tk ? 0 : -1;
     }

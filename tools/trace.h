@@ -23,12 +23,13 @@ struct mk_trace_task {
 };
 
 /* Runs `steps` greedy steps from BOS on the megakernel (timestamps from the device) or on a CPU
- * executor of `threads` workers (0: the cpu backend's default), and gives the program and the
+ * executor of `threads` workers (0: the cpu backend's default; with ubatch > 1, chunk steps of
+ * ubatch tokens, so positions up to steps * ubatch), and gives the program and the
  * last step's tasks (*tk[t] for task t; free both), the number of tracks and where it ran. 0 on
  * success, else -1 after printing why (prefixed with cmd). */
-int mk_trace_run(const char *cmd, const struct mk_model *m, bool cpu, uint32_t threads, uint32_t steps, uint32_t ctx,
-                 const struct mk_gpu_settings *gs, struct mk_program **p, struct mk_trace_task **tk, uint32_t *n_tracks,
-                 char *where, size_t where_len);
+int mk_trace_run(const char *cmd, const struct mk_model *m, bool cpu, uint32_t threads, uint32_t ubatch, uint32_t steps,
+                 uint32_t ctx, const struct mk_gpu_settings *gs, struct mk_program **p, struct mk_trace_task **tk,
+                 uint32_t *n_tracks, char *where, size_t where_len);
 
 /* Per op kind of p: tasks, summed instruction spans and weight bytes (ops has MK_OP_COUNT entries). */
 void mk_trace_ops(const struct mk_program *p, const struct mk_trace_task *tk, struct mk_trace_op *ops);
