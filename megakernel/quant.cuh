@@ -195,32 +195,12 @@ __device__ __forceinline__ uint32_t mk_s_w32(const uint8_t *p) { return mk_s_u16
 __device__ __forceinline__ float mk_s_half(const uint8_t *p) {
     return __half2float(__ushort_as_half((unsigned short)mk_s_u16(p)));
 }
-__device__ __forceinline__ uint32_t mk_s_byte(uint32_t w, uint32_t i) { return (w >> (8u * i)) & 255u; }
-
-/* mk_q_scale_min_k4 and mk_q_scale_q3k on a staged block. */
-__device__ __forceinline__ void mk_s_scale_min_k4(uint32_t j, const uint8_t *s, float *sc, float *m) {
-    if (j < 4u) {
-        *sc = (float)(s[j] & 63u);
-        *m = (float)(s[j + 4u] & 63u);
-    } else {
-        *sc = (float)((s[j + 4u] & 15u) | ((s[j - 4u] >> 6) << 4));
-        *m = (float)((s[j + 4u] >> 4) | ((s[j] >> 6) << 4));
-    }
-}
-
-__device__ __forceinline__ int mk_s_scale_q3k(uint32_t i, const uint8_t *s) {
-    uint32_t g = i >> 2, r = i & 3u;
-    uint32_t lo = g < 2u ? s[4u * g + r] & 15u : s[4u * (g - 2u) + r] >> 4;
-    uint32_t hi = (s[8u + r] >> (2u * g)) & 3u;
-    return (int)(lo | (hi << 4)) - 32;
-}
-
-/* Sum over i < 4 of value(e0 + i) * x[i], where e0 = 32 * g + 4 * q (q = 0..7) counts from the start
- * of the block at b and g is the 32-element group in it; the values are those of mk_q_value. The
- * scale and minimum are applied once per four: d * sum(q x) - m * sum(x). */
+/* Sum over i < 4 of value(e0 + i) * x[i] for a float format (f32, f16, bf16; the block formats take
+ * the int8 dots of quant8.cuh), where e0 = 32 * g + 4 * q (q = 0..7) counts from the start of the
+ * 32-element run at b. */
 __device__ __forceinline__ float mk_q_dot4(uint32_t t, const uint8_t *b, uint32_t g, uint32_t q, const float *x) {
     const uint32_t e = 4u * q; /* first element in the 32-element group */
-    float sq = 0.0f, sx = x[0] + x[1] + x[2] + x[3];
+    (void)g;
     switch (t) {
     case 0u: { /* f32 */
         const float *f = (const float *)(b + 4u * e);
@@ -239,84 +219,6 @@ __device__ __forceinline__ float mk_q_dot4(uint32_t t, const uint8_t *b, uint32_
         memcpy(&v2, &u2, 4);
         memcpy(&v3, &u3, 4);
         return v0 * x[0] + v1 * x[1] + v2 * x[2] + v3 * x[3];
-    }
-    case MK_DEV_Q8_0: {
-        uint32_t w = mk_s_w32(b + 2u + e);
-        for (uint32_t i = 0; i < 4u; i++) sq += (float)(int8_t)mk_s_byte(w, i) * x[i];
-        return mk_s_half(b) * sq;
-    }
-    case MK_DEV_Q4_0:
-    case MK_DEV_Q4_1:
-    case MK_DEV_IQ4_NL: {
-        const bool one = t == MK_DEV_Q4_1;
-        uint32_t w = mk_s_w32(b + (one ? 4u : 2u) + (e & 15u)), sh = e < 16u ? 0u : 4u;
-        for (uint32_t i = 0; i < 4u; i++) {
-            uint32_t n = (mk_s_byte(w, i) >> sh) & 15u;
-            sq += (t == MK_DEV_IQ4_NL ? mk_q_iq4(n) : (float)((int)n - (one ? 0 : 8))) * x[i];
-        }
-        float d = mk_s_half(b);
-        return one ? d * sq + mk_s_half(b + 2u) * sx : d * sq;
-    }
-    case MK_DEV_Q5_0:
-    case MK_DEV_Q5_1: {
-        const bool one = t == MK_DEV_Q5_1;
-        const uint8_t *qh = b + (one ? 4u : 2u);
-        uint32_t h = mk_s_w32(qh) >> e, w = mk_s_w32(qh + 4u + (e & 15u)), sh = e < 16u ? 0u : 4u;
-        for (uint32_t i = 0; i < 4u; i++) {
-            int n = (int)(((mk_s_byte(w, i) >> sh) & 15u) | (((h >> i) & 1u) << 4));
-            sq += (float)(n - (one ? 0 : 16)) * x[i];
-        }
-        float d = mk_s_half(b);
-        return one ? d * sq + mk_s_half(b + 2u) * sx : d * sq;
-    }
-    case MK_DEV_Q2_K: {
-        uint32_t n = g >> 2, j = g & 3u;
-        uint32_t sc = b[8u * n + 2u * j + (e >> 4)];
-        uint32_t w = mk_s_w32(b + 16u + 32u * n + e);
-        for (uint32_t i = 0; i < 4u; i++) sq += (float)((mk_s_byte(w, i) >> (2u * j)) & 3u) * x[i];
-        return mk_s_half(b + 80u) * (float)(sc & 15u) * sq - mk_s_half(b + 82u) * (float)(sc >> 4) * sx;
-    }
-    case MK_DEV_Q3_K: {
-        uint32_t n = g >> 2, j = g & 3u;
-        uint32_t hm = mk_s_w32(b + e), w = mk_s_w32(b + 32u + 32u * n + e);
-        for (uint32_t i = 0; i < 4u; i++) {
-            int v = (int)((mk_s_byte(w, i) >> (2u * j)) & 3u) - (((mk_s_byte(hm, i) >> g) & 1u) ? 0 : 4);
-            sq += (float)v * x[i];
-        }
-        int s = mk_s_scale_q3k(2u * g + (e >> 4), b + 96u);
-        return mk_s_half(b + 108u) * (float)s * sq;
-    }
-    case MK_DEV_Q4_K:
-    case MK_DEV_Q5_K: {
-        const bool five = t == MK_DEV_Q5_K;
-        uint32_t w = mk_s_w32(b + (five ? 48u : 16u) + 32u * (g >> 1) + e), sh = (g & 1u) ? 4u : 0u;
-        uint32_t h = five ? mk_s_w32(b + 16u + e) : 0u;
-        for (uint32_t i = 0; i < 4u; i++) {
-            uint32_t v = (mk_s_byte(w, i) >> sh) & 15u;
-            if (five) v += ((mk_s_byte(h, i) >> g) & 1u) << 4;
-            sq += (float)v * x[i];
-        }
-        float sc, m;
-        mk_s_scale_min_k4(g, b + 4u, &sc, &m);
-        return mk_s_half(b) * sc * sq - mk_s_half(b + 2u) * m * sx;
-    }
-    case MK_DEV_Q6_K: {
-        uint32_t n = g >> 2, kk = g & 3u;
-        uint32_t lw = mk_s_w32(b + 64u * n + 32u * (kk & 1u) + e), hw = mk_s_w32(b + 128u + 32u * n + e);
-        uint32_t sh = kk < 2u ? 0u : 4u;
-        for (uint32_t i = 0; i < 4u; i++) {
-            int v = (int)(((mk_s_byte(lw, i) >> sh) & 15u) | (((mk_s_byte(hw, i) >> (2u * kk)) & 3u) << 4)) - 32;
-            sq += (float)v * x[i];
-        }
-        float sc = (float)(int8_t)b[192u + 8u * n + 2u * kk + (e >> 4)];
-        return mk_s_half(b + 208u) * sc * sq;
-    }
-    case MK_DEV_IQ4_XS: {
-        uint32_t sh16 = mk_s_u16(b + 2u);
-        uint32_t ls = ((b[4u + (g >> 1)] >> (4u * (g & 1u))) & 15u) | (((sh16 >> (2u * g)) & 3u) << 4);
-        uint32_t w = mk_s_w32(b + 8u + 16u * g + (e & 15u)), sh = e < 16u ? 0u : 4u;
-        for (uint32_t i = 0; i < 4u; i++) sq += mk_q_iq4((mk_s_byte(w, i) >> sh) & 15u) * x[i];
-        return mk_s_half(b) * (float)((int)ls - 32) * sq;
     }
     default: return 0.0f;
     }
