@@ -416,7 +416,7 @@ __device__ __forceinline__ float4 mk_q8_rows_t(const struct mk_rows4 *row, uint3
             const uint32_t u = u0 + 32u * (uint32_t)i, uc = min(u, units - 1u); /* loads stay unconditional */
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const float v = mk_q8_unit<true>(T, row->p[r], uc, x);
+                const float v = mk_q8_unit(T, row->p[r], uc, x);
                 acc[r] += u < units ? v : 0.0f;
             }
         }

@@ -1,4 +1,4 @@
-/* Dots of staged ggml blocks with activations rounded to int8 (32 elements per lane, dp4a), the GPU's fast path for every block format. */
+/* Dots of ggml blocks, read straight from global memory, with activations as int8 levels (32 elements per lane, dp4a): the GPU path of every block format. */
 #ifndef MK_QUANT8_CUH
 #define MK_QUANT8_CUH
 
@@ -56,50 +56,35 @@ __device__ __forceinline__ float mk_xq_combine(const int *s) {
     return (float)s[0] + ((float)s[1] + (float)s[2] * (1.0f / MK_XQ_STEP)) * (1.0f / MK_XQ_STEP);
 }
 
-/* Weight loads: from a staged copy (shared memory, G false) or straight from global memory through
- * the read-only path (G true). Blocks are only as aligned as their size allows. */
-template <bool G> __device__ __forceinline__ uint32_t mk_w_u8(const uint8_t *p) {
-#ifdef MK_QUANT_NO_CUDA_HEADERS
-    return *p;
-#else
-    return G ? __ldg(p) : *p;
-#endif
-}
-template <bool G> __device__ __forceinline__ uint32_t mk_w_u16(const uint8_t *p) {
-#ifdef MK_QUANT_NO_CUDA_HEADERS
-    return mk_s_u16(p);
-#else
-    return G ? __ldg((const unsigned short *)p) : *(const unsigned short *)p;
-#endif
-}
-template <bool G> __device__ __forceinline__ uint32_t mk_w_ld32(const uint8_t *p) { /* p 4-byte aligned */
+/* Weight loads, straight from global memory through the read-only path (plain loads in host tests),
+ * beside quant.cuh's mk_q_u8 and mk_q_half. Blocks are only as aligned as their size allows. */
+__device__ __forceinline__ uint32_t mk_w_u16(const uint8_t *p) { return __ldg((const unsigned short *)p); }
+__device__ __forceinline__ uint32_t mk_w_ld32(const uint8_t *p) { /* p 4-byte aligned */
 #ifdef MK_QUANT_NO_CUDA_HEADERS
     uint32_t v;
     memcpy(&v, p, 4);
     return v;
 #else
-    return G ? __ldg((const unsigned int *)p) : *(const uint32_t *)p;
+    return __ldg((const unsigned int *)p);
 #endif
 }
-template <bool G> __device__ __forceinline__ float mk_w_half(const uint8_t *p) {
-    return __half2float(__ushort_as_half((unsigned short)mk_w_u16<G>(p)));
-}
-template <bool G> __device__ __forceinline__ uint32_t mk_w_w32(const uint8_t *p) { /* p 2-byte aligned */
-    return mk_w_u16<G>(p) | (mk_w_u16<G>(p + 2) << 16);
+__device__ __forceinline__ uint32_t mk_w_w32(const uint8_t *p) { /* p 2-byte aligned */
+    return mk_w_u16(p) | (mk_w_u16(p + 2) << 16);
 }
 
 /* N words from a 2-byte aligned p: aligned loads, shifted into place. */
-template <bool G, int N> __device__ __forceinline__ void mk_w_words(const uint8_t *p, uint32_t *w) {
+template <int N> __device__ __forceinline__ void mk_w_words(const uint8_t *p, uint32_t *w) {
     const uint8_t *a = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)3);
     const uint32_t sh = 8u * (uint32_t)((uintptr_t)p & 3u);
     uint32_t v[N + 1];
     MK_UNROLL
-    for (int i = 0; i <= N; i++) v[i] = mk_w_ld32<G>(a + 4 * i);
+    for (int i = 0; i <= N; i++) v[i] = mk_w_ld32(a + 4 * i);
     MK_UNROLL
     for (int i = 0; i < N; i++) w[i] = __funnelshift_r(v[i], v[i + 1], sh);
 }
 
-/* N words from p aligned to 4 N bytes (N = 4: one 128-bit load). */
+/* N words from p aligned to 4 N bytes (N = 4: one 128-bit load), from global memory (G) or from
+ * shared memory (the activations' quants). */
 template <bool G, int N> __device__ __forceinline__ void mk_w_aligned(const uint8_t *p, uint32_t *w) {
 #ifdef MK_QUANT_NO_CUDA_HEADERS
     memcpy(w, p, 4 * N);
@@ -118,26 +103,9 @@ template <bool G, int N> __device__ __forceinline__ void mk_w_aligned(const uint
         }
     } else {
         MK_UNROLL
-        for (int i = 0; i < N; i++) w[i] = mk_w_ld32<G>(p + 4 * i);
+        for (int i = 0; i < N; i++) w[i] = G ? mk_w_ld32(p + 4 * i) : *(const uint32_t *)(p + 4 * i);
     }
 #endif
-}
-
-/* mk_q_scale_min_k4 and mk_q_scale_q3k through these loads. */
-template <bool G> __device__ __forceinline__ void mk_w_scale_min_k4(uint32_t j, const uint8_t *s, float *sc, float *m) {
-    if (j < 4u) {
-        *sc = (float)(mk_w_u8<G>(s + j) & 63u);
-        *m = (float)(mk_w_u8<G>(s + j + 4u) & 63u);
-    } else {
-        *sc = (float)((mk_w_u8<G>(s + j + 4u) & 15u) | ((mk_w_u8<G>(s + j - 4u) >> 6) << 4));
-        *m = (float)((mk_w_u8<G>(s + j + 4u) >> 4) | ((mk_w_u8<G>(s + j) >> 6) << 4));
-    }
-}
-template <bool G> __device__ __forceinline__ int mk_w_scale_q3k(uint32_t i, const uint8_t *s) {
-    uint32_t g = i >> 2, r = i & 3u;
-    uint32_t lo = g < 2u ? mk_w_u8<G>(s + 4u * g + r) & 15u : mk_w_u8<G>(s + 4u * (g - 2u) + r) >> 4;
-    uint32_t hi = (mk_w_u8<G>(s + 8u + r) >> (2u * g)) & 3u;
-    return (int)(lo | (hi << 4)) - 32;
 }
 
 __device__ __forceinline__ int mk_dp4(uint32_t a, uint32_t b, int c) { return __dp4a((int)a, (int)b, c); }
@@ -171,17 +139,13 @@ __device__ __forceinline__ void mk_xq_dot(const uint32_t *w, const struct mk_xq8
     }
 }
 
-/* Sum over the 32 elements of a group's x' (a multiple of its d). */
-__device__ __forceinline__ float mk_xq_group_sum(const struct mk_xgroup *gr) { return mk_xq_combine(gr->s); }
-
 /* Bytes with values 0..15 (0..7, 0..63) minus 8 (4, 32), as signed bytes: no carries cross bytes. */
 __device__ __forceinline__ uint32_t mk_q8_minus8(uint32_t v) { return (v + 0x78787878u) ^ 0x80808080u; }
 __device__ __forceinline__ uint32_t mk_q8_minus4(uint32_t v) { return (v + 0x7c7c7c7cu) ^ 0x80808080u; }
 __device__ __forceinline__ uint32_t mk_q8_minus32(uint32_t v) { return (v + 0x60606060u) ^ 0x80808080u; }
 
-/* Sum over the 32 elements of lane-unit u of a staged chunk (from the chunk's first block) of
- * value * x', x given from the chunk's first element. T is a constant after inlining. */
-template <bool G>
+/* Sum over the 32 elements of lane-unit u of a row (blocks from c on) of value * x', x given from
+ * the row's first element. T is a constant after inlining. */
 __device__ __forceinline__ float mk_q8_unit(uint32_t T, const uint8_t *c, uint32_t u, const struct mk_xq8 *x) {
     const uint32_t bb = mk_q_block_bytes(T);
     uint32_t w[8], q[8];
@@ -191,12 +155,12 @@ __device__ __forceinline__ float mk_q8_unit(uint32_t T, const uint8_t *c, uint32
         const uint8_t *b = c + bb * u;
         const struct mk_xgroup gr = x->grp[u];
         if (T == MK_DEV_Q8_0) {
-            mk_w_words<G, 8>(b + 2, q);
+            mk_w_words<8>(b + 2, q);
         } else {
             const bool five = T == MK_DEV_Q5_0 || T == MK_DEV_Q5_1, one = T == MK_DEV_Q4_1 || T == MK_DEV_Q5_1;
             const uint32_t qs = (one ? 4u : 2u) + (five ? 4u : 0u);
-            mk_w_words<G, 4>(b + qs, w);
-            const uint32_t qh = five ? mk_w_w32<G>(b + qs - 4u) : 0u;
+            mk_w_words<4>(b + qs, w);
+            const uint32_t qh = five ? mk_w_w32(b + qs - 4u) : 0u;
             MK_UNROLL
             for (int k = 0; k < 4; k++) {
                 q[k] = w[k] & 0x0f0f0f0fu;
@@ -218,8 +182,8 @@ __device__ __forceinline__ float mk_q8_unit(uint32_t T, const uint8_t *c, uint32
         mk_xq_dot<8>(q, x, u, 0u, s);
         if (T == MK_DEV_Q5_0)
             for (int l = 0; l < 3; l++) s[l] -= 16 * gr.s[l];
-        float r = mk_w_half<G>(b) * (gr.d * mk_xq_combine(s));
-        if (T == MK_DEV_Q4_1 || T == MK_DEV_Q5_1) r += mk_w_half<G>(b + 2u) * (gr.d * mk_xq_group_sum(&gr));
+        float r = mk_q_half(b) * (gr.d * mk_xq_combine(s));
+        if (T == MK_DEV_Q4_1 || T == MK_DEV_Q5_1) r += mk_q_half(b + 2u) * (gr.d * mk_xq_combine(gr.s));
         return r;
     }
     /* Super-blocks of 256: eight lanes each. */
@@ -229,9 +193,9 @@ __device__ __forceinline__ float mk_q8_unit(uint32_t T, const uint8_t *c, uint32
         /* Lane l: sub-blocks 2j (low nibbles) and 2j + 1 (high), positions 16h .. 16h + 15 of each. */
         const bool five = T == MK_DEV_Q5_K;
         const uint32_t j = l >> 1, h = l & 1u, ga = g0 + 2u * j;
-        mk_w_aligned<G, 4>(b + (five ? 48u : 16u) + 32u * j + 16u * h, w);
+        mk_w_aligned<true, 4>(b + (five ? 48u : 16u) + 32u * j + 16u * h, w);
         uint32_t hb[4];
-        if (five) mk_w_aligned<G, 4>(b + 16u + 16u * h, hb);
+        if (five) mk_w_aligned<true, 4>(b + 16u + 16u * h, hb);
         MK_UNROLL
         for (int k = 0; k < 4; k++) {
             q[k] = w[k] & 0x0f0f0f0fu;
@@ -245,27 +209,27 @@ __device__ __forceinline__ float mk_q8_unit(uint32_t T, const uint8_t *c, uint32
         mk_xq_dot<4>(q, x, ga, 16u * h, s);
         mk_xq_dot<4>(q + 4, x, ga + 1u, 16u * h, sb);
         float sca, ma, scb, mb;
-        mk_w_scale_min_k4<G>(2u * j, b + 4u, &sca, &ma);
-        mk_w_scale_min_k4<G>(2u * j + 1u, b + 4u, &scb, &mb);
+        mk_q_scale_min_k4(2u * j, b + 4u, &sca, &ma);
+        mk_q_scale_min_k4(2u * j + 1u, b + 4u, &scb, &mb);
         const struct mk_xgroup *gra = &x->grp[ga], *grb = &x->grp[ga + 1u];
-        float r = mk_w_half<G>(b) * (sca * (gra->d * mk_xq_combine(s)) + scb * (grb->d * mk_xq_combine(sb)));
+        float r = mk_q_half(b) * (sca * (gra->d * mk_xq_combine(s)) + scb * (grb->d * mk_xq_combine(sb)));
         if (h == 0u)
-            r -= mk_w_half<G>(b + 2u) * (ma * (gra->d * mk_xq_group_sum(gra)) + mb * (grb->d * mk_xq_group_sum(grb)));
+            r -= mk_q_half(b + 2u) * (ma * (gra->d * mk_xq_combine(gra->s)) + mb * (grb->d * mk_xq_combine(grb->s)));
         return r;
     }
     if (T == MK_DEV_IQ4_XS) {
         /* Lane l: sub-block l, laid out as an IQ4_NL block. */
-        mk_w_words<G, 4>(b + 8u + 16u * l, w);
+        mk_w_words<4>(b + 8u + 16u * l, w);
         MK_UNROLL
         for (int k = 0; k < 4; k++) {
             q[k] = mk_q8_iq4(w[k] & 0x0f0f0f0fu);
             q[4 + k] = mk_q8_iq4((w[k] >> 4) & 0x0f0f0f0fu);
         }
         mk_xq_dot<8>(q, x, g0 + l, 0u, s);
-        const uint32_t sh = mk_w_u16<G>(b + 2u);
+        const uint32_t sh = mk_w_u16(b + 2u);
         const int ls =
-            (int)(((mk_w_u8<G>(b + 4u + (l >> 1)) >> (4u * (l & 1u))) & 15u) | (((sh >> (2u * l)) & 3u) << 4)) - 32;
-        return mk_w_half<G>(b) * ((float)ls * (x->grp[g0 + l].d * mk_xq_combine(s)));
+            (int)(((mk_q_u8(b + 4u + (l >> 1)) >> (4u * (l & 1u))) & 15u) | (((sh >> (2u * l)) & 3u) << 4)) - 32;
+        return mk_q_half(b) * ((float)ls * (x->grp[g0 + l].d * mk_xq_combine(s)));
     }
     /* Q2_K, Q3_K, Q6_K: lane l takes positions 8p .. 8p + 7 of the four quarters (32-element
      * groups) of half n; their scales are per 16 positions. */
@@ -273,14 +237,14 @@ __device__ __forceinline__ float mk_q8_unit(uint32_t T, const uint8_t *c, uint32
     float r = 0.0f, rm = 0.0f;
     uint32_t a0[2], a1[2], a2[2];
     if (T == MK_DEV_Q6_K) {
-        mk_w_words<G, 2>(b + 64u * n + 8u * p, a0);
-        mk_w_words<G, 2>(b + 64u * n + 32u + 8u * p, a1);
-        mk_w_words<G, 2>(b + 128u + 32u * n + 8u * p, a2);
+        mk_w_words<2>(b + 64u * n + 8u * p, a0);
+        mk_w_words<2>(b + 64u * n + 32u + 8u * p, a1);
+        mk_w_words<2>(b + 128u + 32u * n + 8u * p, a2);
     } else if (T == MK_DEV_Q3_K) {
-        mk_w_words<G, 2>(b + 32u + 32u * n + 8u * p, a0);
-        mk_w_words<G, 2>(b + 8u * p, a1);
+        mk_w_words<2>(b + 32u + 32u * n + 8u * p, a0);
+        mk_w_words<2>(b + 8u * p, a1);
     } else {
-        mk_w_words<G, 2>(b + 16u + 32u * n + 8u * p, a0);
+        mk_w_words<2>(b + 16u + 32u * n + 8u * p, a0);
     }
     MK_UNROLL
     for (int kk = 0; kk < 4; kk++) {
@@ -302,11 +266,11 @@ __device__ __forceinline__ float mk_q8_unit(uint32_t T, const uint8_t *c, uint32
         mk_xq_dot<2>(q, x, g, 8u * p, s);
         const float xd = x->grp[g].d;
         if (T == MK_DEV_Q6_K) {
-            r += (float)(int8_t)mk_w_u8<G>(b + 192u + 8u * n + 2u * kk + (p >> 1)) * (xd * mk_xq_combine(s));
+            r += (float)(int8_t)mk_q_u8(b + 192u + 8u * n + 2u * kk + (p >> 1)) * (xd * mk_xq_combine(s));
         } else if (T == MK_DEV_Q3_K) {
-            r += (float)mk_w_scale_q3k<G>(2u * (4u * n + kk) + (p >> 1), b + 96u) * (xd * mk_xq_combine(s));
+            r += (float)mk_q_scale_q3k(2u * (4u * n + kk) + (p >> 1), b + 96u) * (xd * mk_xq_combine(s));
         } else {
-            const uint32_t sc = mk_w_u8<G>(b + 8u * n + 2u * kk + (p >> 1));
+            const uint32_t sc = mk_q_u8(b + 8u * n + 2u * kk + (p >> 1));
             const uint32_t ones[2] = { 0x01010101u, 0x01010101u };
             int sx[3];
             mk_xq_dot<2>(ones, x, g, 8u * p, sx);
@@ -314,9 +278,9 @@ __device__ __forceinline__ float mk_q8_unit(uint32_t T, const uint8_t *c, uint32
             rm += (float)(sc >> 4) * (xd * mk_xq_combine(sx));
         }
     }
-    if (T == MK_DEV_Q6_K) return mk_w_half<G>(b + 208u) * r;
-    if (T == MK_DEV_Q3_K) return mk_w_half<G>(b + 108u) * r;
-    return mk_w_half<G>(b + 80u) * r - mk_w_half<G>(b + 82u) * rm;
+    if (T == MK_DEV_Q6_K) return mk_q_half(b + 208u) * r;
+    if (T == MK_DEV_Q3_K) return mk_q_half(b + 108u) * r;
+    return mk_q_half(b + 80u) * r - mk_q_half(b + 82u) * rm;
 }
 
 #endif

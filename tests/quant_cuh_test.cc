@@ -160,9 +160,7 @@ static int check_q8(uint32_t t, const struct mk_dtype_info *info) {
         }
         mag *= xmax;
         double got = 0.0;
-        /* Staged (shared memory) and direct (global memory) loads: one decoder, two load paths. */
-        for (uint32_t u = 0; u < n / 32; u++)
-            got += u % 2 ? mk_q8_unit<false>(t, row.data(), u, &xv) : mk_q8_unit<true>(t, row.data(), u, &xv);
+        for (uint32_t u = 0; u < n / 32; u++) got += mk_q8_unit(t, row.data(), u, &xv);
         if (!(fabs(got - want) <= 1e-6 * mag)) {
             fprintf(stderr, "%s: int8 dot, case %d: %.9g, float dot %.9g (sum |w| x max |x| %.3g)\n", info->name, c,
                     got, want, mag);

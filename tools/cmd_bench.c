@@ -301,14 +301,9 @@ static int mk_bench_breakdown(const struct mk_model *m, const char *name, enum m
                      sizeof where) != 0)
         return 1;
     struct mk_trace_op ops[MK_OP_COUNT];
-    mk_trace_ops(p, tk, ops);
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (uint32_t t = 0; t < p->n_tasks; t++) {
-        if (tk[t].s < lo) lo = tk[t].s;
-        if (tk[t].e > hi) hi = tk[t].e;
-    }
+    const double span_us = mk_trace_ops(p, tk, ops);
     fprintf(f, "breakdown %s %s: step %u on %s, step span %.1f us\n", name, mk_backend_kind_name(kind), steps, where,
-            (double)(hi - lo) / 1e3);
+            span_us);
     mk_trace_print_ops(f, ops);
     free(tk);
     mk_program_free(p);

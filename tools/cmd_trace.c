@@ -103,16 +103,11 @@ int mk_cmd_trace(int argc, char **argv) {
     }
     if (mk_trace_run("trace", m, cpu, threads, ubatch, steps, ctx, &gs, &p, &tk, &n_tracks, where, sizeof where) != 0)
         goto done;
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (uint32_t t = 0; t < p->n_tasks; t++) {
-        if (tk[t].s < lo) lo = tk[t].s;
-        if (tk[t].e > hi) hi = tk[t].e;
-    }
     struct mk_trace_op ops[MK_OP_COUNT];
-    mk_trace_ops(p, tk, ops);
+    const double span_us = mk_trace_ops(p, tk, ops);
     if (mk_trace_write(out, p, tk, n_tracks, cpu ? "worker" : "block") != 0) goto done;
     printf("mk trace: step %u of %s on %s, %u tasks, step span %.1f us -> %s\n", steps, path, where, p->n_tasks,
-           (double)(hi - lo) / 1e3, out);
+           span_us, out);
     mk_trace_print_ops(stdout, ops);
     printf("(time: first start to last end of each instruction of the kind, summed; %s)\n",
            fetch && !cpu ? "slices start at fetch" : "slices start after their waits");

@@ -16,8 +16,9 @@ static int mk_trace_cmp(const void *a, const void *b) {
     return x->s < y->s ? -1 : x->s > y->s;
 }
 
-void mk_trace_ops(const struct mk_program *p, const struct mk_trace_task *tk, struct mk_trace_op *ops) {
+double mk_trace_ops(const struct mk_program *p, const struct mk_trace_task *tk, struct mk_trace_op *ops) {
     memset(ops, 0, MK_OP_COUNT * sizeof *ops);
+    uint64_t step_lo = UINT64_MAX, step_hi = 0;
     for (uint32_t i = 0; i < p->n_instr; i++) {
         const uint32_t lo = p->task_base[i], hi = p->task_base[i + 1], op = p->instrs[i].op;
         uint64_t first = UINT64_MAX, last = 0;
@@ -29,8 +30,11 @@ void mk_trace_ops(const struct mk_program *p, const struct mk_trace_task *tk, st
             ops[op].tasks += hi - lo;
             ops[op].span_us += last > first ? (double)(last - first) / 1e3 : 0.0;
             ops[op].bytes += mk_program_instr_weight_bytes(p, i);
+            if (first < step_lo) step_lo = first;
+            if (last > step_hi) step_hi = last;
         }
     }
+    return step_hi > step_lo ? (double)(step_hi - step_lo) / 1e3 : 0.0;
 }
 
 void mk_trace_print_ops(FILE *f, const struct mk_trace_op *ops) {
@@ -81,69 +85,78 @@ int mk_trace_write(const char *path, const struct mk_program *p, struct mk_trace
     return 0;
 }
 
-int mk_trace_run(const char *tool, const struct mk_model *m, bool cpu, uint32_t threads, uint32_t ubatch,
-                 uint32_t steps, uint32_t ctx, const struct mk_gpu_settings *gs, struct mk_program **p,
-                 struct mk_trace_task **tk, uint32_t *n_tracks, char *where, size_t where_len) {
+/* mk_trace_run on a CPU executor of its own. */
+static int mk_trace_run_cpu(const char *tool, const struct mk_model *m, struct mk_compile_params cp, uint32_t threads,
+                            uint32_t ubatch, uint32_t steps, struct mk_program **p, struct mk_trace_task **tk,
+                            uint32_t *n_tracks, char *where, size_t where_len) {
     struct mk_error err = { 0 };
     struct mk_step_cmd cmd = { 0 };
     cmd.cmd = MK_CMD_STEP;
     int32_t tok = m->vocab.bos >= 0 ? m->vocab.bos : 1;
-    struct mk_compile_params cp = mk_compile_default_params();
-    cp.n_ctx = ctx;
-    int rc = -1;
-    if (cpu) {
-        struct mk_cpu_exec *e = NULL;
-        cp.n_workers = threads ? threads : mk_cpu_default_threads(m);
-        cp.ubatch = ubatch > 1 ? ubatch : 1;
-        if (mk_program_compile(m, &cp, p, &err) != MK_OK || mk_cpu_exec_create(*p, cp.n_workers, &e, &err) != MK_OK ||
-            mk_cpu_exec_set_trace(e, &err) != MK_OK) {
-            fprintf(stderr, "mk %s: %s\n", tool, err.msg);
+    struct mk_cpu_exec *e = NULL;
+    cp.n_workers = threads ? threads : mk_cpu_default_threads(m);
+    cp.ubatch = ubatch > 1 ? ubatch : 1;
+    if (mk_program_compile(m, &cp, p, &err) != MK_OK || mk_cpu_exec_create(*p, cp.n_workers, &e, &err) != MK_OK ||
+        mk_cpu_exec_set_trace(e, &err) != MK_OK) {
+        fprintf(stderr, "mk %s: %s\n", tool, err.msg);
+        mk_cpu_exec_free(e);
+        return -1;
+    }
+    int32_t toks[MK_UBATCH_MAX], outs[MK_UBATCH_MAX];
+    for (uint32_t i = 0; i < steps; i++) {
+        enum mk_status st;
+        if (cp.ubatch > 1) {
+            /* Chunk steps of ubatch tokens each, every row's token fed back as the next input. */
+            for (uint32_t k = 0; k < cp.ubatch; k++) toks[k] = k ? outs[k - 1] : tok;
+            cmd.pos = (int32_t)(i * cp.ubatch);
+            cmd.n_tokens = (uint16_t)cp.ubatch;
+            cmd.n_out = (uint16_t)cp.ubatch;
+            st = mk_cpu_exec_step_chunk(e, &cmd, toks, outs, &err);
+            tok = outs[cp.ubatch - 1];
+        } else {
+            cmd.token = tok;
+            cmd.pos = (int32_t)i;
+            st = mk_cpu_exec_step(e, &cmd, &tok, &err);
+        }
+        if (st != MK_OK) {
+            fprintf(stderr, "mk %s: step %u: %s\n", tool, i, err.msg);
             mk_cpu_exec_free(e);
             return -1;
         }
-        int32_t toks[MK_UBATCH_MAX], outs[MK_UBATCH_MAX];
-        for (uint32_t i = 0; i < steps; i++) {
-            enum mk_status st;
-            if (cp.ubatch > 1) {
-                /* Chunk steps of ubatch tokens each, every row's token fed back as the next input. */
-                for (uint32_t k = 0; k < cp.ubatch; k++) toks[k] = k ? outs[k - 1] : tok;
-                cmd.pos = (int32_t)(i * cp.ubatch);
-                cmd.n_tokens = (uint16_t)cp.ubatch;
-                cmd.n_out = (uint16_t)cp.ubatch;
-                st = mk_cpu_exec_step_chunk(e, &cmd, toks, outs, &err);
-                tok = outs[cp.ubatch - 1];
-            } else {
-                cmd.token = tok;
-                cmd.pos = (int32_t)i;
-                st = mk_cpu_exec_step(e, &cmd, &tok, &err);
-            }
-            if (st != MK_OK) {
-                fprintf(stderr, "mk %s: step %u: %s\n", tool, i, err.msg);
-                mk_cpu_exec_free(e);
-                return -1;
-            }
-        }
-        const uint64_t *tr = mk_cpu_exec_trace(e);
-        *tk = malloc((size_t)(*p)->n_tasks * sizeof **tk);
-        if (*tk)
-            for (uint32_t t = 0; t < (*p)->n_tasks; t++)
-                (*tk)[t] = (struct mk_trace_task){ tr[3ull * t], tr[3ull * t + 1], (uint32_t)tr[3ull * t + 2], t };
-        *n_tracks = cp.n_workers;
-        if (cp.ubatch > 1)
-            snprintf(where, where_len, "the cpu executor, %u workers, chunk steps of %u tokens", cp.n_workers,
-                     cp.ubatch);
-        else
-            snprintf(where, where_len, "the cpu executor, %u workers", cp.n_workers);
-        mk_cpu_exec_free(e);
-        return *tk ? 0 : -1;
     }
+    const uint64_t *tr = mk_cpu_exec_trace(e);
+    *tk = malloc((size_t)(*p)->n_tasks * sizeof **tk);
+    if (*tk)
+        for (uint32_t t = 0; t < (*p)->n_tasks; t++)
+            (*tk)[t] = (struct mk_trace_task){ tr[3ull * t], tr[3ull * t + 1], (uint32_t)tr[3ull * t + 2], t };
+    else
+        fprintf(stderr, "mk %s: out of memory for the trace of %u tasks\n", tool, (*p)->n_tasks);
+    *n_tracks = cp.n_workers;
+    if (cp.ubatch > 1)
+        snprintf(where, where_len, "the cpu executor, %u workers, chunk steps of %u tokens", cp.n_workers, cp.ubatch);
+    else
+        snprintf(where, where_len, "the cpu executor, %u workers", cp.n_workers);
+    mk_cpu_exec_free(e);
+    return *tk ? 0 : -1;
+}
+
+/* mk_trace_run on the megakernel backend: the device's timestamps, the program compiled again with
+ * the backend's parameters to name each task's instruction and block. */
+static int mk_trace_run_gpu(const char *tool, const struct mk_model *m, struct mk_compile_params cp, uint32_t steps,
+                            const struct mk_gpu_settings *gs, struct mk_program **p, struct mk_trace_task **tk,
+                            uint32_t *n_tracks, char *where, size_t where_len) {
+    struct mk_error err = { 0 };
+    struct mk_step_cmd cmd = { 0 };
+    cmd.cmd = MK_CMD_STEP;
+    int32_t tok = m->vocab.bos >= 0 ? m->vocab.bos : 1;
     struct mk_backend_params bp = { 0 };
     bp.kind = MK_BACKEND_MEGAKERNEL;
-    bp.n_ctx = ctx;
+    bp.n_ctx = cp.n_ctx;
     bp.gpu = *gs;
     struct mk_backend *b = NULL;
     uint64_t *tr = NULL;
     struct mk_cuda_backend_info info;
+    int rc = -1;
     if (mk_backend_create(m, &bp, &b, &err) != MK_OK) {
         fprintf(stderr, "mk %s: %s (the timestamps come from the megakernel backend; the cpu executor traces too)\n",
                 tool, err.msg);
@@ -161,7 +174,6 @@ int mk_trace_run(const char *tool, const struct mk_model *m, bool cpu, uint32_t 
     tr = calloc((size_t)info.n_tasks * 2, sizeof *tr);
     if (!tr) goto done;
     if (mk_backend_cuda_trace(b, tr, info.n_tasks, &err) != MK_OK) goto fail;
-    /* The backend's program, compiled again with its parameters, names each task's instruction. */
     cp.n_workers = info.grid;
     cp.tasks_per_worker = gs->tasks_per_worker;
     cp.attn_block = gs->attn_block;
@@ -191,4 +203,13 @@ done:
     free(tr);
     b->vt->free(b);
     return rc;
+}
+
+int mk_trace_run(const char *tool, const struct mk_model *m, bool cpu, uint32_t threads, uint32_t ubatch,
+                 uint32_t steps, uint32_t ctx, const struct mk_gpu_settings *gs, struct mk_program **p,
+                 struct mk_trace_task **tk, uint32_t *n_tracks, char *where, size_t where_len) {
+    struct mk_compile_params cp = mk_compile_default_params();
+    cp.n_ctx = ctx;
+    if (cpu) return mk_trace_run_cpu(tool, m, cp, threads, ubatch, steps, p, tk, n_tracks, where, where_len);
+    return mk_trace_run_gpu(tool, m, cp, steps, gs, p, tk, n_tracks, where, where_len);
 }

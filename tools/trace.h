@@ -31,8 +31,9 @@ int mk_trace_run(const char *cmd, const struct mk_model *m, bool cpu, uint32_t t
                  uint32_t ctx, const struct mk_gpu_settings *gs, struct mk_program **p, struct mk_trace_task **tk,
                  uint32_t *n_tracks, char *where, size_t where_len);
 
-/* Per op kind of p: tasks, summed instruction spans and weight bytes (ops has MK_OP_COUNT entries). */
-void mk_trace_ops(const struct mk_program *p, const struct mk_trace_task *tk, struct mk_trace_op *ops);
+/* Per op kind of p: tasks, summed instruction spans and weight bytes (ops has MK_OP_COUNT entries);
+ * returns the step's span (first start to last end) in us. */
+double mk_trace_ops(const struct mk_program *p, const struct mk_trace_task *tk, struct mk_trace_op *ops);
 
 /* The tasks as Chrome trace JSON into path (tk is reordered); 0, or -1 after printing why. */
 int mk_trace_write(const char *path, const struct mk_program *p, struct mk_trace_task *tk, uint32_t n_tracks,
