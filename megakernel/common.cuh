@@ -450,51 +450,132 @@ __device__ __noinline__ float4 mk_q8_rows(uint32_t t, struct mk_rows4 row, int R
     }
 }
 
+/* One pass of the quantizer over four inputs per thread (x[i .. i + 3], i = base + 4 t): eight
+ * neighbouring lanes hold a group of 32 and reduce its maximum and level sums with shuffles. Every
+ * lane of the warp must call it. Gives the thread's three words of quants and its group's scale
+ * and sums (lane 0 of the eight writes those). */
+__device__ __forceinline__ void mk_xq_pack(float4 v, uint32_t *word, int *s, float *d_out) {
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f;
+    const float xv[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+    for (int m = 0; m < 3; m++) word[m] = 0u, s[m] = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        int l[3];
+        mk_xq_levels(xv[k], d, l);
+#pragma unroll
+        for (int m = 0; m < 3; m++) {
+            word[m] |= ((uint32_t)l[m] & 255u) << (8 * k);
+            s[m] += l[m];
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < 3; m++)
+        for (int o = 4; o > 0; o >>= 1) s[m] += __shfl_xor_sync(0xffffffffu, s[m], o);
+    *d_out = d;
+}
+
+/* Stores what mk_xq_pack gave for input i (< n) of group i / 32. */
+__device__ __forceinline__ void mk_xq_store(uint32_t i, const uint32_t *word, const int *s, float d, int8_t *q,
+                                            struct mk_xgroup *grp) {
+    const uint32_t g = i / 32u, p = i % 32u;
+#pragma unroll
+    for (int m = 0; m < 3; m++) *(uint32_t *)(q + 96u * g + 32u * m + p) = word[m];
+    if ((threadIdx.x & 7u) == 0) {
+        grp[g].d = d;
+        for (int m = 0; m < 3; m++) grp[g].s[m] = s[m];
+    }
+}
+
 /* x for the int8 dots from xs (n floats, n a multiple of 32): the groups' scales and sums at
  * `area`, the quants over xs itself, or after the groups with `keep` (when float formats of the
- * same op still read xs). Eight neighbouring lanes hold a group, four floats each, and reduce its
- * maximum and sums with shuffles. In place, each pass of 1024 elements writes its 3072 bytes of
- * quants only after every thread read its floats, and they cover floats this or earlier passes
- * read. */
+ * same op still read xs). In place, each pass of 1024 elements writes its 3072 bytes of quants only
+ * after every thread read its floats, and they cover floats this or earlier passes read. */
 __device__ __noinline__ struct mk_xq8 mk_block_quantize_x(float *xs, uint32_t n, float *area, bool keep) {
     struct mk_xgroup *grp = (struct mk_xgroup *)area;
     int8_t *q = keep ? (int8_t *)(area + n / 8u) : (int8_t *)xs;
     for (uint32_t base = 0; base < n; base += 4u * MK_BLOCK_THREADS) {
-        const uint32_t i = base + 4u * threadIdx.x, g = i / 32u, p = i % 32u;
+        const uint32_t i = base + 4u * threadIdx.x;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (i < n) v = *(const float4 *)(xs + i);
-        float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-        for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float d = amax / 127.0f;
-        const float xv[4] = { v.x, v.y, v.z, v.w };
-        uint32_t word[3] = { 0u, 0u, 0u };
-        int s[3] = { 0, 0, 0 };
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int l[3];
-            mk_xq_levels(xv[k], d, l);
-#pragma unroll
-            for (int m = 0; m < 3; m++) {
-                word[m] |= ((uint32_t)l[m] & 255u) << (8 * k);
-                s[m] += l[m];
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < 3; m++)
-            for (int o = 4; o > 0; o >>= 1) s[m] += __shfl_xor_sync(0xffffffffu, s[m], o);
+        uint32_t word[3];
+        int s[3];
+        float d;
+        mk_xq_pack(v, word, s, &d);
         __syncthreads();
-        if (i < n) {
-#pragma unroll
-            for (int m = 0; m < 3; m++) *(uint32_t *)(q + 96u * g + 32u * m + p) = word[m];
-            if ((threadIdx.x & 7u) == 0) {
-                grp[g].d = d;
-                for (int m = 0; m < 3; m++) grp[g].s[m] = s[m];
-            }
-        }
+        if (i < n) mk_xq_store(i, word, s, d, q, grp);
     }
     __syncthreads();
     struct mk_xq8 x = { q, grp };
     return x;
+}
+
+/* Passes of four inputs per thread whose loads mk_block_prep keeps in flight at once: an input of
+ * up to 8192 floats (with 256 threads) is one round trip to L2. */
+#define MK_PREP_PASSES 8
+#define MK_PREP_WIDTH  (4u * MK_BLOCK_THREADS)
+
+/* Whether mk_block_prep takes an input of n floats at x into xs, with the norm weight nw (NULL:
+ * none): float4 loads need 16-byte alignment, and a norm keeps all of x in registers. */
+__device__ __forceinline__ bool mk_prep_ok(const float *x, uint32_t n, const struct mk_wdesc *nw, const float *xs) {
+    if (n % 4u || ((uintptr_t)x | (uintptr_t)xs) % 16u) return false;
+    if (nw) return nw->dtype == MK_DEV_F32 && (uintptr_t)nw->ptr % 16u == 0 && n <= MK_PREP_PASSES * MK_PREP_WIDTH;
+    return true;
+}
+
+/* A task's input in one go: x (arena, n floats, read through L2), times RMSNorm with the norm
+ * weight nw when given, lands in xs as floats, or with `area` as the int8 levels of
+ * mk_block_quantize_x (quants over xs, groups at area; n a multiple of 32). The floats never touch
+ * shared memory on the way, and each thread's loads are in flight together, where mk_block_rmsnorm
+ * then mk_block_quantize_x took a round trip to L2 per element per thread and two passes over shared
+ * memory. The norm forms (x * w) * scale like mk_block_rmsnorm; its sum of squares adds in another
+ * order (the executors agree within rounding, not bit for bit, as before). mk_prep_ok must hold. */
+__device__ __noinline__ struct mk_xq8 mk_block_prep(const float *x, uint32_t n, const float *nw, float eps, float *xs,
+                                                    float *area) {
+    const float4 *x4 = (const float4 *)x, *w4 = (const float4 *)nw;
+    struct mk_xgroup *grp = (struct mk_xgroup *)area;
+    int8_t *q = (int8_t *)xs;
+    for (uint32_t base = 0; base < n; base += MK_PREP_PASSES * MK_PREP_WIDTH) {
+        float4 v[MK_PREP_PASSES];
+#pragma unroll
+        for (int k = 0; k < MK_PREP_PASSES; k++) {
+            const uint32_t i = base + (uint32_t)k * MK_PREP_WIDTH + 4u * threadIdx.x;
+            v[k] = i < n ? __ldcg(x4 + i / 4u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        if (w4) { /* n <= MK_PREP_PASSES * MK_PREP_WIDTH: this is the only round */
+            float ss = 0.0f;
+#pragma unroll
+            for (int k = 0; k < MK_PREP_PASSES; k++) {
+                const uint32_t i = (uint32_t)k * MK_PREP_WIDTH + 4u * threadIdx.x;
+                const float4 w = i < n ? __ldg(w4 + i / 4u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+                v[k] = make_float4(v[k].x * w.x, v[k].y * w.y, v[k].z * w.z, v[k].w * w.w);
+            }
+            const float scale = 1.0f / sqrtf(mk_block_sum(ss) / (float)n + eps);
+#pragma unroll
+            for (int k = 0; k < MK_PREP_PASSES; k++)
+                v[k] = make_float4(v[k].x * scale, v[k].y * scale, v[k].z * scale, v[k].w * scale);
+        }
+#pragma unroll
+        for (int k = 0; k < MK_PREP_PASSES; k++) {
+            const uint32_t pass = base + (uint32_t)k * MK_PREP_WIDTH, i = pass + 4u * threadIdx.x;
+            if (pass >= n) break; /* the same for the whole block: the shuffles see every lane */
+            if (area) {
+                uint32_t word[3];
+                int s[3];
+                float d;
+                mk_xq_pack(v[k], word, s, &d);
+                if (i < n) mk_xq_store(i, word, s, d, q, grp);
+            } else if (i < n) {
+                *(float4 *)(xs + i) = v[k];
+            }
+        }
+    }
+    __syncthreads();
+    struct mk_xq8 xq = { q, grp };
+    return xq;
 }
 
 /* res[seg.res0 + i] = row(seg.row0 + i) . xs for every row of the segments, in any format. Block
@@ -502,9 +583,11 @@ __device__ __noinline__ struct mk_xq8 mk_block_quantize_x(float *xs, uint32_t n,
  * format needs it) and stream their rows straight from global memory; float formats in the same
  * op stream theirs chunk by chunk through MK_QSTAGES buffers of `stage` (MK_QSTAGE_BYTES each per
  * warp), the copies of the next chunks in flight while the current one is decoded. The groups of
- * x follow the stages (when there are float formats) at `stage`. Ends with __syncthreads, so res
- * is complete for the whole block. */
-__device__ __noinline__ void mk_qrows(const struct mk_qseg *all, uint32_t nall, float *xs, float *res, uint8_t *stage) {
+ * x follow the stages (when there are float formats) at `stage`; `pre`, when given, is x already
+ * in int8 levels there (mk_block_prep; only for ops with no float format). Ends with
+ * __syncthreads, so res is complete for the whole block. */
+__device__ __noinline__ void mk_qrows(const struct mk_qseg *all, uint32_t nall, float *xs, float *res, uint8_t *stage,
+                                      const struct mk_xq8 *pre) {
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
     struct mk_qseg seg[3]; /* the float-format segments */
     uint32_t nseg = 0;
@@ -526,7 +609,7 @@ __device__ __noinline__ void mk_qrows(const struct mk_qseg *all, uint32_t nall, 
     if (any_block) {
         /* While the float chunks are on their way: x for the block formats, then their rows. */
         float *area = (float *)(stage + (nseg ? 4u * mk_layout_qstage_words() : 0u));
-        const struct mk_xq8 xq = mk_block_quantize_x(xs, all[0].cols, area, nseg > 0);
+        const struct mk_xq8 xq = pre ? *pre : mk_block_quantize_x(xs, all[0].cols, area, nseg > 0);
         for (uint32_t i = 0; i < nall; i++) {
             const struct mk_qseg *sg = &all[i];
             if (!mk_layout_is_block_format(sg->dtype)) continue;

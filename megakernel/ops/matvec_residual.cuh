@@ -33,7 +33,7 @@ __device__ void mk_matvec_residual_tile(const struct mk_task_ctx *c, const struc
     float *out = mk_arena(c) + in->buf[1];
     if (mk_layout_is_block_format(w->dtype)) {
         struct mk_qseg seg = mk_qseg_make(w, r0, count, 0u);
-        mk_qrows(&seg, 1u, xs, scratch, (uint8_t *)(scratch + mk_layout_align4(rows_per_task)));
+        mk_qrows(&seg, 1u, xs, scratch, (uint8_t *)(scratch + mk_layout_align4(rows_per_task)), NULL);
         for (uint32_t i = threadIdx.x; i < count; i += MK_BLOCK_THREADS)
             out[r0 + i] = __ldcg(out + r0 + i) + scratch[i];
         return;

@@ -33,7 +33,17 @@ __device__ void mk_op_norm_lm_head(const struct mk_task_ctx *c) {
     struct mk_wdesc w = mk_weight(c, in->weight[1]);
     float *xs = c->smem;
     const struct mk_args_norm_matvec *la = &in->args.lm_head;
-    mk_block_rmsnorm(c, xs, mk_arena(c) + in->buf[0], w.cols, in->weight[0], la->eps);
+    float *res = xs + mk_layout_align4(w.cols);
+    uint8_t *stage = (uint8_t *)(res + mk_layout_align4(la->rows_per_task));
+    const bool block = mk_layout_is_block_format(w.dtype);
+    const float *x = mk_arena(c) + in->buf[0];
+    const struct mk_wdesc nw = mk_weight(c, in->weight[0]);
+    const bool prep = mk_prep_ok(x, w.cols, &nw, xs);
+    struct mk_xq8 xq;
+    if (prep)
+        xq = mk_block_prep(x, w.cols, (const float *)nw.ptr, la->eps, xs, block ? (float *)stage : NULL);
+    else
+        mk_block_rmsnorm(c, xs, x, w.cols, in->weight[0], la->eps);
     uint32_t r0 = c->t * la->rows_per_task;
     float best = -INFINITY;
     uint32_t best_i = r0; /* as the CPU executor: an all -inf tile names its first row */
@@ -41,11 +51,10 @@ __device__ void mk_op_norm_lm_head(const struct mk_task_ctx *c) {
     float *logits = mk_arena(c) + in->buf[1];
     const uint32_t warp = threadIdx.x >> 5;
     int R = mk_rows_per_warp(count);
-    if (mk_layout_is_block_format(w.dtype)) {
-        float *res = xs + mk_layout_align4(w.cols);
+    if (block) {
         if (count) {
             struct mk_qseg seg = mk_qseg_make(&w, r0, count, 0u);
-            mk_qrows(&seg, 1u, xs, res, (uint8_t *)(res + mk_layout_align4(la->rows_per_task)));
+            mk_qrows(&seg, 1u, xs, res, stage, prep ? &xq : NULL);
         }
         /* Each thread's best of its rows, then the warp's (lane 0 holds it, as below). */
         for (uint32_t i = threadIdx.x; i < count; i += MK_BLOCK_THREADS) {
