@@ -21,9 +21,12 @@
  * (device-internal state of one module, which lives as long as its session). */
 __device__ uint32_t mk_abort_relay;
 
-/* Blocks per multiprocessor the register budget aims at (the occupancy API still sizes the grid). */
+/* Blocks per multiprocessor the register budget aims at (the occupancy API still sizes the grid).
+ * One block of 256 threads may use 255 registers, where two had to fit in 128 and spilled (496 B of
+ * stack): on the H100, llama-1b tg128 Q8_0 1.562 -> 1.320 ms, Q4_K_M 1.622 -> 1.630, BF16 1.411 ->
+ * 1.423, perop Q8_0 1.607 -> 1.544 (BENCHMARKS.md, 2026-11-23 night). */
 #ifndef MK_MIN_BLOCKS_PER_SM
-#define MK_MIN_BLOCKS_PER_SM 2
+#define MK_MIN_BLOCKS_PER_SM 1
 #endif
 
 #define MK_ABORTED 0xffffffffu
