@@ -517,65 +517,70 @@ __device__ __noinline__ struct mk_xq8 mk_block_quantize_x(float *xs, uint32_t n,
 #define MK_PREP_PASSES 8
 #define MK_PREP_WIDTH  (4u * MK_BLOCK_THREADS)
 
-/* Whether mk_block_prep takes an input of n floats at x into xs, with the norm weight nw (NULL:
- * none): float4 loads need 16-byte alignment, and a norm keeps all of x in registers. */
-__device__ __forceinline__ bool mk_prep_ok(const float *x, uint32_t n, const struct mk_wdesc *nw, const float *xs) {
-    if (n % 4u || ((uintptr_t)x | (uintptr_t)xs) % 16u) return false;
-    if (nw) return nw->dtype == MK_DEV_F32 && (uintptr_t)nw->ptr % 16u == 0 && n <= MK_PREP_PASSES * MK_PREP_WIDTH;
-    return true;
-}
-
-/* A task's input in one go: x (arena, n floats, read through L2), times RMSNorm with the norm
- * weight nw when given, lands in xs as floats, or with `area` as the int8 levels of
- * mk_block_quantize_x (quants over xs, groups at area; n a multiple of 32). The floats never touch
- * shared memory on the way, and each thread's loads are in flight together, where mk_block_rmsnorm
- * then mk_block_quantize_x took a round trip to L2 per element per thread and two passes over shared
- * memory. The norm forms (x * w) * scale like mk_block_rmsnorm; its sum of squares adds in another
- * order (the executors agree within rounding, not bit for bit, as before). mk_prep_ok must hold. */
+/* A norm op's input in one go: x (arena, n floats, read through L2) times RMSNorm with the f32
+ * norm weight nw lands in xs as floats, or with `area` as the int8 levels of mk_block_quantize_x
+ * (quants over xs, groups at area; n a multiple of 32). The floats never touch shared memory on
+ * the way, and each thread's loads are in flight together (all of x stays in registers, so n is
+ * at most MK_PREP_PASSES * MK_PREP_WIDTH), where mk_block_rmsnorm then mk_block_quantize_x took a
+ * round trip to L2 per element per thread and two passes over shared memory. The norm forms
+ * (x * w) * scale like mk_block_rmsnorm; its sum of squares adds in another order (the executors
+ * agree within rounding, not bit for bit, as before). */
 __device__ __noinline__ struct mk_xq8 mk_block_prep(const float *x, uint32_t n, const float *nw, float eps, float *xs,
                                                     float *area) {
     const float4 *x4 = (const float4 *)x, *w4 = (const float4 *)nw;
     struct mk_xgroup *grp = (struct mk_xgroup *)area;
     int8_t *q = (int8_t *)xs;
-    for (uint32_t base = 0; base < n; base += MK_PREP_PASSES * MK_PREP_WIDTH) {
-        float4 v[MK_PREP_PASSES];
+    float4 v[MK_PREP_PASSES];
 #pragma unroll
-        for (int k = 0; k < MK_PREP_PASSES; k++) {
-            const uint32_t i = base + (uint32_t)k * MK_PREP_WIDTH + 4u * threadIdx.x;
-            v[k] = i < n ? __ldcg(x4 + i / 4u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-        if (w4) { /* n <= MK_PREP_PASSES * MK_PREP_WIDTH: this is the only round */
-            float ss = 0.0f;
+    for (int k = 0; k < MK_PREP_PASSES; k++) {
+        const uint32_t i = (uint32_t)k * MK_PREP_WIDTH + 4u * threadIdx.x;
+        v[k] = i < n ? __ldcg(x4 + i / 4u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    float ss = 0.0f;
 #pragma unroll
-            for (int k = 0; k < MK_PREP_PASSES; k++) {
-                const uint32_t i = (uint32_t)k * MK_PREP_WIDTH + 4u * threadIdx.x;
-                const float4 w = i < n ? __ldg(w4 + i / 4u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
-                v[k] = make_float4(v[k].x * w.x, v[k].y * w.y, v[k].z * w.z, v[k].w * w.w);
-            }
-            const float scale = 1.0f / sqrtf(mk_block_sum(ss) / (float)n + eps);
+    for (int k = 0; k < MK_PREP_PASSES; k++) {
+        const uint32_t i = (uint32_t)k * MK_PREP_WIDTH + 4u * threadIdx.x;
+        const float4 w = i < n ? __ldg(w4 + i / 4u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+        v[k] = make_float4(v[k].x * w.x, v[k].y * w.y, v[k].z * w.z, v[k].w * w.w);
+    }
+    const float scale = 1.0f / sqrtf(mk_block_sum(ss) / (float)n + eps);
 #pragma unroll
-            for (int k = 0; k < MK_PREP_PASSES; k++)
-                v[k] = make_float4(v[k].x * scale, v[k].y * scale, v[k].z * scale, v[k].w * scale);
-        }
-#pragma unroll
-        for (int k = 0; k < MK_PREP_PASSES; k++) {
-            const uint32_t pass = base + (uint32_t)k * MK_PREP_WIDTH, i = pass + 4u * threadIdx.x;
-            if (pass >= n) break; /* the same for the whole block: the shuffles see every lane */
-            if (area) {
-                uint32_t word[3];
-                int s[3];
-                float d;
-                mk_xq_pack(v[k], word, s, &d);
-                if (i < n) mk_xq_store(i, word, s, d, q, grp);
-            } else if (i < n) {
-                *(float4 *)(xs + i) = v[k];
-            }
+    for (int k = 0; k < MK_PREP_PASSES; k++) {
+        const uint32_t pass = (uint32_t)k * MK_PREP_WIDTH, i = pass + 4u * threadIdx.x;
+        if (pass >= n) break; /* the same for the whole block: the shuffles see every lane */
+        const float4 y = make_float4(v[k].x * scale, v[k].y * scale, v[k].z * scale, v[k].w * scale);
+        if (area) {
+            uint32_t word[3];
+            int s[3];
+            float d;
+            mk_xq_pack(y, word, s, &d);
+            if (i < n) mk_xq_store(i, word, s, d, q, grp);
+        } else if (i < n) {
+            *(float4 *)(xs + i) = y;
         }
     }
     __syncthreads();
     struct mk_xq8 xq = { q, grp };
     return xq;
+}
+
+/* A norm op's input RMSNorm(x) * w (norm weight norm_idx) in xs: through mk_block_prep where the
+ * op allows it (`prep`: its matrices all float formats or all block formats) and it can (an f32
+ * norm weight, aligned vectors, n within its registers), else mk_block_rmsnorm. With `area` (all
+ * block formats) mk_block_prep writes the int8 levels instead of the floats; then *xq holds them
+ * and the result is true, for mk_qrows's `pre`. */
+__device__ __forceinline__ bool mk_block_norm_input(const struct mk_task_ctx *c, float *xs, const float *x, uint32_t n,
+                                                    uint32_t norm_idx, float eps, bool prep, float *area,
+                                                    struct mk_xq8 *xq) {
+    const struct mk_wdesc nw = mk_weight(c, norm_idx);
+    if (prep && nw.dtype == MK_DEV_F32 && n % 4u == 0 && n <= MK_PREP_PASSES * MK_PREP_WIDTH &&
+        (((uintptr_t)x | (uintptr_t)xs | (uintptr_t)nw.ptr) % 16u) == 0) {
+        *xq = mk_block_prep(x, n, (const float *)nw.ptr, eps, xs, area);
+        return area != NULL;
+    }
+    mk_block_rmsnorm(c, xs, x, n, norm_idx, eps);
+    return false;
 }
 
 /* res[seg.res0 + i] = row(seg.row0 + i) . xs for every row of the segments, in any format. Block

@@ -42,22 +42,16 @@ __device__ void mk_op_norm_gate_up_silu(const struct mk_task_ctx *c) {
     float *res = xs + mk_layout_align4(gw.cols);
     uint8_t *stage = (uint8_t *)(res + mk_layout_align4(2u * ga->rows_per_task));
     const int blocks = mk_layout_is_block_format(gw.dtype) + mk_layout_is_block_format(uw.dtype);
-    const float *x = mk_arena(c) + in->buf[0];
-    const struct mk_wdesc nw = mk_weight(c, in->weight[0]);
-    /* The input once, normalized (and in int8 levels when every matrix is a block format). */
-    const bool prep = (blocks == 0 || blocks == 2) && mk_prep_ok(x, gw.cols, &nw, xs);
     struct mk_xq8 xq;
-    if (prep)
-        xq = mk_block_prep(x, gw.cols, (const float *)nw.ptr, ga->eps, xs, blocks ? (float *)stage : NULL);
-    else
-        mk_block_rmsnorm(c, xs, x, gw.cols, in->weight[0], ga->eps);
+    const bool pre = mk_block_norm_input(c, xs, mk_arena(c) + in->buf[0], gw.cols, in->weight[0], ga->eps, blocks != 1,
+                                         blocks == 2 ? (float *)stage : NULL, &xq);
     uint32_t r0 = c->t * ga->rows_per_task;
     if (r0 >= gw.rows) return;
     uint32_t count = min(ga->rows_per_task, gw.rows - r0);
     float *hb = mk_arena(c) + in->buf[1];
     if (blocks) {
         struct mk_qseg seg[2] = { mk_qseg_make(&gw, r0, count, 0u), mk_qseg_make(&uw, r0, count, count) };
-        mk_qrows(seg, 2u, xs, res, stage, prep ? &xq : NULL);
+        mk_qrows(seg, 2u, xs, res, stage, pre ? &xq : NULL);
         for (uint32_t i = threadIdx.x; i < count; i += MK_BLOCK_THREADS) {
             float gate = res[i];
             hb[r0 + i] = gate / (1.0f + expf(-gate)) * res[count + i];

@@ -36,14 +36,9 @@ __device__ void mk_op_norm_lm_head(const struct mk_task_ctx *c) {
     float *res = xs + mk_layout_align4(w.cols);
     uint8_t *stage = (uint8_t *)(res + mk_layout_align4(la->rows_per_task));
     const bool block = mk_layout_is_block_format(w.dtype);
-    const float *x = mk_arena(c) + in->buf[0];
-    const struct mk_wdesc nw = mk_weight(c, in->weight[0]);
-    const bool prep = mk_prep_ok(x, w.cols, &nw, xs);
     struct mk_xq8 xq;
-    if (prep)
-        xq = mk_block_prep(x, w.cols, (const float *)nw.ptr, la->eps, xs, block ? (float *)stage : NULL);
-    else
-        mk_block_rmsnorm(c, xs, x, w.cols, in->weight[0], la->eps);
+    const bool pre = mk_block_norm_input(c, xs, mk_arena(c) + in->buf[0], w.cols, in->weight[0], la->eps, true,
+                                         block ? (float *)stage : NULL, &xq);
     uint32_t r0 = c->t * la->rows_per_task;
     float best = -INFINITY;
     uint32_t best_i = r0; /* as the CPU executor: an all -inf tile names its first row */
@@ -54,7 +49,7 @@ __device__ void mk_op_norm_lm_head(const struct mk_task_ctx *c) {
     if (block) {
         if (count) {
             struct mk_qseg seg = mk_qseg_make(&w, r0, count, 0u);
-            mk_qrows(&seg, 1u, xs, res, stage, prep ? &xq : NULL);
+            mk_qrows(&seg, 1u, xs, res, stage, pre ? &xq : NULL);
         }
         /* Each thread's best of its rows, then the warp's (lane 0 holds it, as below). */
         for (uint32_t i = threadIdx.x; i < count; i += MK_BLOCK_THREADS) {

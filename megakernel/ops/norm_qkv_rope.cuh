@@ -142,15 +142,9 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
     uint8_t *stage = (uint8_t *)(res + mk_layout_align4(qa->rows_per_task));
     const int blocks = mk_layout_is_block_format(q.m[0].dtype) + mk_layout_is_block_format(q.m[1].dtype) +
                        mk_layout_is_block_format(q.m[2].dtype);
-    const float *x = mk_arena(c) + in->buf[0];
-    const struct mk_wdesc nw = mk_weight(c, in->weight[0]);
-    /* The input once, normalized (and in int8 levels when every matrix is a block format). */
-    const bool prep = (blocks == 0 || blocks == 3) && mk_prep_ok(x, n, &nw, xs);
     struct mk_xq8 xq;
-    if (prep)
-        xq = mk_block_prep(x, n, (const float *)nw.ptr, qa->eps, xs, blocks ? (float *)stage : NULL);
-    else
-        mk_block_rmsnorm(c, xs, x, n, in->weight[0], qa->eps);
+    const bool pre = mk_block_norm_input(c, xs, mk_arena(c) + in->buf[0], n, in->weight[0], qa->eps,
+                                         blocks == 0 || blocks == 3, blocks == 3 ? (float *)stage : NULL, &xq);
 
     const uint32_t total = q.q_dim + 2u * q.kv_dim;
     const uint32_t r0 = c->t * qa->rows_per_task;
@@ -168,7 +162,7 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
             seg[nseg++] = mk_qseg_make(&q.m[m], row, n, done);
             done += n;
         }
-        mk_qrows(seg, nseg, xs, res, stage, prep ? &xq : NULL);
+        mk_qrows(seg, nseg, xs, res, stage, pre ? &xq : NULL);
     } else {
         /* Mixed formats (Q4_K_M gives some layers a Q6_K wv) take one row per warp. */
         const bool same = q.m[0].dtype == q.m[1].dtype && q.m[0].dtype == q.m[2].dtype;
