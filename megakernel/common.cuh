@@ -25,6 +25,7 @@ struct mk_task_ctx {
     uint32_t t;    /* task index within the instruction */
     uint32_t step; /* 0-based step being run */
     float *smem;   /* dynamic shared memory, mk_layout_smem_words(in) words */
+    uint32_t *fail; /* the block's flag (shared memory) that an op met a broken invariant, or NULL */
 };
 
 __device__ __forceinline__ float *mk_arena(const struct mk_task_ctx *c) { return (float *)c->a->arena; }
@@ -64,15 +65,24 @@ __device__ __forceinline__ float mk_elem(uint32_t dtype, const uint8_t *row, uin
     return mk_q_value(dtype, row, e);
 }
 
-/* Broken invariants: record them in the mailbox (where there is one) and stop the kernel. */
-__device__ __noinline__ void mk_device_fail(const struct mk_kernel_args *a, uint32_t code, uint32_t arg) {
-    if (a->mailbox) {
-        struct mk_mailbox *mb = (struct mk_mailbox *)a->mailbox;
-        mk_st_relaxed_sys(&mb->error_arg, arg);
-        mk_st_relaxed_sys(&mb->error, code);
-        __threadfence_system();
-    }
-    __trap();
+/* A block that saw the host's abort, or a broken invariant, sets this, so that the others leave
+ * without PCIe reads (device-internal state of one module, which lives as long as its session). */
+__device__ uint32_t mk_abort_relay;
+
+/* Broken invariants: record them in the mailbox and end the kernel without a trap, so that the
+ * CUDA context, and with it every later session of the process, stays usable (a trap is a sticky
+ * error). The calling op returns at once; its block leaves after the op (the flag `block_fail`),
+ * the others through the abort relay, and the host reads the error from the mailbox. Without a
+ * mailbox (the per-op kernels) nobody would hear of it: trap. */
+__device__ __noinline__ void mk_device_fail(const struct mk_kernel_args *a, uint32_t *block_fail, uint32_t code,
+                                            uint32_t arg) {
+    if (!a->mailbox) __trap();
+    struct mk_mailbox *mb = (struct mk_mailbox *)a->mailbox;
+    mk_st_relaxed_sys(&mb->error_arg, arg);
+    mk_st_release_sys(&mb->error, code);
+    atomicExch(&mk_abort_relay, 1u);
+    __threadfence_system();
+    if (block_fail) *(volatile uint32_t *)block_fail = 1u;
 }
 
 __device__ __forceinline__ float mk_warp_sum(float v) {

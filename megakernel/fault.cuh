@@ -8,11 +8,12 @@
 #include "megakernel/common.cuh"
 
 /* Thread 0 of the grid's last block, after the step's command arrived: the command the block
- * goes on with. HANG turns it into MK_CMD_HANG (the block parks until the host aborts); the
+ * goes on with. HANG turns it into MK_CMD_HANG (the block parks until the host aborts), ERROR into
+ * MK_CMD_STOP after recording the error (the block leaves, the others follow the abort relay); the
  * others do not return. */
 __device__ __noinline__ uint32_t mk_fault_inject(const struct mk_kernel_args *a, uint32_t step, uint32_t cmd) {
     switch (a->fault_kind) {
-    case MK_KFAULT_ERROR: mk_device_fail(a, MK_DEVERR_INJECTED, step); break;
+    case MK_KFAULT_ERROR: mk_device_fail(a, NULL, MK_DEVERR_INJECTED, step); return MK_CMD_STOP;
     case MK_KFAULT_TRAP: __trap(); break;
     case MK_KFAULT_HANG: return MK_CMD_HANG;
     case MK_KFAULT_BAD_ADDRESS:

@@ -17,10 +17,6 @@
 #include "megakernel/ops/norm_qkv_rope.cuh"
 #include "megakernel/ops/sample.cuh"
 
-/* A block that saw the host's abort sets this, so that the others leave without PCIe reads
- * (device-internal state of one module, which lives as long as its session). */
-__device__ uint32_t mk_abort_relay;
-
 /* Blocks per multiprocessor the register budget aims at (the occupancy API still sizes the grid).
  * One block of 256 threads may use 255 registers, where two had to fit in 128 and spilled (496 B of
  * stack): on the H100, llama-1b tg128 Q8_0 1.562 -> 1.320 ms, Q4_K_M 1.622 -> 1.630, BF16 1.411 ->
@@ -224,7 +220,7 @@ __device__ void mk_run_op(const struct mk_task_ctx *c) {
     case MK_OP_SAMPLE: mk_op_sample(c); break;
     case MK_OP_BARRIER: mk_op_barrier(c); break;
     case MK_OP_ATTN_OUTPUT: mk_op_attn_output(c); break;
-    default: mk_device_fail(c->a, MK_DEVERR_BAD_OPCODE, c->ii);
+    default: mk_device_fail(c->a, c->fail, MK_DEVERR_BAD_OPCODE, c->ii);
     }
 }
 
@@ -234,6 +230,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER
     __shared__ struct mk_instr s_in;
     __shared__ struct mk_step_cmd s_cmd;
     __shared__ uint32_t s_ctl[4]; /* command, task within instr, instr, run state */
+    __shared__ uint32_t s_fail;   /* an op of this block met a broken invariant (mk_device_fail) */
     __shared__ uint32_t s_base[MK_SMEM_TASK_BASE];
     const bool base_in_smem = a.n_instr + 1u <= MK_SMEM_TASK_BASE;
     for (uint32_t i = threadIdx.x; base_in_smem && i <= a.n_instr; i += MK_BLOCK_THREADS)
@@ -244,6 +241,8 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER
     c.in = &s_in;
     c.cmd = &s_cmd;
     c.smem = (float *)mk_dyn_smem;
+    c.fail = &s_fail;
+    if (threadIdx.x == 0) s_fail = 0;
     const bool dynamic = a.sched_offsets == 0;
     uint64_t held = ~0ull; /* thread 0, dynamic: a work item of a later step, kept for it */
     uint32_t cursor = 0, end = 0;
@@ -304,6 +303,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER
             c.ii = s_ctl[2];
             mk_run_op(&c);
             __syncthreads();
+            if (*(volatile uint32_t *)&s_fail) return; /* unsignalled: the others leave by the relay */
             if (threadIdx.x == 0) {
                 uint32_t *counters = (uint32_t *)a.counters;
                 if (s_in.signal != MK_NO_COUNTER) mk_red_release_gpu_add(counters + s_in.signal, 1u);
@@ -332,6 +332,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER
     c.in = &s_in;
     c.cmd = &s_cmd;
     c.smem = (float *)mk_dyn_smem;
+    c.fail = NULL; /* no mailbox: mk_device_fail traps */
     c.ii = ii;
     c.step = 0;
     const uint32_t n = s_in.n_tasks;

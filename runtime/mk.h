@@ -242,7 +242,8 @@ struct mk_session_params {
     /* Test only: make step fault.step fail as fault.kind says (see struct mk_fault); all zero, the
      * default, injects nothing. The failing call returns an error naming the step. Faults count
      * one-token steps: with ubatch 1 step N is position N. On a GPU, a trap or bad address is a
-     * sticky CUDA error that ends CUDA for the whole process (new sessions are refused with it). */
+     * sticky CUDA error that ends CUDA for the whole process (new sessions are refused with it); an
+     * error ends the kernel without a trap, so a new session works. */
     struct mk_fault fault;
     uint32_t ubatch;  /* most tokens per step for prompts and speculation (like llama.cpp's micro-batch);
                        * 0 = the backend's default (cpu 32; the GPU backends have no chunk steps yet: 1);

@@ -13,7 +13,10 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
     const uint32_t n_head = at->n_head, n_head_kv = at->n_head_kv, hd = at->head_dim;
     const uint32_t h = c->t / nb, b = c->t % nb;
     const int32_t pos = c->cmd->pos;
-    if (pos < 0 || (uint32_t)pos >= c->a->n_ctx) mk_device_fail(c->a, MK_DEVERR_BAD_POS, (uint32_t)pos);
+    if (pos < 0 || (uint32_t)pos >= c->a->n_ctx) {
+        mk_device_fail(c->a, c->fail, MK_DEVERR_BAD_POS, (uint32_t)pos);
+        return;
+    }
     const uint32_t start = b * bs;
     const uint32_t end = min(start + bs, (uint32_t)pos + 1u);
     float *out = mk_arena(c) + in->buf[1] + (uint64_t)(h * nb + b) * (hd + 2u);

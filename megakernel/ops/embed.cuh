@@ -8,7 +8,10 @@ __device__ void mk_op_embed(const struct mk_task_ctx *c) {
     const struct mk_instr *in = c->in;
     struct mk_wdesc w = mk_weight(c, in->weight[0]);
     int32_t tok = c->cmd->token;
-    if (tok < 0 || (uint32_t)tok >= w.rows) mk_device_fail(c->a, MK_DEVERR_BAD_TOKEN, (uint32_t)tok);
+    if (tok < 0 || (uint32_t)tok >= w.rows) {
+        mk_device_fail(c->a, c->fail, MK_DEVERR_BAD_TOKEN, (uint32_t)tok);
+        return;
+    }
     const uint8_t *row = mk_row(&w, (uint32_t)tok);
     uint32_t e0 = c->t * in->args.embed.elems_per_task;
     uint32_t e1 = min(e0 + in->args.embed.elems_per_task, in->args.embed.n_embd);

@@ -135,7 +135,10 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
     q.q_dim = qa->q_dim;
     q.kv_dim = qa->kv_dim;
     const int32_t pos = c->cmd->pos;
-    if (pos < 0 || (uint32_t)pos >= c->a->n_ctx) mk_device_fail(c->a, MK_DEVERR_BAD_POS, (uint32_t)pos);
+    if (pos < 0 || (uint32_t)pos >= c->a->n_ctx) {
+        mk_device_fail(c->a, c->fail, MK_DEVERR_BAD_POS, (uint32_t)pos);
+        return;
+    }
     const uint32_t n = q.m[0].cols;
     float *xs = c->smem;
     float *res = c->smem + mk_layout_align4(n);
