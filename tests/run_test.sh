@@ -234,6 +234,23 @@ else
     echo "ok: mk bench --breakdown: $(grep -c '^breakdown' "$work/out") breakdown headers"
 fi
 
+# mk bench -d: the timed steps start deep in the context (tg4@d600 needs --ctx 604, chosen by itself);
+# a depth that does not fit an explicit --ctx is refused.
+"$MK" bench -m "$stories" --backend cpu -n 4 -d 600 -p 0 >"$work/out" 2>"$work/err"
+rc=$?
+if [ "$rc" -ne 0 ] || ! grep -q "| tg4@d600 " "$work/out"; then
+    fail "mk bench -d 600: exit $rc: $(cat "$work/out" "$work/err")"
+else
+    echo "ok: mk bench -d 600: $(grep -o 'tg4@d600 *| *[0-9.]*' "$work/out")"
+fi
+"$MK" bench -m "$stories" --backend cpu -n 4 -d 600 --ctx 512 -p 0 >"$work/out" 2>"$work/err"
+rc=$?
+if [ "$rc" -ne 2 ] || ! grep -q "must fit in --ctx 512" "$work/err"; then
+    fail "mk bench -d 600 --ctx 512: exit $rc, want 2: $(cat "$work/err")"
+else
+    echo "ok: mk bench -d 600 --ctx 512 refused: $(cat "$work/err")"
+fi
+
 if [ "$failures" -ne 0 ]; then
     echo "$failures check(s) failed" >&2
     exit 1

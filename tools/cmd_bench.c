@@ -26,6 +26,7 @@ struct mk_bench_opts {
     const char *presets;  /* comma list, used without -m */
     const char *dtype;
     uint32_t n, ctx, threads, warmup;
+    uint32_t depth; /* tg starts at this position, after depth untimed steps (llama-bench -d) */
     bool json;
     struct mk_gpu_settings gpu;
     bool n_given, ctx_given;
@@ -50,7 +51,7 @@ struct mk_bench_row {
 };
 
 static void mk_bench_usage(FILE *f) {
-    fprintf(f, "usage: mk bench [-m FILE] [--backend all|ref,cpu,megakernel,perop,graph] [-n 128] [--ctx 512]\n"
+    fprintf(f, "usage: mk bench [-m FILE] [--backend all|ref,cpu,megakernel,perop,graph] [-n 128] [-d 0] [--ctx 512]\n"
                "                [--threads N] [--preset llama-1b,llama-8b] [--dtype bf16] [--breakdown] [--json]\n"
                "  Times -n greedy decode steps (tg<n>) from an empty context on each backend and prints\n"
                "  ms/token p50 and p99, host CPU ms/token (every thread of the process: the cost to the\n"
@@ -58,6 +59,8 @@ static void mk_bench_usage(FILE *f) {
                "  the p50 time) and its ratio to the read bandwidth the same run measures on that device.\n"
                "  Without -m it generates synthetic presets (cached in $TMPDIR) and benchmarks them.\n"
                "  'all' means every GPU backend when a GPU is present, else cpu.\n"
+               "  -d N (--depth) starts the timed steps at position N, after N untimed ones (tg<n>@d<N>,\n"
+               "  like llama-bench -d); --ctx then defaults to the larger of 512 and N + n.\n"
                "\n"
                "       mk bench --soak SESSIONS -m FILE [--backend B] [-n 2000] [--temp 0.8] [--seed 1000] [--ctx N]\n"
                "                [--threads N] [--json]\n"
@@ -125,11 +128,16 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
     }
     if (b->vt->reset(b, &err) != MK_OK) goto fail;
     tok = m->vocab.bos >= 0 ? m->vocab.bos : 1;
+    for (uint32_t i = 0; i < o->depth; i++) {
+        cmd.token = tok;
+        cmd.pos = (int32_t)i;
+        if (b->vt->step(b, &cmd, &tok, &err) != MK_OK) goto fail;
+    }
     uint32_t n_dev = 0;
     struct mk_cpu_span span = mk_cpu_span_start();
     for (uint32_t i = 0; i < o->n; i++) {
         cmd.token = tok;
-        cmd.pos = (int32_t)i;
+        cmd.pos = (int32_t)(o->depth + i);
         double t0 = mk_now_ms();
         if (b->vt->step(b, &cmd, &tok, &err) != MK_OK) goto fail;
         ms[i] = mk_now_ms() - t0;
@@ -146,7 +154,10 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
     uint64_t bytes = mk_model_bytes_per_token(m);
     row->size = bytes;
     row->bw_gbs = bytes / (row->p50_ms * 1e-3) / 1e9;
-    snprintf(row->test, sizeof row->test, "tg%u", o->n);
+    if (o->depth)
+        snprintf(row->test, sizeof row->test, "tg%u@d%u", o->n, o->depth);
+    else
+        snprintf(row->test, sizeof row->test, "tg%u", o->n);
     if (o->n_prompt) {
         struct mk_bench_pp r;
         if (mk_bench_pp_run(b, m->cfg.n_vocab, o->n_prompt, 3, &r, &err) != MK_OK) goto fail;
@@ -417,6 +428,8 @@ int mk_cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "-n")) {
             if (mk_cli_uint("bench", a, v, 1, 1u << 24, &o.n)) return 2;
             o.n_given = true;
+        } else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) {
+            if (mk_cli_uint("bench", a, v, 0, 1u << 24, &o.depth)) return 2;
         } else if (!strcmp(a, "--ctx")) {
             if (mk_cli_uint("bench", a, v, 1, 1u << 24, &o.ctx)) return 2;
             o.ctx_given = true;
@@ -445,9 +458,10 @@ int mk_cmd_bench(int argc, char **argv) {
         }
     }
     if (o.soak) return mk_bench_soak(&o);
-    if (o.n > o.ctx || o.warmup > o.ctx || o.n_prompt > o.ctx) {
-        fprintf(stderr, "mk bench: -n %u, -p %u (and warm-up %u) must fit in --ctx %u\n", o.n, o.n_prompt, o.warmup,
-                o.ctx);
+    if (!o.ctx_given && o.depth + o.n > o.ctx) o.ctx = o.depth + o.n;
+    if (o.depth + o.n > o.ctx || o.warmup > o.ctx || o.n_prompt > o.ctx) {
+        fprintf(stderr, "mk bench: -d %u plus -n %u, -p %u (and warm-up %u) must fit in --ctx %u\n", o.depth, o.n,
+                o.n_prompt, o.warmup, o.ctx);
         return 2;
     }
     bool first = true;
