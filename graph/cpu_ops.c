@@ -143,15 +143,14 @@ static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, ui
     }
 }
 
-/* Attention of q (kv head kvh) over block b of the layer's positions up to pos, as (o[hd], m, l). */
+/* Attention of q (kv head kvh) over split b of the layer's positions up to pos, as (o[hd], m, l). */
 static void mk_cpu_attn_block(const struct mk_cpu_ctx *c, const struct mk_args_attn *a, const float *q, uint32_t kvh,
                               uint32_t b, int32_t pos, float *o) {
-    uint32_t bs = a->block, layer = a->layer, hd = a->head_dim, kv_dim = a->n_head_kv * hd;
-    int64_t lo = (int64_t)b * bs, hi = lo + bs;
-    if (hi > (int64_t)pos + 1) hi = (int64_t)pos + 1;
+    uint32_t layer = a->layer, hd = a->head_dim, kv_dim = a->n_head_kv * hd, lo, hi;
+    mk_attn_span((uint32_t)pos, a->block, a->n_blocks, b, &lo, &hi);
     float m = -INFINITY, l = 0.0f, scale = 1.0f / sqrtf((float)hd);
     for (uint32_t d = 0; d < hd; d++) o[d] = 0.0f;
-    for (int64_t j = lo; j < hi; j++) {
+    for (uint32_t j = lo; j < hi; j++) {
         const float *k = c->k_cache + ((uint64_t)layer * c->n_ctx + (uint64_t)j) * kv_dim + (uint64_t)kvh * hd;
         const float *v = c->v_cache + ((uint64_t)layer * c->n_ctx + (uint64_t)j) * kv_dim + (uint64_t)kvh * hd;
         float s = 0.0f;
@@ -172,11 +171,13 @@ static void mk_cpu_attn_block(const struct mk_cpu_ctx *c, const struct mk_args_a
     o[hd + 1] = l;
 }
 
+/* Task t: split t % nb for each query head of KV head t / nb. */
 static void mk_cpu_attn_partial(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_args_attn *a = &in->args.attn;
-    uint32_t nb = a->n_blocks, hd = a->head_dim, h = t / nb, b = t % nb;
-    mk_cpu_attn_block(c, a, c->arena + in->buf[0] + (uint64_t)h * hd, h / (a->n_head / a->n_head_kv), b, c->cmd->pos,
-                      c->arena + in->buf[1] + ((uint64_t)h * nb + b) * (hd + 2));
+    uint32_t nb = a->n_blocks, hd = a->head_dim, g = a->n_head / a->n_head_kv, kvh = t / nb, b = t % nb;
+    for (uint32_t h = kvh * g; h < (kvh + 1) * g; h++)
+        mk_cpu_attn_block(c, a, c->arena + in->buf[0] + (uint64_t)h * hd, kvh, b, c->cmd->pos,
+                          c->arena + in->buf[1] + ((uint64_t)h * nb + b) * (hd + 2));
 }
 
 /* Merges the first nb sequence blocks of head h's partials into out (hd floats). */
@@ -211,8 +212,7 @@ static void mk_cpu_attn_chunk(const struct mk_cpu_ctx *c, const struct mk_instr 
     float *part = c->scratch; /* (n_blocks, head_dim + 2) */
     for (uint32_t i = 0; i < N; i++) {
         int32_t pos = c->cmd->pos + (int32_t)i;
-        uint32_t live = ((uint32_t)pos + bs) / bs;
-        if (live > nb) live = nb;
+        uint32_t live = mk_attn_live((uint32_t)pos, bs, nb);
         const float *q = c->arena + in->buf[0] + (uint64_t)i * row + (uint64_t)h * hd;
         for (uint32_t b = 0; b < live; b++) mk_cpu_attn_block(c, a, q, kvh, b, pos, part + (uint64_t)b * (hd + 2));
         mk_cpu_combine_head(part, live, hd, c->arena + in->buf[1] + (uint64_t)i * row + (uint64_t)h * hd);
@@ -223,9 +223,8 @@ static void mk_cpu_attn_output(const struct mk_cpu_ctx *c, const struct mk_instr
     const struct mk_weight_ref *w = &c->weights[in->weight[0]];
     const struct mk_args_attn_out *a = &in->args.attn_out;
     uint32_t nb = a->n_blocks, bs = a->block, nh = a->n_head, hd = a->head_dim;
-    /* Blocks past the position hold an earlier step's partials: only the live ones count. */
-    uint32_t live = ((uint32_t)c->cmd->pos + bs) / bs;
-    if (live > nb) live = nb;
+    /* Splits past the position are empty: only the live ones count. */
+    uint32_t live = mk_attn_live((uint32_t)c->cmd->pos, bs, nb);
     float *att = c->scratch;
     for (uint32_t h = 0; h < nh; h++)
         mk_cpu_combine_head(c->arena + in->buf[0] + (uint64_t)h * nb * (hd + 2), live, hd, att + (uint64_t)h * hd);

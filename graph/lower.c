@@ -215,7 +215,7 @@ static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_l
     }
     uint32_t part = mk_lower_alloc(L, (uint64_t)c->n_head * n_blocks * (c->head_dim + 2));
     int part_buf = k->scratch++;
-    x = mk_lower_emit(L, MK_OP_ATTN_PARTIAL, c->n_head * n_blocks, n->label);
+    x = mk_lower_emit(L, MK_OP_ATTN_PARTIAL, c->n_head_kv * n_blocks, n->label);
     if (!x) return NULL;
     x->ins.buf[0] = OFF(n->in[0]);
     x->ins.buf[1] = part;
@@ -328,7 +328,12 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
     k.kv_dim = c->n_head_kv * c->head_dim;
     k.attn_block = L->p->attn_block ? L->p->attn_block : 64;
     if (k.attn_block > L->p->n_ctx) k.attn_block = L->p->n_ctx;
+    /* Splits per KV head: as many as make one attention task per worker; each split lengthens with
+     * the position (mk_attn_span), so a step's attention costs what its positions cost. */
+    uint32_t splits = L->p->attn_splits ? L->p->attn_splits : L->p->n_workers / c->n_head_kv;
+    if (!L->p->attn_splits && splits < 2) splits = 2;
     k.n_blocks = mk_lower_div_up(L->p->n_ctx, k.attn_block);
+    if (k.n_blocks > splits) k.n_blocks = splits;
     k.kv_buf0 = (int)g->n_values;
     k.scratch = k.kv_buf0 + (int)c->n_layer;
     k.voff = calloc(g->n_values ? g->n_values : 1, sizeof *k.voff);

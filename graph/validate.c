@@ -116,8 +116,8 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
     case MK_OP_ATTN_PARTIAL: {
         const struct mk_args_attn *at = &in->args.attn;
         uint32_t bs = at->block, nb = at->n_blocks, nh = at->n_head, nkv = at->n_head_kv, hd = at->head_dim;
-        if (!bs || !nb || !nh || !nkv || !hd || nh % nkv || (uint64_t)nkv * hd != p->kv_dim || T != (uint64_t)nh * nb ||
-            (uint64_t)bs * nb < p->n_ctx || at->layer >= p->n_layer)
+        if (!bs || !nb || !nh || !nkv || !hd || nh % nkv || (uint64_t)nkv * hd != p->kv_dim ||
+            T != (uint64_t)nkv * nb || at->layer >= p->n_layer)
             FAIL("instr %u (%s): attention shape (block %u x %u, heads %u/%u, dim %u, layer %u) inconsistent", i, lab,
                  bs, nb, nh, nkv, hd, at->layer);
         RD(in->buf[0], (uint64_t)nh * hd);
@@ -129,7 +129,7 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         const struct mk_args_attn *at = &in->args.attn;
         uint32_t bs = at->block, nb = at->n_blocks, nh = at->n_head, nkv = at->n_head_kv, hd = at->head_dim;
         if (!bs || !nb || !nh || !nkv || !hd || nh % nkv || (uint64_t)nkv * hd != p->kv_dim || T != nh ||
-            (uint64_t)bs * nb < p->n_ctx || at->layer >= p->n_layer)
+            at->layer >= p->n_layer)
             FAIL("instr %u (%s): chunk attention shape (block %u x %u, heads %u/%u, dim %u, layer %u, %llu tasks) "
                  "inconsistent",
                  i, lab, bs, nb, nh, nkv, hd, at->layer, (unsigned long long)T);
@@ -150,8 +150,7 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         const struct mk_args_attn_out *ao = &in->args.attn_out;
         NEED_W(0);
         uint32_t nb = ao->n_blocks, bs = ao->block, nh = ao->n_head, hd = ao->head_dim, rpt = ao->rows_per_task;
-        if (!nb || !bs || !nh || !hd || w0->cols != nh * hd || (uint64_t)bs * nb < p->n_ctx || !rpt ||
-            T * rpt < w0->rows)
+        if (!nb || !bs || !nh || !hd || w0->cols != nh * hd || !rpt || T * rpt < w0->rows)
             FAIL("instr %u (%s): attention output shape (blocks %u x %u, heads %u of %u, %u cols, tiles %llu x %u) "
                  "inconsistent",
                  i, lab, nb, bs, nh, hd, w0->cols, (unsigned long long)T, rpt);

@@ -17,8 +17,10 @@
  * 3: NORM_QKV_ROPE takes biases, per-head q/k norms, NEOX rotation and rope scaling.
  * 4: chunk programs (several tokens per step): mk_step_cmd.n_tokens/n_out, MK_OP_ATTN_CHUNK,
  *    EMBED buf[1] (the step's tokens) and SAMPLE buf[3] (one token per output row). A program of
- *    one token per step is the same as in version 3. */
-#define MK_ABI_VERSION 4u
+ *    one token per step is the same as in version 3.
+ * 5: ATTN_PARTIAL tasks are (KV head, split) and a split's positions grow with pos (mk_attn_span),
+ *    so a step's attention costs what its positions cost, not what n_ctx does. */
+#define MK_ABI_VERSION 5u
 
 #define MK_NO_COUNTER 0xffffffffu
 #define MK_NO_WEIGHT  0xffffffffu
@@ -62,10 +64,12 @@ enum mk_opcode {
      * MK_NO_WEIGHT). With MK_QKV_NEOX or MK_QKV_QK_NORM, rows_per_task is a multiple of head_dim,
      * so that every task holds whole heads. */
     MK_OP_NORM_QKV_ROPE = 3,
-    /* args.attn: attention of one head over one block of the sequence: task t is head
-     * t / n_blocks, block b = t % n_blocks, positions [b*block, min((b+1)*block, pos+1)). Writes
-     * (o[head_dim], m, l) to buf1 + (h*n_blocks + b)*(head_dim+2): m = max score,
-     * l = sum exp(s - m), o = sum exp(s - m) v. An empty block writes m = -inf, l = 0, o = 0.
+    /* args.attn: attention over one split of the sequence: task t is KV head t / n_blocks, split
+     * b = t % n_blocks, covering positions mk_attn_span(pos, block, n_blocks, b) (whole blocks of
+     * `block` positions dealt evenly to the splits, so the splits grow with pos), for each of the
+     * n_head / n_head_kv query heads h of that KV head (the K and V rows are read once for all of
+     * them). Writes (o[head_dim], m, l) to buf1 + (h*n_blocks + b)*(head_dim+2): m = max score,
+     * l = sum exp(s - m), o = sum exp(s - m) v. An empty split writes m = -inf, l = 0, o = 0.
      * q = buf0. scores = q.k / sqrt(head_dim). */
     MK_OP_ATTN_PARTIAL = 4,
     /* args.combine: merges the n_blocks blocks of head t: out[buf1 + t*head_dim ..] =
@@ -85,18 +89,40 @@ enum mk_opcode {
     /* One task that does nothing but wait: a join of every task before it (waits on counter 0). */
     MK_OP_BARRIER = 9,
     /* args.attn_out: ATTN_COMBINE fused into the attention-output matvec: the task merges the
-     * partials at buf0 (n_blocks blocks of `block` positions, n_head heads of head_dim, laid out
-     * as ATTN_PARTIAL writes them; only the blocks that hold positions <= pos) into the attention
+     * partials at buf0 (n_blocks splits of whole blocks of `block` positions, n_head heads of
+     * head_dim, laid out as ATTN_PARTIAL writes them; only the mk_attn_live splits that hold
+     * positions <= pos) into the attention
      * vector, then out[buf1 + r] += dot(weight0[r], attention) for its rows. */
     MK_OP_ATTN_OUTPUT = 10,
     /* args.attn (chunk programs): task t is head t; for each token i < n_tokens of the step, the
      * attention of its q row (buf0 + i*n_head*head_dim) over positions [0, pos + i] of the layer's
-     * cache, to buf1 + i*n_head*head_dim + t*head_dim. The positions are taken in blocks of
-     * `block` (n_blocks of them), each summed with a running maximum from -inf and merged as
+     * cache, to buf1 + i*n_head*head_dim + t*head_dim. The positions are taken in the splits of
+     * ATTN_PARTIAL at position pos + i, each summed with a running maximum from -inf and merged as
      * ATTN_COMBINE merges partials, so that a chunk row equals a one-token step bit for bit. */
     MK_OP_ATTN_CHUNK = 11,
 };
 #define MK_OP_COUNT 12u
+
+#ifdef __CUDACC__
+#define MK_ABI_FN static __host__ __device__ __forceinline__
+#else
+#define MK_ABI_FN static inline
+#endif
+
+/* Split b of n_blocks at position pos covers positions [*lo, *hi) (empty when *lo >= *hi): the
+ * pos / block + 1 blocks that hold positions are dealt to the splits evenly, whole blocks each, so
+ * a short sequence leaves the last splits empty and a long one lengthens every split. */
+MK_ABI_FN void mk_attn_span(uint32_t pos, uint32_t block, uint32_t n_blocks, uint32_t b, uint32_t *lo, uint32_t *hi) {
+    const uint64_t units = pos / block + 1u, per = (units + n_blocks - 1u) / n_blocks;
+    const uint64_t l = (uint64_t)b * per * block, h = l + per * block;
+    *lo = l > pos ? pos + 1u : (uint32_t)l;
+    *hi = h > pos ? pos + 1u : (uint32_t)h;
+}
+/* The splits that hold positions at pos: splits [0, live) are non-empty, the others empty. */
+MK_ABI_FN uint32_t mk_attn_live(uint32_t pos, uint32_t block, uint32_t n_blocks) {
+    const uint32_t units = pos / block + 1u, per = (units + n_blocks - 1u) / n_blocks;
+    return (units + per - 1u) / per;
+}
 
 /* wait until counter[ctr] >= step * mul + add (compared wrap-safe as int32 of the difference). */
 struct mk_wait {
@@ -134,8 +160,8 @@ struct mk_args_qkv {
 #define MK_QKV_QK_NORM 2u /* per-head RMSNorm of q and k before RoPE */
 #define MK_QKV_FLAGS   3u /* every flag a reader knows */
 struct mk_args_attn {
-    uint32_t block; /* positions per task */
-    uint32_t n_blocks;
+    uint32_t block;    /* the unit of a split: positions are dealt to splits in whole blocks */
+    uint32_t n_blocks; /* splits per head */
     uint32_t layer;
     uint32_t n_head;
     uint32_t n_head_kv;

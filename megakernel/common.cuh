@@ -21,10 +21,10 @@ struct mk_task_ctx {
     const struct mk_kernel_args *a;
     const struct mk_instr *in;
     const struct mk_step_cmd *cmd;
-    uint32_t ii;   /* instruction index */
-    uint32_t t;    /* task index within the instruction */
-    uint32_t step; /* 0-based step being run */
-    float *smem;   /* dynamic shared memory, mk_layout_smem_words(in) words */
+    uint32_t ii;    /* instruction index */
+    uint32_t t;     /* task index within the instruction */
+    uint32_t step;  /* 0-based step being run */
+    float *smem;    /* dynamic shared memory, mk_layout_smem_words(in) words */
     uint32_t *fail; /* the block's flag (shared memory) that an op met a broken invariant, or NULL */
 };
 
@@ -322,6 +322,10 @@ __device__ __forceinline__ void mk_cp_async16(void *dst, const void *src, uint32
 __device__ __forceinline__ void mk_cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void mk_cp_async_wait_stages(void) {
     asm volatile("cp.async.wait_group %0;" ::"n"(MK_QSTAGES - 1) : "memory");
+}
+/* All but the newest MK_ATTN_STAGES - 2 groups of attention tiles have landed. */
+__device__ __forceinline__ void mk_cp_async_wait_attn(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(MK_ATTN_STAGES - 2) : "memory");
 }
 
 /* A warp's cursor: its k-th row of the segments (k = warp, warp + MK_BLOCK_WARPS, ...) and the

@@ -242,6 +242,7 @@ static struct mk_gpu_settings mk_api_gpu_settings(const struct mk_gpu_params *g)
     s.dynamic_schedule = g->dynamic_schedule != 0;
     s.tasks_per_worker = g->tasks_per_worker;
     s.attn_block = g->attn_block;
+    s.attn_splits = g->attn_splits;
     s.fuse_attn_output = g->fuse_attn_output != 0;
     s.blocks_per_sm = g->blocks_per_sm;
     s.no_rope_table = g->no_rope_table != 0;

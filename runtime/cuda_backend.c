@@ -184,6 +184,12 @@ static enum mk_status mk_cuda_check_program(const struct mk_program *p, struct m
         if (head_dim > MK_MAX_HEAD_DIM)
             return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': head_dim %u is over the GPU limit of %u",
                                 i, p->labels[i], head_dim, MK_MAX_HEAD_DIM);
+        /* The attention copies K and V rows in 16-byte pieces. */
+        if (head_dim % 4u)
+            return mk_error_set(
+                err, MK_ERR_UNSUPPORTED,
+                "instruction %u '%s': head_dim %u is not a multiple of 4, which the GPU attention needs", i,
+                p->labels[i], head_dim);
         /* Chunk programs (several tokens per step) have no device code yet: the GPU backends keep
          * one token per step (issue 12; megakernel/abi.h describes what the device needs). */
         if (in->op == MK_OP_ATTN_CHUNK || p->ubatch > 1)
@@ -215,6 +221,7 @@ static enum mk_status mk_cuda_compile(const struct mk_model *m, const struct mk_
     cp.schedule = b->gpu.dynamic_schedule ? MK_SCHED_DYNAMIC : MK_SCHED_STATIC;
     if (b->gpu.tasks_per_worker) cp.tasks_per_worker = b->gpu.tasks_per_worker;
     if (b->gpu.attn_block) cp.attn_block = b->gpu.attn_block;
+    if (b->gpu.attn_splits) cp.attn_splits = b->gpu.attn_splits;
     cp.fuse_attn_output = b->gpu.fuse_attn_output;
     return mk_program_compile(m, &cp, out, err);
 }

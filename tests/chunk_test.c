@@ -145,8 +145,8 @@ static void check_validator(const struct mk_model *m) {
     p->instrs[attn].op = MK_OP_ATTN_PARTIAL;
     expect_invalid(p, "a one-token attention op", "one-token op");
     p->instrs[attn] = saved;
-    p->instrs[attn].args.attn.n_blocks = 1;
-    expect_invalid(p, "attention blocks short of the context", "chunk attention shape");
+    p->instrs[attn].args.attn.n_blocks = 0;
+    expect_invalid(p, "attention without splits", "chunk attention shape");
     p->instrs[attn] = saved;
     /* Every activation has ubatch rows: a smaller arena cannot hold them. */
     p->arena_floats /= 2;

@@ -641,6 +641,7 @@ static void trace_model(const struct mk_model *m, const char *name, uint32_t ste
         cp.n_ctx = 512;
         cp.tasks_per_worker = bp.gpu.tasks_per_worker;
         cp.attn_block = bp.gpu.attn_block;
+        cp.attn_splits = bp.gpu.attn_splits;
         cp.fuse_attn_output = bp.gpu.fuse_attn_output;
         cp.schedule = bp.gpu.dynamic_schedule ? MK_SCHED_DYNAMIC : MK_SCHED_STATIC;
         struct mk_program *p = NULL;

@@ -41,7 +41,8 @@ const char mk_cli_gpu_usage[] =
     "  GPU backends (defaults are the measured-fastest; MK_CUDA_* variables set them too, flags win):\n"
     "    --schedule static|dynamic  per-block task lists (default) or one work counter\n"
     "    --tasks-per-worker N       matvec tiling target (0 = compiler default)\n"
-    "    --attn-block N             sequence positions per attention task (0 = compiler default)\n"
+    "    --attn-block N             positions per unit of an attention split (0 = compiler default)\n"
+    "    --attn-splits N            attention splits of the sequence per KV head (0 = compiler default)\n"
     "    --fuse-attn-output         fold the attention combine into the attention-output tasks\n"
     "    --blocks-per-sm N          cap on blocks per multiprocessor (0 = as many as fit)\n"
     "    --no-rope-table            compute RoPE angles in the kernel\n"
@@ -59,7 +60,8 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
         return 1;
     }
     if (strcmp(a, "--schedule") && strcmp(a, "--tasks-per-worker") && strcmp(a, "--attn-block") &&
-        strcmp(a, "--blocks-per-sm") && strcmp(a, "--trace") && strcmp(a, "--kernel-image"))
+        strcmp(a, "--attn-splits") && strcmp(a, "--blocks-per-sm") && strcmp(a, "--trace") &&
+        strcmp(a, "--kernel-image"))
         return 0;
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!v) {
@@ -69,6 +71,7 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
     *i += 1;
     if (!strcmp(a, "--tasks-per-worker")) return mk_cli_uint(cmd, a, v, 0, 1u << 16, &s->tasks_per_worker) ? -1 : 1;
     if (!strcmp(a, "--attn-block")) return mk_cli_uint(cmd, a, v, 0, 1u << 20, &s->attn_block) ? -1 : 1;
+    if (!strcmp(a, "--attn-splits")) return mk_cli_uint(cmd, a, v, 0, 1u << 16, &s->attn_splits) ? -1 : 1;
     if (!strcmp(a, "--blocks-per-sm")) return mk_cli_uint(cmd, a, v, 0, 64, &s->blocks_per_sm) ? -1 : 1;
     if (!strcmp(a, "--kernel-image")) {
         s->kernel_image = v;
@@ -101,6 +104,7 @@ void mk_cli_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *ou
     out->dynamic_schedule = s->dynamic_schedule;
     out->tasks_per_worker = s->tasks_per_worker;
     out->attn_block = s->attn_block;
+    out->attn_splits = s->attn_splits;
     out->fuse_attn_output = s->fuse_attn_output;
     out->blocks_per_sm = s->blocks_per_sm;
     out->no_rope_table = s->no_rope_table;

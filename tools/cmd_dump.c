@@ -10,14 +10,16 @@
 
 static void mk_dump_usage(FILE *f) {
     fprintf(f, "usage: mk dump -m FILE [--workers N] [--ctx N] [--schedule dynamic|static] [--barriers]\n"
-               "               [--fuse-attn-output] [--tasks-per-worker N] [--attn-block N] [--ubatch N] [--json]\n"
+               "               [--fuse-attn-output] [--tasks-per-worker N] [--attn-block N] [--attn-splits N]\n"
+               "               [--ubatch N] [--json]\n"
                "  Compiles one decode step of FILE for N workers (default 132, an H100's SM count) and a\n"
                "  KV cache of --ctx positions (default 512), validates it, and prints every instruction:\n"
                "  tasks, weight bytes per task, the counter it signals and the counters it waits on, then\n"
                "  totals (instructions, barriers and weight bytes per token).\n"
                "  --barriers joins every dependency with a grid barrier (a baseline for comparisons).\n"
                "  --fuse-attn-output folds the attention combine into the attention-output matvec.\n"
-               "  --tasks-per-worker and --attn-block tile as the GPU backends' flags of those names do.\n"
+               "  --tasks-per-worker, --attn-block and --attn-splits tile as the GPU backends' flags of those\n"
+               "  names do.\n"
                "  --ubatch N compiles the chunk program of up to N tokens per step (megakernel/abi.h).\n");
 }
 
@@ -59,6 +61,9 @@ int mk_cmd_dump(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--attn-block")) {
             if (mk_cli_uint("dump", a, v, 0, 1u << 20, &cp.attn_block)) return 2;
+            i++;
+        } else if (!strcmp(a, "--attn-splits")) {
+            if (mk_cli_uint("dump", a, v, 0, 1u << 16, &cp.attn_splits)) return 2;
             i++;
         } else if (!strcmp(a, "--ubatch")) {
             if (mk_cli_uint("dump", a, v, 0, MK_UBATCH_MAX, &cp.ubatch)) return 2;

@@ -177,6 +177,7 @@ static int mk_trace_run_gpu(const char *tool, const struct mk_model *m, struct m
     cp.n_workers = info.grid;
     cp.tasks_per_worker = gs->tasks_per_worker;
     cp.attn_block = gs->attn_block;
+    cp.attn_splits = gs->attn_splits;
     cp.fuse_attn_output = gs->fuse_attn_output;
     cp.schedule = gs->dynamic_schedule ? MK_SCHED_DYNAMIC : MK_SCHED_STATIC;
     if (mk_program_compile(m, &cp, p, &err) != MK_OK) goto fail;
