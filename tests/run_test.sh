@@ -243,6 +243,14 @@ if [ "$rc" -ne 0 ] || ! grep -q "| tg4@d600 " "$work/out"; then
 else
     echo "ok: mk bench -d 600: $(grep -o 'tg4@d600 *| *[0-9.]*' "$work/out")"
 fi
+# The host's share of a step, for backends that time their own steps (ref does).
+"$MK" bench -m "$stories" --backend ref -n 8 -p 0 >"$work/out" 2>"$work/err"
+rc=$?
+if [ "$rc" -ne 0 ] || ! grep -E -q "\| ref +\| tg8 .*\| host \+[0-9]+\.[0-9] us \|" "$work/out"; then
+    fail "mk bench --backend ref: no host share: exit $rc: $(cat "$work/out" "$work/err")"
+else
+    echo "ok: mk bench --backend ref: $(grep -o 'host +[0-9.]* us' "$work/out")"
+fi
 "$MK" bench -m "$stories" --backend cpu -n 4 -d 600 --ctx 512 -p 0 >"$work/out" 2>"$work/err"
 rc=$?
 if [ "$rc" -ne 2 ] || ! grep -q "must fit in --ctx 512" "$work/err"; then

@@ -59,6 +59,8 @@ static void mk_bench_usage(FILE *f) {
                "  the p50 time) and its ratio to the read bandwidth the same run measures on that device.\n"
                "  Without -m it generates synthetic presets (cached in $TMPDIR) and benchmarks them.\n"
                "  'all' means every GPU backend when a GPU is present, else cpu.\n"
+               "  The note 'host +N us' is the median of each step's wall time minus the time the backend\n"
+               "  measured for the step itself (the GPU's own clock): the host's share of a token.\n"
                "  -d N (--depth) starts the timed steps at position N, after N untimed ones (tg<n>@d<N>,\n"
                "  like llama-bench -d); --ctx then defaults to the larger of 512 and N + n.\n"
                "\n"
@@ -144,6 +146,13 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
         if (b->last_step_ns) dev[n_dev++] = b->last_step_ns / 1e6;
     }
     row->cpu_ms = mk_cpu_span_ms_per(&span, o->n, NULL);
+    double *host = n_dev == o->n ? malloc(n_dev * sizeof *host) : NULL;
+    if (host) {
+        /* What a step costs beyond the device's own time: the host's command, wait and wake-up. */
+        for (uint32_t i = 0; i < n_dev; i++) host[i] = ms[i] - dev[i];
+        snprintf(row->note, sizeof row->note, "host +%.1f us", mk_percentile(host, n_dev, 0.50) * 1e3);
+        free(host);
+    }
     double sum = 0;
     for (uint32_t i = 0; i < o->n; i++) sum += ms[i];
     row->mean_ms = sum / o->n;
