@@ -101,6 +101,18 @@ static double mk_percentile(double *v, uint32_t n, double q) {
     return v[i < n ? i : n - 1];
 }
 
+/* Greedy steps at positions 0 .. n - 1 from *tok, untimed; *tok ends as the last step's token. */
+static enum mk_status mk_bench_untimed(struct mk_backend *b, struct mk_step_cmd *cmd, int32_t *tok, uint32_t n,
+                                       struct mk_error *err) {
+    for (uint32_t i = 0; i < n; i++) {
+        cmd->token = *tok;
+        cmd->pos = (int32_t)i;
+        enum mk_status st = b->vt->step(b, cmd, tok, err);
+        if (st != MK_OK) return st;
+    }
+    return MK_OK;
+}
+
 /* Times one backend on one model; 0 on success, else prints why and returns -1. */
 static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_backend_kind kind,
                         const struct mk_bench_opts *o, struct mk_bench_row *row, struct mk_bench_row *pp) {
@@ -122,19 +134,11 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
     struct mk_step_cmd cmd = { 0 };
     cmd.cmd = MK_CMD_STEP;
     int32_t tok = m->vocab.bos >= 0 ? m->vocab.bos : 1;
-    /* Warm up (module load, first touches), then start over from an empty context. */
-    for (uint32_t i = 0; i < o->warmup; i++) {
-        cmd.token = tok;
-        cmd.pos = (int32_t)i;
-        if (b->vt->step(b, &cmd, &tok, &err) != MK_OK) goto fail;
-    }
-    if (b->vt->reset(b, &err) != MK_OK) goto fail;
+    /* Warm up (module load, first touches), then start over from an empty context and fill it to
+     * the depth, untimed. */
+    if (mk_bench_untimed(b, &cmd, &tok, o->warmup, &err) != MK_OK || b->vt->reset(b, &err) != MK_OK) goto fail;
     tok = m->vocab.bos >= 0 ? m->vocab.bos : 1;
-    for (uint32_t i = 0; i < o->depth; i++) {
-        cmd.token = tok;
-        cmd.pos = (int32_t)i;
-        if (b->vt->step(b, &cmd, &tok, &err) != MK_OK) goto fail;
-    }
+    if (mk_bench_untimed(b, &cmd, &tok, o->depth, &err) != MK_OK) goto fail;
     uint32_t n_dev = 0;
     struct mk_cpu_span span = mk_cpu_span_start();
     for (uint32_t i = 0; i < o->n; i++) {
