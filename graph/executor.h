@@ -90,7 +90,7 @@ struct mk_backend_params {
     struct mk_gpu_settings gpu; /* GPU backends only */
     struct mk_fault fault;      /* test only: all zero = none */
     uint32_t ubatch;            /* most tokens per chunk step; 0 = the backend's default (cpu:
-                                 * MK_CPU_DEFAULT_UBATCH; the others: 1), 1 = one token per step */
+                                 * MK_CPU_DEFAULT_UBATCH; GPU: 512; ref: 1), 1 = one token per step */
 };
 
 struct mk_backend;

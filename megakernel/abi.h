@@ -43,8 +43,8 @@
  * over the cache); ATTN_PARTIAL, ATTN_COMBINE and ATTN_OUTPUT appear only in one-token programs.
  * Only the last cmd.n_out rows reach the LM head and SAMPLE (output row j is token row
  * n_tokens - n_out + j): logits (U, vocab), tile maxima (U, n_tiles, 2). A one-token program
- * (U = 1) ignores n_tokens and n_out. The CPU executor runs chunk programs; the GPU backends
- * refuse them for now (runtime/cuda_backend.c) and keep one token per step. */
+ * (U = 1) ignores n_tokens and n_out. The CPU executor runs chunk programs; the GPU backends run
+ * them as per-op launches of megakernel/chunk.cu (runtime/cuda_backend.c sequences them). */
 enum mk_opcode {
     MK_OP_NOP = 0,
     /* args.embed: x[buf0 + e] = dequant(weight0[token])[e] for e in this task's chunk of

@@ -1,4 +1,4 @@
-/* The kernels' code as nvcc built it at build time (//megakernel:megakernel_module): one fatbin with SASS per supported GPU generation and PTX for newer ones. */
+/* The kernels' code as nvcc built it at build time (//megakernel:megakernel_module and :chunk_module): one fatbin with SASS per supported GPU generation and PTX for newer ones. */
 #ifndef MK_MEGAKERNEL_IMAGE_H
 #define MK_MEGAKERNEL_IMAGE_H
 
@@ -14,6 +14,10 @@ extern const unsigned char mk_megakernel_fatbin[];
 extern const size_t mk_megakernel_fatbin_size;
 /* What it holds, e.g. "sm_80 sm_86 sm_89 sm_90 compute_80". */
 extern const char mk_megakernel_archs[];
+/* The chunk step's kernels (//megakernel:chunk_module, megakernel/chunk.cu), built the same way. */
+extern const unsigned char mk_chunk_fatbin[];
+extern const size_t mk_chunk_fatbin_size;
+extern const char mk_chunk_archs[];
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 
 #include "graph/program.h"
 #include "hostqueue/hostqueue.h"
+#include "megakernel/chunk.h"
 #include "megakernel/cuda_layout.h"
 #include "megakernel/image.h"
 #include "megakernel/cuda.h"
@@ -17,6 +18,9 @@
 
 /* After STOP, how long free() waits for the kernel to leave, then again after the abort flag. */
 #define MK_CUDA_EXIT_WAIT_MS 2000u
+
+/* Most tokens per chunk step when the caller leaves it to the backend (llama.cpp's micro-batch). */
+#define MK_CUDA_DEFAULT_UBATCH 512u
 
 /* GPU memory a session needs beyond its own buffers: the context, the module, the resident
  * grid's local memory and stacks. */
@@ -26,6 +30,24 @@
 _Static_assert((int)MK_KFAULT_ERROR == (int)MK_FAULT_ERROR && (int)MK_KFAULT_TRAP == (int)MK_FAULT_TRAP &&
                    (int)MK_KFAULT_HANG == (int)MK_FAULT_HANG && (int)MK_KFAULT_BAD_ADDRESS == (int)MK_FAULT_BAD_ADDRESS,
                "enum mk_kernel_fault matches enum mk_fault_kind");
+
+/* The kernels of megakernel/chunk.cu, in the order of mk_cuda_chunk_names. */
+enum mk_cuda_chunk_kernel {
+    MK_CK_EMBED,
+    MK_CK_RMSNORM,
+    MK_CK_MM_STORE,
+    MK_CK_MM_ADD,
+    MK_CK_MM_SILU,
+    MK_CK_QKV,
+    MK_CK_ATTN,
+    MK_CK_LM_TILES,
+    MK_CK_SAMPLE,
+    MK_CK_COUNT
+};
+static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
+    "mk_chunk_embed",   "mk_chunk_rmsnorm", "mk_chunk_mm_store", "mk_chunk_mm_add",  "mk_chunk_mm_silu",
+    "mk_chunk_qkv",     "mk_chunk_attn",    "mk_chunk_lm_tiles", "mk_chunk_sample",
+};
 
 struct mk_cuda_backend {
     struct mk_backend base;
@@ -62,6 +84,23 @@ struct mk_cuda_backend {
     mk_cu_graph_exec gexec;
     bool poisoned; /* a CUDA failure in a step: refuse further steps */
     struct mk_error poison_err;
+    struct mk_weight_ref *wtable; /* the device weight table as uploaded (device pointers) */
+    uint32_t ubatch_asked;        /* mk_backend_params.ubatch: 0 = MK_CUDA_DEFAULT_UBATCH, 1 = no chunk steps */
+    /* Chunk steps (ubatch > 1): the chunk program run by per-op launches of megakernel/chunk.cu
+     * over the same weights and KV cache. The megakernel leaves its loop for them and is launched
+     * again for the next one-token step. */
+    struct mk_program *cprog;
+    mk_cu_module cmod;
+    mk_cu_function ck[MK_CK_COUNT];
+    mk_cu_devptr d_cinstrs, d_cwtable, d_carena, d_cstate;
+    struct mk_kernel_args cargs;
+    uint32_t c_xn, c_qkv;       /* arena offsets of the scratch rows: normalized input (ubatch, n_embd) and
+                                 * q, k, v before RoPE (ubatch, q_dim + 2 kv_dim) */
+    uint32_t c_qkv_cols;
+    struct mk_step_cmd *h_ccmd; /* pinned: the chunk step's command */
+    int32_t *h_ctok;            /* pinned: (ubatch) tokens in, then (ubatch) tokens out */
+    bool last_chunk;            /* the last step was a chunk step: logits come from the chunk arena */
+    uint32_t last_n_out;
 };
 
 static uint64_t mk_cuda_now_ns(void) {
@@ -177,10 +216,10 @@ static enum mk_status mk_cuda_check_program(const struct mk_program *p, struct m
                                     name ? name : "an unknown type");
             }
         }
-        uint32_t head_dim = in->op == MK_OP_ATTN_PARTIAL   ? in->args.attn.head_dim
-                            : in->op == MK_OP_ATTN_COMBINE ? in->args.combine.head_dim
-                            : in->op == MK_OP_ATTN_OUTPUT  ? in->args.attn_out.head_dim
-                                                           : 0;
+        uint32_t head_dim = in->op == MK_OP_ATTN_PARTIAL || in->op == MK_OP_ATTN_CHUNK ? in->args.attn.head_dim
+                            : in->op == MK_OP_ATTN_COMBINE                            ? in->args.combine.head_dim
+                            : in->op == MK_OP_ATTN_OUTPUT                             ? in->args.attn_out.head_dim
+                                                                                      : 0;
         if (head_dim > MK_MAX_HEAD_DIM)
             return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': head_dim %u is over the GPU limit of %u",
                                 i, p->labels[i], head_dim, MK_MAX_HEAD_DIM);
@@ -190,13 +229,14 @@ static enum mk_status mk_cuda_check_program(const struct mk_program *p, struct m
                 err, MK_ERR_UNSUPPORTED,
                 "instruction %u '%s': head_dim %u is not a multiple of 4, which the GPU attention needs", i,
                 p->labels[i], head_dim);
-        /* Chunk programs (several tokens per step) have no device code yet: the GPU backends keep
-         * one token per step (issue 12; megakernel/abi.h describes what the device needs). */
-        if (in->op == MK_OP_ATTN_CHUNK || p->ubatch > 1)
-            return mk_error_set(err, MK_ERR_UNSUPPORTED,
-                                "instruction %u '%s': chunk programs (%u tokens per step) are not implemented on the "
-                                "GPU yet",
-                                i, p->labels[i], p->ubatch);
+        /* The chunk kernels (megakernel/chunk.cu) run the opcodes of chunk programs only; the
+         * megakernel and mk_perop those of one-token programs. */
+        const bool chunk_op = in->op == MK_OP_ATTN_CHUNK, one_op = in->op == MK_OP_ATTN_PARTIAL ||
+                                                                  in->op == MK_OP_ATTN_COMBINE ||
+                                                                  in->op == MK_OP_ATTN_OUTPUT;
+        if ((p->ubatch > 1 && one_op) || (p->ubatch <= 1 && chunk_op))
+            return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': opcode %s in a program of %u tokens per step",
+                                i, p->labels[i], mk_opcode_name(in->op), p->ubatch);
         if (in->op >= MK_OP_COUNT)
             return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': opcode %u is unknown to the GPU kernels",
                                 i, p->labels[i], in->op);
@@ -290,6 +330,18 @@ static enum mk_status mk_cuda_load_module(struct mk_cuda_backend *b, struct mk_e
     return MK_OK;
 }
 
+/* The chunk program's own GPU memory: its arena with the scratch rows, instructions, weight table. */
+static uint64_t mk_cuda_chunk_arena_floats(const struct mk_cuda_backend *b) {
+    const struct mk_program *c = b->cprog;
+    return (uint64_t)c->arena_floats + 16u + (uint64_t)c->ubatch * (c->n_embd + 16u) + 16u +
+           (uint64_t)c->ubatch * (b->c_qkv_cols + 16u);
+}
+static uint64_t mk_cuda_chunk_bytes(const struct mk_cuda_backend *b) {
+    if (!b->cprog) return 0;
+    return mk_cuda_chunk_arena_floats(b) * 4u + (uint64_t)b->cprog->n_instr * sizeof(struct mk_instr) +
+           (uint64_t)b->cprog->n_weights * sizeof(struct mk_weight_ref) + sizeof(struct mk_step_state);
+}
+
 /* Every distinct weight once (the tied LM head shares the embedding), then the table. */
 static enum mk_status mk_cuda_upload_weights(struct mk_cuda_backend *b, struct mk_error *err) {
     const struct mk_program *p = b->prog;
@@ -324,7 +376,7 @@ static enum mk_status mk_cuda_upload_weights(struct mk_cuda_backend *b, struct m
     uint64_t kv = 2ull * p->n_layer * p->n_ctx * p->kv_dim * sizeof(float);
     uint64_t other = (uint64_t)p->arena_floats * 4u + (uint64_t)p->n_instr * sizeof *p->instrs +
                      (uint64_t)p->n_counters * 4u + (uint64_t)p->n_tasks * 24u + (uint64_t)p->n_ctx * 512u +
-                     (uint64_t)p->n_weights * sizeof *table;
+                     (uint64_t)p->n_weights * sizeof *table + mk_cuda_chunk_bytes(b);
     if ((st = mk_cuda_check_memory(total, kv, other, free_b, total_b, err)) != MK_OK) {
         mk_error_prefix(err, "%s", b->info.device);
         goto done;
@@ -345,6 +397,8 @@ static enum mk_status mk_cuda_upload_weights(struct mk_cuda_backend *b, struct m
     }
     b->info.weight_bytes = total;
     st = mk_cuda_upload(b, &b->d_wtable, table, (size_t)p->n_weights * sizeof *table, "the weight table", err);
+    b->wtable = table;
+    table = NULL;
 done:
     free(table);
     free(offset);
@@ -464,15 +518,18 @@ enum mk_status mk_cuda_check_memory(uint64_t weights, uint64_t kv, uint64_t othe
 static enum mk_status mk_cuda_start_megakernel(struct mk_cuda_backend *b, struct mk_error *err) {
     const struct mk_cuda *cu = b->cu;
     size_t watch_bytes = sizeof(struct mk_watch) + (size_t)b->info.grid * sizeof(struct mk_watch_block);
-    void *h = NULL;
-    if (MK_CU(cu, err, cuMemHostAlloc(&h, watch_bytes, MK_CU_MEMHOSTALLOC_DEVICEMAP | MK_CU_MEMHOSTALLOC_PORTABLE)))
-        return MK_ERR_CUDA;
-    b->watch = h;
-    memset(h, 0, watch_bytes);
+    if (!b->watch) {
+        void *h = NULL;
+        if (MK_CU(cu, err,
+                  cuMemHostAlloc(&h, watch_bytes, MK_CU_MEMHOSTALLOC_DEVICEMAP | MK_CU_MEMHOSTALLOC_PORTABLE)))
+            return MK_ERR_CUDA;
+        b->watch = h;
+        mk_cu_devptr watch_dev = 0;
+        if (MK_CU(cu, err, cuMemHostGetDevicePointer_v2(&watch_dev, h, 0))) return MK_ERR_CUDA;
+        b->args.watch = watch_dev;
+    }
+    memset(b->watch, 0, watch_bytes);
     b->watch->n_blocks = b->info.grid;
-    mk_cu_devptr watch_dev = 0;
-    if (MK_CU(cu, err, cuMemHostGetDevicePointer_v2(&watch_dev, h, 0))) return MK_ERR_CUDA;
-    b->args.watch = watch_dev;
 
     struct mk_hostqueue_params qp = {
         .cu = cu,
@@ -543,11 +600,46 @@ static enum mk_status mk_cuda_poison(struct mk_cuda_backend *b, enum mk_status s
     return st;
 }
 
+/* The megakernel again after chunk steps: its counters, work counter and step state start from
+ * zero, as at the first launch (steps count from 0 in a new launch), with a new host queue. */
+static enum mk_status mk_cuda_relaunch(struct mk_cuda_backend *b, struct mk_error *err) {
+    const struct mk_cuda *cu = b->cu;
+    const struct mk_program *p = b->prog;
+    if (MK_CU(cu, err, cuCtxSetCurrent(b->ctx))) return MK_ERR_CUDA;
+    if (MK_CU(cu, err, cuStreamSynchronize(b->stream))) return MK_ERR_CUDA;
+    if (MK_CU(cu, err, cuMemsetD8_v2(b->d_counters, 0, (size_t)p->n_counters * 4u)) ||
+        MK_CU(cu, err, cuMemsetD8_v2(b->d_work, 0, sizeof(uint64_t))) ||
+        MK_CU(cu, err, cuMemsetD8_v2(b->d_state, 0, sizeof(struct mk_step_state))))
+        return MK_ERR_CUDA;
+    return mk_cuda_start_megakernel(b, err);
+}
+
+/* The megakernel leaves its loop (STOP) so that the chunk kernels get the GPU. */
+static enum mk_status mk_cuda_park(struct mk_cuda_backend *b, struct mk_error *err) {
+    if (!b->launched) return MK_OK;
+    mk_hostqueue_stop(b->hq);
+    if (mk_hostqueue_poisoned(b->hq) || !mk_cuda_wait_idle(b, MK_CUDA_EXIT_WAIT_MS)) {
+        __atomic_store_n(&b->watch->abort, 1u, __ATOMIC_RELEASE);
+        mk_cuda_wait_idle(b, MK_CUDA_EXIT_WAIT_MS);
+        return mk_error_set(err, MK_ERR_INTERNAL, "the megakernel did not leave its loop for a chunk step");
+    }
+    b->launched = false;
+    if (MK_CU(b->cu, err, cuStreamSynchronize(b->stream))) {
+        mk_error_prefix(err, "the megakernel ended with an error before a chunk step");
+        return MK_ERR_CUDA;
+    }
+    mk_hostqueue_free(b->hq);
+    b->hq = NULL;
+    return MK_OK;
+}
+
 static enum mk_status mk_cuda_mega_step(struct mk_backend *base, const struct mk_step_cmd *cmd, int32_t *out_token,
                                         struct mk_error *err) {
     struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
     enum mk_status st = mk_cuda_check_cmd(b, cmd, err);
     if (st != MK_OK) return st;
+    if (!b->launched && (st = mk_cuda_relaunch(b, err)) != MK_OK) return mk_cuda_poison(b, st, err);
+    b->last_chunk = false;
     struct mk_step_cmd c = *cmd;
     c.cmd = MK_CMD_STEP;
     struct mk_hostqueue_result res;
@@ -595,6 +687,7 @@ static enum mk_status mk_cuda_launch_step(struct mk_backend *base, const struct 
     *b->h_cmd = *cmd;
     b->h_cmd->cmd = MK_CMD_STEP;
     *b->h_token = -1;
+    b->last_chunk = false;
     if (MK_CU(cu, err, cuEventRecord(b->ev0, b->stream))) return mk_cuda_poison(b, MK_ERR_CUDA, err);
     if (b->gexec) {
         if (MK_CU(cu, err, cuGraphLaunch(b->gexec, b->stream))) return mk_cuda_poison(b, MK_ERR_CUDA, err);
@@ -612,8 +705,176 @@ static enum mk_status mk_cuda_launch_step(struct mk_backend *base, const struct 
     return MK_OK;
 }
 
+/* One launch of chunk kernel k on grid (gx, gy) with the launch record l. */
+static enum mk_status mk_cuda_chunk_launch(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
+                                           uint32_t gy, uint32_t smem, struct mk_chunk_launch l, struct mk_error *err) {
+    if (!gx || !gy) return MK_OK;
+    void *params[2] = { &b->cargs, &l };
+    if (MK_CU(b->cu, err, cuLaunchKernel(b->ck[k], gx, gy, 1, MK_BLOCK_THREADS, 1, 1, smem, b->stream, params, NULL))) {
+        mk_error_prefix(err, "chunk step: %s on %ux%u blocks for instruction %u '%s'", mk_cuda_chunk_names[k], gx, gy,
+                        l.ii, b->cprog->labels[l.ii]);
+        return MK_ERR_CUDA;
+    }
+    return MK_OK;
+}
+
+static uint32_t mk_cuda_div_up(uint32_t a, uint32_t b) { return (a + b - 1u) / b; }
+
+/* The matrix product y (m rows from y_off, ldy apart, from column col0) = w0 . x rows. */
+static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t ii,
+                                       uint32_t w0, uint32_t w1, uint32_t m, uint32_t x_off, uint32_t y_off,
+                                       uint32_t ldy, uint32_t col0, struct mk_error *err) {
+    const struct mk_weight_ref *w = &b->cprog->weights[w0];
+    struct mk_chunk_launch l = { .ii = ii, .w0 = w0, .w1 = w1, .m = m, .x_off = x_off, .ldx = w->cols,
+                                 .y_off = y_off, .ldy = ldy, .col0 = col0 };
+    return mk_cuda_chunk_launch(b, k, mk_cuda_div_up(w->rows, MK_CHUNK_MM_ROWS), mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS),
+                                0, l, err);
+}
+
+/* RMSNorm of m rows of n floats from x_off into the scratch rows c_xn. */
+static enum mk_status mk_cuda_chunk_norm(struct mk_cuda_backend *b, uint32_t ii, uint32_t norm, float eps, uint32_t m,
+                                         uint32_t x_off, struct mk_error *err) {
+    const uint32_t n = b->cprog->weights[norm].cols;
+    struct mk_chunk_launch l = { .ii = ii, .w0 = norm, .w1 = MK_NO_WEIGHT, .m = m, .x_off = x_off, .ldx = n,
+                                 .y_off = b->c_xn, .ldy = n, .eps = eps };
+    return mk_cuda_chunk_launch(b, MK_CK_RMSNORM, m, 1, 0, l, err);
+}
+
+/* Every instruction of the chunk program for a step of n tokens with n_out output rows. */
+static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, uint32_t n, uint32_t n_out,
+                                           struct mk_error *err) {
+    const struct mk_program *p = b->cprog;
+    enum mk_status st = MK_OK;
+    for (uint32_t i = 0; i < p->n_instr && st == MK_OK; i++) {
+        const struct mk_instr *in = &p->instrs[i];
+        struct mk_chunk_launch l = { .ii = i, .w0 = MK_NO_WEIGHT, .w1 = MK_NO_WEIGHT, .m = n };
+        switch (in->op) {
+        case MK_OP_NOP:
+        case MK_OP_BARRIER: break;
+        case MK_OP_EMBED: st = mk_cuda_chunk_launch(b, MK_CK_EMBED, n, 1, 0, l, err); break;
+        case MK_OP_NORM_QKV_ROPE: {
+            const struct mk_args_qkv *a = &in->args.qkv;
+            const uint32_t total = a->q_dim + 2u * a->kv_dim, col0[3] = { 0, a->q_dim, a->q_dim + a->kv_dim };
+            st = mk_cuda_chunk_norm(b, i, in->weight[0], a->eps, n, in->buf[0], err);
+            for (uint32_t k = 0; k < 3 && st == MK_OK; k++)
+                st = mk_cuda_chunk_mm(b, MK_CK_MM_STORE, i, in->weight[1 + k], MK_NO_WEIGHT, n, b->c_xn, b->c_qkv,
+                                      total, col0[k], err);
+            l.x_off = b->c_qkv;
+            l.ldx = total;
+            if (st == MK_OK)
+                st = mk_cuda_chunk_launch(b, MK_CK_QKV, mk_cuda_div_up(total, a->rows_per_task), n,
+                                          a->rows_per_task * 4u, l, err);
+            break;
+        }
+        case MK_OP_ATTN_CHUNK: st = mk_cuda_chunk_launch(b, MK_CK_ATTN, in->args.attn.n_head, n, 0, l, err); break;
+        case MK_OP_MATVEC_RESIDUAL:
+            st = mk_cuda_chunk_mm(b, MK_CK_MM_ADD, i, in->weight[0], MK_NO_WEIGHT, n, in->buf[0], in->buf[1],
+                                  p->weights[in->weight[0]].rows, 0, err);
+            break;
+        case MK_OP_NORM_GATE_UP_SILU:
+            st = mk_cuda_chunk_norm(b, i, in->weight[0], in->args.gate_up.eps, n, in->buf[0], err);
+            if (st == MK_OK)
+                st = mk_cuda_chunk_mm(b, MK_CK_MM_SILU, i, in->weight[1], in->weight[2], n, b->c_xn, in->buf[1],
+                                      p->weights[in->weight[1]].rows, 0, err);
+            break;
+        case MK_OP_NORM_LM_HEAD: {
+            const uint32_t rows = p->weights[in->weight[1]].rows, rpt = in->args.lm_head.rows_per_task;
+            st = mk_cuda_chunk_norm(b, i, in->weight[0], in->args.lm_head.eps, n_out,
+                                    in->buf[0] + (n - n_out) * p->n_embd, err);
+            if (st == MK_OK)
+                st = mk_cuda_chunk_mm(b, MK_CK_MM_STORE, i, in->weight[1], MK_NO_WEIGHT, n_out, b->c_xn, in->buf[1],
+                                      rows, 0, err);
+            if (st == MK_OK) st = mk_cuda_chunk_launch(b, MK_CK_LM_TILES, mk_cuda_div_up(rows, rpt), n_out, 0, l, err);
+            break;
+        }
+        case MK_OP_SAMPLE:
+            st = mk_cuda_chunk_launch(b, MK_CK_SAMPLE, n_out, 1, MK_SAMPLE_SMEM_WORDS * 4u, l, err);
+            break;
+        default:
+            st = mk_error_set(err, MK_ERR_INTERNAL, "chunk step: instruction %u '%s' has opcode %s, which no chunk "
+                              "kernel runs", i, p->labels[i], mk_opcode_name(in->op));
+        }
+    }
+    return st;
+}
+
+static enum mk_status mk_cuda_step_chunk(struct mk_backend *base, const struct mk_step_cmd *cmd, const int32_t *tokens,
+                                         int32_t *out_tokens, struct mk_error *err) {
+    struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
+    const struct mk_cuda *cu = b->cu;
+    const struct mk_program *p = b->cprog;
+    const uint32_t n = cmd->n_tokens ? cmd->n_tokens : 1u, n_out = cmd->n_out ? cmd->n_out : 1u;
+    if (!p || n > p->ubatch || n_out > n)
+        return mk_error_set(err, MK_ERR_INVALID_ARG,
+                            "a step of %u tokens with %u output rows does not fit the GPU's chunk steps of %u tokens", n,
+                            n_out, p ? p->ubatch : 1u);
+    struct mk_step_cmd c = *cmd;
+    c.token = tokens[0];
+    enum mk_status st = mk_cuda_check_cmd(b, &c, err);
+    if (st != MK_OK) return st;
+    if ((uint64_t)cmd->pos + n > p->n_ctx)
+        return mk_error_set(err, MK_ERR_CONTEXT_FULL,
+                            "positions %d to %u are outside the context of %u tokens allocated on the GPU", cmd->pos,
+                            (unsigned)(cmd->pos + n - 1u), p->n_ctx);
+    for (uint32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || (uint32_t)tokens[i] >= p->vocab)
+            return mk_error_set(err, MK_ERR_INVALID_ARG, "token %d (row %u of the step) is outside the vocabulary of %u",
+                                tokens[i], i, p->vocab);
+    if (MK_CU(cu, err, cuCtxSetCurrent(b->ctx))) return MK_ERR_CUDA;
+    if ((st = mk_cuda_park(b, err)) != MK_OK) return mk_cuda_poison(b, st, err);
+    c.cmd = MK_CMD_STEP;
+    c.n_tokens = (uint16_t)n;
+    c.n_out = (uint16_t)n_out;
+    *b->h_ccmd = c;
+    memcpy(b->h_ctok, tokens, n * sizeof *tokens);
+    if (MK_CU(cu, err, cuEventRecord(b->ev0, b->stream)) ||
+        MK_CU(cu, err,
+              cuMemcpyHtoDAsync_v2(b->d_cstate + offsetof(struct mk_step_state, cmd), b->h_ccmd, sizeof c, b->stream)) ||
+        MK_CU(cu, err,
+              cuMemcpyHtoDAsync_v2(b->d_carena + (mk_cu_devptr)p->tokens_off * 4u, b->h_ctok, n * 4u, b->stream)))
+        return mk_cuda_poison(b, MK_ERR_CUDA, err);
+    if ((st = mk_cuda_chunk_enqueue(b, n, n_out, err)) != MK_OK) return mk_cuda_poison(b, st, err);
+    if (MK_CU(cu, err,
+              cuMemcpyDtoHAsync_v2(b->h_ctok, b->d_carena + (mk_cu_devptr)p->out_tokens_off * 4u, n_out * 4u,
+                                   b->stream)) ||
+        MK_CU(cu, err, cuEventRecord(b->ev1, b->stream)))
+        return mk_cuda_poison(b, MK_ERR_CUDA, err);
+    if (MK_CU(cu, err, cuStreamSynchronize(b->stream))) {
+        mk_error_prefix(err, "chunk step of %u tokens at pos %d", n, cmd->pos);
+        return mk_cuda_poison(b, MK_ERR_CUDA, err);
+    }
+    float ms = 0.0f;
+    if (!MK_CU(cu, err, cuEventElapsedTime(&ms, b->ev0, b->ev1))) b->base.last_step_ns = (uint64_t)((double)ms * 1e6);
+    memcpy(out_tokens, b->h_ctok, n_out * sizeof *out_tokens);
+    b->last_chunk = true;
+    b->last_n_out = n_out;
+    return MK_OK;
+}
+
+/* Logits row j of the last step: the chunk arena's output row j after a chunk step. */
+static enum mk_status mk_cuda_logits_row(struct mk_backend *base, uint32_t j, float *out, struct mk_error *err) {
+    struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
+    const struct mk_cuda *cu = b->cu;
+    if (b->poisoned) {
+        if (err) *err = b->poison_err;
+        mk_error_prefix(err, "refused, an earlier failure poisoned this %s session", b->base.vt->name);
+        return b->poison_err.status;
+    }
+    if (j >= (b->last_chunk ? b->last_n_out : 1u))
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "logits: the last step has no output row %u", j);
+    if (MK_CU(cu, err, cuCtxSetCurrent(b->ctx))) return MK_ERR_CUDA;
+    const struct mk_program *p = b->last_chunk ? b->cprog : b->prog;
+    mk_cu_devptr src = (b->last_chunk ? b->d_carena : b->d_arena) +
+                       ((mk_cu_devptr)p->logits_off + (mk_cu_devptr)j * p->vocab) * sizeof(float);
+    if (MK_CU(cu, err, cuMemcpyDtoHAsync_v2(out, src, (size_t)p->vocab * sizeof(float), b->copy_stream)))
+        return MK_ERR_CUDA;
+    if (MK_CU(cu, err, cuStreamSynchronize(b->copy_stream))) return MK_ERR_CUDA;
+    return MK_OK;
+}
+
 static enum mk_status mk_cuda_logits(struct mk_backend *base, float *out, struct mk_error *err) {
     struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
+    if (b->last_chunk) return mk_cuda_logits_row(base, b->last_n_out - 1u, out, err);
     const struct mk_cuda *cu = b->cu;
     if (b->poisoned) {
         if (err) *err = b->poison_err;
@@ -662,9 +923,12 @@ static void mk_cuda_free(struct mk_backend *base) {
     if (b->watch) MK_CU(cu, &e, cuMemFreeHost(b->watch));
     if (b->h_cmd) MK_CU(cu, &e, cuMemFreeHost(b->h_cmd));
     if (b->h_token) MK_CU(cu, &e, cuMemFreeHost(b->h_token));
-    mk_cu_devptr bufs[] = { b->d_weight_data,   b->d_wtable,      b->d_instrs, b->d_task_base, b->d_counters,
-                            b->d_arena,         b->d_k,           b->d_v,      b->d_state,     b->d_work,
-                            b->d_sched_offsets, b->d_sched_tasks, b->d_trace,  b->d_rope };
+    if (b->h_ccmd) MK_CU(cu, &e, cuMemFreeHost(b->h_ccmd));
+    if (b->h_ctok) MK_CU(cu, &e, cuMemFreeHost(b->h_ctok));
+    mk_cu_devptr bufs[] = { b->d_weight_data, b->d_wtable,   b->d_instrs,  b->d_task_base,     b->d_counters,
+                            b->d_arena,       b->d_k,        b->d_v,       b->d_state,         b->d_work,
+                            b->d_sched_offsets, b->d_sched_tasks, b->d_trace, b->d_rope,       b->d_cinstrs,
+                            b->d_cwtable,     b->d_carena,   b->d_cstate };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) MK_CU(cu, &e, cuMemFree_v2(bufs[i]));
     if (b->ev0) MK_CU(cu, &e, cuEventDestroy_v2(b->ev0));
@@ -672,26 +936,28 @@ static void mk_cuda_free(struct mk_backend *base) {
     if (b->stream) MK_CU(cu, &e, cuStreamDestroy_v2(b->stream));
     if (b->copy_stream) MK_CU(cu, &e, cuStreamDestroy_v2(b->copy_stream));
     if (b->mod) MK_CU(cu, &e, cuModuleUnload(b->mod));
+    if (b->cmod) MK_CU(cu, &e, cuModuleUnload(b->cmod));
     if (b->ctx) {
         MK_CU(cu, &e, cuCtxSetCurrent(NULL));
         MK_CU(cu, &e, cuCtxDestroy_v2(b->ctx));
     }
     mk_program_free(b->prog);
+    mk_program_free(b->cprog);
+    free(b->wtable);
     free(b);
 }
 
-/* No chunk steps yet (step_chunk NULL): sessions feed these one token per step. */
-static const struct mk_backend_vtbl mk_cuda_mega_vtbl = { .name = "megakernel",
-                                                          .step = mk_cuda_mega_step,
-                                                          .logits = mk_cuda_logits,
-                                                          .reset = mk_cuda_reset,
-                                                          .free = mk_cuda_free };
-static const struct mk_backend_vtbl mk_cuda_perop_vtbl = {
-    .name = "perop", .step = mk_cuda_launch_step, .logits = mk_cuda_logits, .reset = mk_cuda_reset, .free = mk_cuda_free
-};
-static const struct mk_backend_vtbl mk_cuda_graph_vtbl = {
-    .name = "graph", .step = mk_cuda_launch_step, .logits = mk_cuda_logits, .reset = mk_cuda_reset, .free = mk_cuda_free
-};
+/* Chunk steps run as per-op launches of megakernel/chunk.cu on every kind (the megakernel leaves
+ * its loop for them); without a chunk program (ubatch 1) step_chunk refuses and sessions feed
+ * one token per step. */
+#define MK_CUDA_VTBL(kind, step_fn)                                                                       \
+    {                                                                                                    \
+        .name = kind, .step = step_fn, .logits = mk_cuda_logits, .reset = mk_cuda_reset, .free = mk_cuda_free, \
+        .step_chunk = mk_cuda_step_chunk, .logits_row = mk_cuda_logits_row                               \
+    }
+static const struct mk_backend_vtbl mk_cuda_mega_vtbl = MK_CUDA_VTBL("megakernel", mk_cuda_mega_step);
+static const struct mk_backend_vtbl mk_cuda_perop_vtbl = MK_CUDA_VTBL("perop", mk_cuda_launch_step);
+static const struct mk_backend_vtbl mk_cuda_graph_vtbl = MK_CUDA_VTBL("graph", mk_cuda_launch_step);
 
 static bool mk_cuda_is_ours(const struct mk_backend *b) {
     return b && (b->vt == &mk_cuda_mega_vtbl || b->vt == &mk_cuda_perop_vtbl || b->vt == &mk_cuda_graph_vtbl);
@@ -784,6 +1050,7 @@ static enum mk_status mk_cuda_backend_new(const struct mk_cuda *cu, const struct
     b->gpu = bp->gpu;
     b->watchdog_ms = bp->watchdog_ms;
     b->fault = bp->fault;
+    b->ubatch_asked = bp->ubatch;
     b->base.vt = vt;
     b->base.kind = bp->kind;
     b->base.n_ctx = bp->n_ctx;
@@ -918,15 +1185,107 @@ static void mk_cuda_report(const struct mk_cuda_backend *b) {
             b->prog->schedule == MK_SCHED_STATIC ? "static" : "dynamic", b->info.weight_bytes / 1e6);
 }
 
+/* The chunk program (ubatch tokens per step) and its kernels, when chunk steps are asked for. */
+static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struct mk_model *m, uint32_t ubatch,
+                                          struct mk_error *err) {
+    const struct mk_cuda *cu = b->cu;
+    struct mk_compile_params cp = mk_compile_default_params();
+    cp.n_workers = b->info.grid;
+    cp.n_ctx = b->base.n_ctx;
+    cp.ubatch = ubatch;
+    enum mk_status st = mk_program_compile(m, &cp, &b->cprog, err);
+    if (st == MK_OK) st = mk_cuda_check_program(b->cprog, err);
+    if (st != MK_OK) {
+        mk_error_prefix(err, "the chunk program (--ubatch %u; --ubatch 1 turns chunk steps off)", ubatch);
+        return st;
+    }
+    for (uint32_t i = 0; i < b->cprog->n_instr; i++)
+        if (b->cprog->instrs[i].op == MK_OP_NORM_QKV_ROPE)
+            b->c_qkv_cols = b->cprog->instrs[i].args.qkv.q_dim + 2u * b->cprog->instrs[i].args.qkv.kv_dim;
+    char log[4096];
+    log[0] = '\0';
+    int opts[2] = { MK_CU_JIT_ERROR_LOG_BUFFER, MK_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES };
+    void *vals[2] = { log, (void *)(uintptr_t)sizeof log };
+    if (MK_CU(cu, err, cuModuleLoadDataEx(&b->cmod, mk_chunk_fatbin, 2, opts, vals))) {
+        if (log[0]) mk_error_prefix(err, "PTX JIT log: %.300s", log);
+        mk_error_prefix(err, "loading the chunk kernels (%s) on %s", mk_chunk_archs, b->info.device);
+        return MK_ERR_CUDA;
+    }
+    for (int k = 0; k < MK_CK_COUNT; k++)
+        if (MK_CU(cu, err, cuModuleGetFunction(&b->ck[k], b->cmod, mk_cuda_chunk_names[k]))) return MK_ERR_CUDA;
+    return MK_OK;
+}
+
+/* The chunk program's memory, after the one-token program's: its weight table points at the same
+ * device weights, its kernels at the same KV cache and RoPE table. */
+static enum mk_status mk_cuda_setup_chunk(struct mk_cuda_backend *b, struct mk_error *err) {
+    const struct mk_program *c = b->cprog, *p = b->prog;
+    const struct mk_cuda *cu = b->cu;
+    struct mk_weight_ref *table = calloc(c->n_weights ? c->n_weights : 1, sizeof *table);
+    if (!table) return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the chunk program's weight table");
+    enum mk_status st = MK_OK;
+    for (uint32_t i = 0; i < c->n_weights && st == MK_OK; i++) {
+        uint32_t j = 0;
+        while (j < p->n_weights && (p->weights[j].ptr != c->weights[i].ptr || p->weights[j].dtype != c->weights[i].dtype))
+            j++;
+        if (j == p->n_weights)
+            st = mk_error_set(err, MK_ERR_INTERNAL, "chunk program: weight %u is not in the one-token program", i);
+        else
+            table[i] = b->wtable[j];
+    }
+    if (st == MK_OK)
+        st = mk_cuda_upload(b, &b->d_cwtable, table, (size_t)c->n_weights * sizeof *table, "the chunk weight table",
+                            err);
+    free(table);
+    if (st != MK_OK) return st;
+    const uint64_t floats = mk_cuda_chunk_arena_floats(b);
+    if ((st = mk_cuda_upload(b, &b->d_cinstrs, c->instrs, (size_t)c->n_instr * sizeof *c->instrs,
+                             "the chunk instructions", err)) ||
+        (st = mk_cuda_alloc(b, &b->d_carena, floats * 4u, true, "the chunk arena", err)) ||
+        (st = mk_cuda_alloc(b, &b->d_cstate, sizeof(struct mk_step_state), true, "the chunk step state", err)))
+        return st;
+    b->c_xn = (c->arena_floats + 15u) & ~15u;
+    b->c_qkv = (uint32_t)((b->c_xn + (uint64_t)c->ubatch * c->n_embd + 15u) & ~15ull);
+    void *h = NULL;
+    if (MK_CU(cu, err, cuMemHostAlloc(&h, sizeof(struct mk_step_cmd), MK_CU_MEMHOSTALLOC_PORTABLE))) return MK_ERR_CUDA;
+    b->h_ccmd = h;
+    if (MK_CU(cu, err, cuMemHostAlloc(&h, (size_t)c->ubatch * sizeof(int32_t), MK_CU_MEMHOSTALLOC_PORTABLE)))
+        return MK_ERR_CUDA;
+    b->h_ctok = h;
+    b->cargs = b->args;
+    b->cargs.instrs = b->d_cinstrs;
+    b->cargs.task_base = 0;
+    b->cargs.weights = b->d_cwtable;
+    b->cargs.counters = 0;
+    b->cargs.arena = b->d_carena;
+    b->cargs.step_state = b->d_cstate;
+    b->cargs.mailbox = 0;
+    b->cargs.work = 0;
+    b->cargs.sched_offsets = 0;
+    b->cargs.sched_tasks = 0;
+    b->cargs.trace = 0;
+    b->cargs.watch = 0;
+    b->cargs.n_instr = c->n_instr;
+    b->cargs.n_tasks = c->n_tasks;
+    b->cargs.n_counters = 0;
+    b->cargs.fault_kind = 0;
+    b->base.ubatch = c->ubatch;
+    return MK_OK;
+}
+
 /* Every step after the device is open; the caller frees b on failure. */
 static enum mk_status mk_cuda_setup(struct mk_cuda_backend *b, const struct mk_model *m, int device,
                                     struct mk_error *err) {
     enum mk_status st;
     if ((st = mk_cuda_open_device(b, device, err)) != MK_OK) return st;
     if ((st = mk_cuda_build_program(b, m, err)) != MK_OK) return st;
+    uint32_t ubatch = b->ubatch_asked ? b->ubatch_asked : MK_CUDA_DEFAULT_UBATCH;
+    if (ubatch > b->base.n_ctx) ubatch = b->base.n_ctx;
+    if (ubatch > 1 && (st = mk_cuda_build_chunk(b, m, ubatch, err)) != MK_OK) return st;
     if ((st = mk_cuda_create_streams(b, err)) != MK_OK) return st;
     if ((st = mk_cuda_setup_memory(b, err)) != MK_OK) return st;
     if (!b->gpu.no_rope_table && (st = mk_cuda_setup_rope(b, err)) != MK_OK) return st;
+    if (b->cprog && (st = mk_cuda_setup_chunk(b, err)) != MK_OK) return st;
     if (b->base.kind == MK_BACKEND_MEGAKERNEL) return mk_cuda_start_megakernel(b, err);
     return mk_cuda_prepare_launches(b, err);
 }

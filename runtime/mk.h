@@ -247,7 +247,7 @@ struct mk_session_params {
      * error ends the kernel without a trap, so a new session works. */
     struct mk_fault fault;
     uint32_t ubatch;  /* most tokens per step for prompts and speculation (like llama.cpp's micro-batch);
-                       * 0 = the backend's default (cpu 32; the GPU backends have no chunk steps yet: 1);
+                       * 0 = the backend's default (cpu 32, GPU 512, ref 1);
                        * 1 = one token per step */
     int spec;         /* enum mk_spec; default MK_SPEC_OFF */
     uint32_t n_draft; /* most tokens one speculation proposes; 0 = 8; at most ubatch - 1 are used */

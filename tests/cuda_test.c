@@ -223,6 +223,9 @@ static void test_stories(const struct mk_model *m) {
  * (rope_freqs), Qwen2 (biases, NEOX, linear scaling) and Qwen3 (q/k norms, head size 32) models
  * against the CPU executor, which arch_test checks against transformers. Run from the checkout
  * (or under bazel) so that tests/data resolves. */
+static void check_chunks(const struct mk_model *m, const struct trace *t, uint32_t n_ctx, uint32_t ubatch,
+                         const char *what);
+
 static void test_hf_models(void) {
     static const char *const names[] = { "hf_llama3", "hf_qwen2", "hf_qwen3" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -257,6 +260,7 @@ static void test_hf_models(void) {
                 MK_CHECK(diff < 0);
                 b->vt->free(b);
             }
+        check_chunks(m, &t, 128, 24, names[i]);
         trace_free(&t);
         mk_model_free(m);
     }
@@ -508,6 +512,95 @@ static void check_gpu_kinds(const struct mk_model *m, const struct trace *t, uin
     }
 }
 
+/* Chunk steps (megakernel/chunk.cu) against the CPU executor's one-token steps: the reference's
+ * tokens fed in chunks of several sizes (every row an output row) with one-token steps between
+ * them, so that the megakernel parks and comes back and each path reads KV rows the other wrote.
+ * Every row's logits within 1e-3 and its token equal to the reference's unless they part at a
+ * near tie, as check_gpu_kinds allows. */
+static void check_chunks(const struct mk_model *m, const struct trace *t, uint32_t n_ctx, uint32_t ubatch,
+                         const char *what) {
+    static const uint32_t sizes[] = { 5, 24, 0, 17, 0, 0, 24, 2, 9, 0, 13 }; /* 0: a one-token step */
+    float *lg = malloc((size_t)t->vocab * sizeof *lg);
+    int32_t *outs = malloc((size_t)ubatch * sizeof *outs);
+    for (int kk = 0; kk < N_GPU_KINDS; kk++) {
+        struct mk_backend_params p = params(gpu_kinds[kk], n_ctx);
+        p.ubatch = ubatch;
+        struct mk_backend *b = create_gpu_with(m, &p);
+        if (!b) continue;
+        MK_CHECK(b->ubatch == ubatch && b->vt->step_chunk != NULL);
+        struct mk_error err;
+        double worst = 0.0, chunk_ms = 0.0;
+        int first_diff = -1, ok = 1;
+        uint32_t n_chunks = 0, n_single = 0;
+        for (uint32_t pos = 0, j = 0; pos < t->n && ok; j++) {
+            uint32_t k = sizes[j % (sizeof sizes / sizeof sizes[0])] * ubatch / 24u;
+            if (k > t->n - pos) k = t->n - pos;
+            struct mk_step_cmd c = greedy_cmd(t->in[pos], (int32_t)pos);
+            enum mk_status st;
+            if (k <= 1) {
+                k = 1;
+                st = b->vt->step(b, &c, outs, &err);
+                n_single++;
+            } else {
+                c.n_tokens = (uint16_t)k;
+                c.n_out = (uint16_t)k;
+                st = b->vt->step_chunk(b, &c, t->in + pos, outs, &err);
+                chunk_ms += b->last_step_ns / 1e6;
+                n_chunks++;
+            }
+            if (st != MK_OK) {
+                fprintf(stderr, "%s %s: step of %u tokens at %u: %s\n", what, b->vt->name, k, pos, err.msg);
+                ok = 0;
+                break;
+            }
+            for (uint32_t r = 0; r < k; r++) {
+                st = b->vt->logits_row(b, r, lg, &err);
+                if (st != MK_OK) {
+                    fprintf(stderr, "%s %s: logits row %u at %u: %s\n", what, b->vt->name, r, pos, err.msg);
+                    ok = 0;
+                    break;
+                }
+                const float *ref = t->logits + (size_t)(pos + r) * t->vocab;
+                double e = mk_test_rel_err(lg, ref, t->vocab);
+                if (!(e <= worst)) worst = e;
+                MK_CHECK(outs[r] == mk_sample_argmax(lg, (int)t->vocab));
+                if (outs[r] != t->out[pos + r] && first_diff < 0) {
+                    first_diff = (int)(pos + r);
+                    int32_t cpu_pick = t->out[pos + r];
+                    float second = -INFINITY;
+                    for (uint32_t i = 0; i < t->vocab; i++)
+                        if ((int32_t)i != cpu_pick && ref[i] > second) second = ref[i];
+                    double margin = ref[cpu_pick] - second, scale = fabs(ref[cpu_pick]);
+                    printf("RESULT %s %s chunks: parts at position %u (row %u of %u), cpu top-2 margin %.3g\n", what,
+                           b->vt->name, pos + r, r, k, margin);
+                    MK_CHECK(margin <= 1e-3 * (scale > 1 ? scale : 1));
+                }
+            }
+            pos += k;
+        }
+        MK_CHECK(ok);
+        printf("RESULT %s %s chunks of up to %u: tokens %s cpu over %u positions (%u chunk steps, %u one-token steps), "
+               "max rel logit err %.3g, chunk steps %.2f ms in all\n",
+               what, b->vt->name, ubatch, first_diff < 0 ? "equal" : "part from", t->n, n_chunks, n_single, worst,
+               chunk_ms);
+        MK_CHECK(worst < 1e-3);
+        b->vt->free(b);
+    }
+    free(outs);
+    free(lg);
+}
+
+static void test_chunk_stories(const struct mk_model *m) {
+    struct trace t;
+    if (cpu_reference(m, 512, 1, 200, &t) != 0) {
+        MK_CHECK(0);
+        return;
+    }
+    check_chunks(m, &t, 512, 24, "stories260K");
+    check_chunks(m, &t, 512, 96, "stories260K");
+    trace_free(&t);
+}
+
 /* Every weight type and llama.cpp mix on the tiny preset: each GPU backend against the CPU
  * executor, which the CPU tests tie to ggml's dequantization. */
 static void test_quant(void) {
@@ -528,6 +621,7 @@ static void test_quant(void) {
             MK_CHECK(0);
         } else {
             check_gpu_kinds(m, &t, 256, what);
+            check_chunks(m, &t, 256, 24, what);
             trace_free(&t);
         }
         mk_model_free(m);
@@ -556,6 +650,7 @@ static void test_llama1b(void) {
     }
     printf("INFO cpu reference llama-1b bf16: %u steps in %.1f s\n", steps, (now_ms() - t0) / 1e3);
     check_gpu_kinds(m, &t, n_ctx, "llama-1b-bf16");
+    check_chunks(m, &t, n_ctx, 24, "llama-1b-bf16");
     trace_free(&t);
     mk_model_free(m);
 }
@@ -770,6 +865,7 @@ int main(int argc, char **argv) {
         return mk_test_finish("cuda_test");
     }
     if (all || !strcmp(only, "stories")) test_stories(m);
+    if (all || !strcmp(only, "chunk")) test_chunk_stories(m);
     if (all || !strcmp(only, "sampling")) test_sampling(m);
     if (all || !strcmp(only, "context")) test_context_limit(m);
     if (all || !strcmp(only, "hang")) test_hang(m);

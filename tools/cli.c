@@ -114,7 +114,7 @@ void mk_cli_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *ou
 
 const char mk_cli_chunk_usage[] =
     "  Several tokens per step (the cpu backend; the GPU backends take one token per step for now):\n"
-    "    --ubatch N          most prompt tokens per step; 0 = the backend's default (cpu 32), 1 = one\n"
+    "    --ubatch N          most prompt tokens per step; 0 = the backend's default (cpu 32, GPU 512), 1 = one\n"
     "                        token per step (default 0)\n"
     "    --spec lookup|off   speculative decoding by prompt lookup, greedy (--temp 0) only: output\n"
     "                        identical to plain greedy decoding (default off)\n"

@@ -1,0 +1,10 @@
+/* The kernels of a chunk step (several tokens per step): per-op launches the host sequences from the chunk program (megakernel/chunk.h). */
+#include <stdint.h>
+
+#include "megakernel/abi.h"
+#include "megakernel/chunk.h"
+#include "megakernel/chunk/attn.cuh"
+#include "megakernel/chunk/mm.cuh"
+#include "megakernel/chunk/qkv.cuh"
+#include "megakernel/chunk/rows.cuh"
+#include "megakernel/chunk/sample.cuh"

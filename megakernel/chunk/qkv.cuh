@@ -1,0 +1,48 @@
+/* mk_chunk_qkv: the chunk step's q, k, v rows (made by mk_chunk_mm) through the one-token op's epilogue: biases, q/k norms, RoPE, the KV cache. */
+#ifndef MK_CHUNK_QKV_CUH
+#define MK_CHUNK_QKV_CUH
+
+#include "megakernel/chunk.h"
+#include "megakernel/chunk/rows.cuh"
+#include "megakernel/ops/norm_qkv_rope.cuh"
+
+/* Block (t, i): rows [t * rows_per_task, ...) of [q; k; v] of token row i, read from the
+ * (m, q_dim + 2 kv_dim) rows at x_off, finished by mk_qkv_epilogue at position pos + i. The
+ * instruction's tiles hold whole heads where the epilogue needs them, as in the one-token op.
+ * Dynamic shared memory: rows_per_task floats. */
+extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
+    mk_chunk_qkv(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    extern __shared__ float4 mk_dyn_smem[];
+    __shared__ struct mk_instr s_in;
+    __shared__ struct mk_step_cmd s_cmd;
+    const uint32_t i = blockIdx.y;
+    if (threadIdx.x == 0) {
+        s_in = ((const struct mk_instr *)a.instrs)[l.ii];
+        s_cmd = *mk_chunk_cmd(&a);
+        s_in.buf[1] += i * s_in.args.qkv.q_dim; /* q row i */
+    }
+    __syncthreads();
+    const struct mk_args_qkv *qa = &s_in.args.qkv;
+    struct mk_qkv q;
+    q.q_dim = qa->q_dim;
+    q.kv_dim = qa->kv_dim;
+    const uint32_t total = q.q_dim + 2u * q.kv_dim, r0 = blockIdx.x * qa->rows_per_task;
+    if (r0 >= total) return;
+    const uint32_t count = min(qa->rows_per_task, total - r0);
+    float *res = (float *)mk_dyn_smem;
+    const float *src = (const float *)a.arena + l.x_off + (uint64_t)i * l.ldx + r0;
+    for (uint32_t k = threadIdx.x; k < count; k += MK_BLOCK_THREADS) res[k] = __ldcg(src + k);
+    __syncthreads();
+    struct mk_task_ctx c;
+    c.a = &a;
+    c.in = &s_in;
+    c.cmd = &s_cmd;
+    c.ii = l.ii;
+    c.t = blockIdx.x;
+    c.step = 0;
+    c.smem = res;
+    c.fail = NULL;
+    mk_qkv_epilogue(&c, &q, res, r0, count, s_cmd.pos + (int32_t)i);
+}
+
+#endif

@@ -1,0 +1,46 @@
+/* Row-wise chunk kernels: the embedding rows of the step's tokens and the RMSNorm of token rows. */
+#ifndef MK_CHUNK_ROWS_CUH
+#define MK_CHUNK_ROWS_CUH
+
+#include "megakernel/chunk.h"
+#include "megakernel/common.cuh"
+
+__device__ __forceinline__ const struct mk_step_cmd *mk_chunk_cmd(const struct mk_kernel_args *a) {
+    return &((const struct mk_step_state *)a->step_state)->cmd;
+}
+
+/* EMBED of a chunk program: block i writes x row i from the embedding row of token i (the host
+ * checked the tokens against the vocabulary). */
+extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
+    mk_chunk_embed(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    const struct mk_instr *in = (const struct mk_instr *)a.instrs + l.ii;
+    struct mk_task_ctx c;
+    c.a = &a;
+    const struct mk_wdesc w = mk_weight(&c, __ldg(&in->weight[0]));
+    const uint32_t i = blockIdx.x, n = __ldg(&in->args.embed.n_embd);
+    const int32_t tok = __ldcg((const int32_t *)a.arena + __ldg(&in->buf[1]) + i);
+    const uint8_t *row = mk_row(&w, (uint32_t)tok);
+    float *x = (float *)a.arena + __ldg(&in->buf[0]) + (uint64_t)i * n;
+    for (uint32_t e = threadIdx.x; e < n; e += MK_BLOCK_THREADS) x[e] = mk_elem(w.dtype, row, e);
+}
+
+/* Block i: y row i = x row i * norm / sqrt(mean(x^2) + eps), formed as the CPU executor forms it. */
+extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
+    mk_chunk_rmsnorm(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    struct mk_task_ctx c;
+    c.a = &a;
+    const struct mk_wdesc nw = mk_weight(&c, l.w0);
+    const uint32_t n = nw.cols, i = blockIdx.x;
+    const float *x = (const float *)a.arena + l.x_off + (uint64_t)i * l.ldx;
+    float *y = (float *)a.arena + l.y_off + (uint64_t)i * l.ldy;
+    float ss = 0.0f;
+    for (uint32_t e = threadIdx.x; e < n; e += MK_BLOCK_THREADS) {
+        float v = __ldcg(x + e);
+        ss += v * v;
+    }
+    ss = mk_block_sum(ss);
+    const float scale = 1.0f / sqrtf(ss / (float)n + l.eps);
+    for (uint32_t e = threadIdx.x; e < n; e += MK_BLOCK_THREADS) y[e] = __ldcg(x + e) * scale * mk_elem(nw.dtype, nw.ptr, e);
+}
+
+#endif
