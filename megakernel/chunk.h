@@ -12,7 +12,8 @@
  * instructions and arena are in struct mk_kernel_args as for the other kernels; a launch adds this
  * record. Every kernel reads the step's command from mk_kernel_args.step_state. */
 
-/* What mk_chunk_mm writes for output row r (weight row) of token row i. */
+/* What mk_chunk_mm writes for output row r (weight row) of token row i; each mode is its own
+ * kernel (mk_chunk_mm_store, _add, _silu). */
 enum mk_chunk_mm_mode {
     MK_CHUNK_MM_STORE = 0, /* y[i, col0 + r] = W0[r] . x[i] */
     MK_CHUNK_MM_ADD = 1,   /* y[i, col0 + r] += W0[r] . x[i] (the residual add) */
@@ -22,8 +23,8 @@ enum mk_chunk_mm_mode {
 struct mk_chunk_launch {
     uint32_t ii;    /* the chunk program's instruction this launch serves */
     uint32_t w0;    /* weight table index: the matrix of mk_chunk_mm, the norm of mk_chunk_rmsnorm */
-    uint32_t w1;    /* MK_CHUNK_MM_SILU's second matrix, else MK_NO_WEIGHT */
-    uint32_t mode;  /* enum mk_chunk_mm_mode */
+    uint32_t w1;    /* MK_CHUNK_MM_SILU's second matrix; otherwise a matrix whose rows follow w0's, or MK_NO_WEIGHT */
+    uint32_t reserved0;
     uint32_t m;     /* token rows this launch covers (its grid's second dimension) */
     uint32_t x_off; /* arena offset of input row 0 */
     uint32_t ldx;   /* floats between input rows */
@@ -31,15 +32,36 @@ struct mk_chunk_launch {
     uint32_t ldy;   /* floats between output rows */
     uint32_t col0;  /* first output column */
     float eps;      /* mk_chunk_rmsnorm */
-    uint32_t reserved;
+    uint32_t w2;    /* a matrix whose rows follow w1's (q, k, v in one launch), or MK_NO_WEIGHT */
 };
 MK_STATIC_ASSERT(sizeof(struct mk_chunk_launch) == 48, "mk_chunk_launch is 48 bytes");
 MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.eps at 40");
 
-/* mk_chunk_mm's tile: MK_CHUNK_MM_ROWS weight rows by MK_CHUNK_MM_TOKENS token rows per block,
- * MK_CHUNK_MM_K columns per stage (grid: rows / MK_CHUNK_MM_ROWS, tokens / MK_CHUNK_MM_TOKENS). */
-#define MK_CHUNK_MM_ROWS   128u
-#define MK_CHUNK_MM_TOKENS 64u
-#define MK_CHUNK_MM_K      32u
+/* mk_chunk_mm's tile: MK_CHUNK_MM_ROWS (mk_chunk_mm_*) or twice that (mk_chunk_mm_*_wide) weight
+ * rows by MK_CHUNK_MM_TOKENS token rows per block, MK_CHUNK_MM_K columns per stage (grid: rows /
+ * tile rows, tokens / MK_CHUNK_MM_TOKENS; a MK_CHUNK_MM_SILU block makes half its tile rows), and
+ * its dynamic shared memory: two stages of bf16 hi and lo tiles, rows 40 apart, of the activations
+ * and the weights (the MK_CHUNK_MM_SILU results, (tokens, rows + 4) fp32, fit in them). */
+#define MK_CHUNK_MM_ROWS        64u
+#define MK_CHUNK_MM_TOKENS      64u
+#define MK_CHUNK_MM_K           32u
+#define MK_CHUNK_MM_SMEM(rows) (2u * 2u * 2u * 40u * (MK_CHUNK_MM_TOKENS + (rows)))
+
+/* mk_chunk_attn: a block holds MK_CHUNK_ATTN_ROWS query rows of (head, token) of one KV head,
+ * mk_chunk_attn_tokens(g) tokens of its g query heads (grid: n_head_kv by tokens / that), and
+ * streams positions MK_CHUNK_ATTN_KEYS at a time. */
+#define MK_CHUNK_ATTN_ROWS 64u
+#define MK_CHUNK_ATTN_KEYS 32u
+#ifdef __CUDACC__
+#define MK_CHUNK_FN static __host__ __device__ __forceinline__
+#else
+#define MK_CHUNK_FN static inline
+#endif
+MK_CHUNK_FN uint32_t mk_chunk_attn_tokens(uint32_t group) {
+    return group >= MK_CHUNK_ATTN_ROWS ? 1u : MK_CHUNK_ATTN_ROWS / group;
+}
+MK_CHUNK_FN uint32_t mk_chunk_attn_smem(uint32_t head_dim) {
+    return 4u * (MK_CHUNK_ATTN_ROWS * head_dim + 2u * MK_CHUNK_ATTN_KEYS * (head_dim + 4u));
+}
 
 #endif

@@ -19,6 +19,9 @@
 /* After STOP, how long free() waits for the kernel to leave, then again after the abort flag. */
 #define MK_CUDA_EXIT_WAIT_MS 2000u
 
+/* Launches of a chunk step that tracing times one by one. */
+#define MK_CUDA_CHUNK_EVENTS 1024u
+
 /* Most tokens per chunk step when the caller leaves it to the backend (llama.cpp's micro-batch). */
 #define MK_CUDA_DEFAULT_UBATCH 512u
 
@@ -38,6 +41,9 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_STORE,
     MK_CK_MM_ADD,
     MK_CK_MM_SILU,
+    MK_CK_MM_STORE_WIDE, /* the three above with tiles of twice the weight rows, for bf16 weights */
+    MK_CK_MM_ADD_WIDE,
+    MK_CK_MM_SILU_WIDE,
     MK_CK_QKV,
     MK_CK_ATTN,
     MK_CK_LM_TILES,
@@ -45,8 +51,9 @@ enum mk_cuda_chunk_kernel {
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
-    "mk_chunk_embed",   "mk_chunk_rmsnorm", "mk_chunk_mm_store", "mk_chunk_mm_add",  "mk_chunk_mm_silu",
-    "mk_chunk_qkv",     "mk_chunk_attn",    "mk_chunk_lm_tiles", "mk_chunk_sample",
+    "mk_chunk_embed",         "mk_chunk_rmsnorm",    "mk_chunk_mm_store", "mk_chunk_mm_add",
+    "mk_chunk_mm_silu",       "mk_chunk_mm_store_wide", "mk_chunk_mm_add_wide", "mk_chunk_mm_silu_wide",
+    "mk_chunk_qkv",           "mk_chunk_attn",       "mk_chunk_lm_tiles", "mk_chunk_sample",
 };
 
 struct mk_cuda_backend {
@@ -101,6 +108,11 @@ struct mk_cuda_backend {
     int32_t *h_ctok;            /* pinned: (ubatch) tokens in, then (ubatch) tokens out */
     bool last_chunk;            /* the last step was a chunk step: logits come from the chunk arena */
     uint32_t last_n_out;
+    /* Tracing (gpu.trace on): an event before each chunk launch, the launches' kernels, and the
+     * time per kernel the last chunk step spent, printed with -v. */
+    mk_cu_event cev[MK_CUDA_CHUNK_EVENTS];
+    uint8_t cev_kernel[MK_CUDA_CHUNK_EVENTS];
+    uint32_t n_cev;
 };
 
 static uint64_t mk_cuda_now_ns(void) {
@@ -709,6 +721,12 @@ static enum mk_status mk_cuda_launch_step(struct mk_backend *base, const struct 
 static enum mk_status mk_cuda_chunk_launch(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
                                            uint32_t gy, uint32_t smem, struct mk_chunk_launch l, struct mk_error *err) {
     if (!gx || !gy) return MK_OK;
+    if (b->gpu.trace != MK_GPU_TRACE_OFF && b->n_cev + 1u < MK_CUDA_CHUNK_EVENTS) {
+        if (!b->cev[b->n_cev] && MK_CU(b->cu, err, cuEventCreate(&b->cev[b->n_cev], MK_CU_EVENT_DEFAULT)))
+            return MK_ERR_CUDA;
+        if (MK_CU(b->cu, err, cuEventRecord(b->cev[b->n_cev], b->stream))) return MK_ERR_CUDA;
+        b->cev_kernel[b->n_cev++] = (uint8_t)k;
+    }
     void *params[2] = { &b->cargs, &l };
     if (MK_CU(b->cu, err, cuLaunchKernel(b->ck[k], gx, gy, 1, MK_BLOCK_THREADS, 1, 1, smem, b->stream, params, NULL))) {
         mk_error_prefix(err, "chunk step: %s on %ux%u blocks for instruction %u '%s'", mk_cuda_chunk_names[k], gx, gy,
@@ -720,23 +738,35 @@ static enum mk_status mk_cuda_chunk_launch(struct mk_cuda_backend *b, enum mk_cu
 
 static uint32_t mk_cuda_div_up(uint32_t a, uint32_t b) { return (a + b - 1u) / b; }
 
-/* The matrix product y (m rows from y_off, ldy apart, from column col0) = w0 . x rows. */
+/* The matrix product y (m rows from y_off, ldy apart) = w . x rows, where w is w0 alone, w0 with
+ * w1 and w2 stacked below it (q, k, v), or silu(w0) * w1 for MK_CK_MM_SILU. */
 static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t ii,
-                                       uint32_t w0, uint32_t w1, uint32_t m, uint32_t x_off, uint32_t y_off,
-                                       uint32_t ldy, uint32_t col0, struct mk_error *err) {
-    const struct mk_weight_ref *w = &b->cprog->weights[w0];
-    struct mk_chunk_launch l = { .ii = ii, .w0 = w0, .w1 = w1, .m = m, .x_off = x_off, .ldx = w->cols,
-                                 .y_off = y_off, .ldy = ldy, .col0 = col0 };
-    return mk_cuda_chunk_launch(b, k, mk_cuda_div_up(w->rows, MK_CHUNK_MM_ROWS), mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS),
-                                0, l, err);
+                                       const uint32_t w[3], uint32_t m, uint32_t x_off, uint32_t y_off, uint32_t ldy,
+                                       struct mk_error *err) {
+    const struct mk_weight_ref *wt = b->cprog->weights;
+    uint32_t rows = wt[w[0]].rows, per_block = MK_CHUNK_MM_ROWS;
+    bool bf16 = true;
+    for (int j = 0; j < 3; j++) bf16 = bf16 && (w[j] == MK_NO_WEIGHT || wt[w[j]].dtype == MK_DTYPE_BF16);
+    if (bf16) {
+        k = k == MK_CK_MM_STORE ? MK_CK_MM_STORE_WIDE : k == MK_CK_MM_ADD ? MK_CK_MM_ADD_WIDE : MK_CK_MM_SILU_WIDE;
+        per_block *= 2u;
+    }
+    if (k == MK_CK_MM_SILU || k == MK_CK_MM_SILU_WIDE)
+        per_block /= 2u;
+    else
+        for (int j = 1; j < 3; j++) rows += w[j] == MK_NO_WEIGHT ? 0u : wt[w[j]].rows;
+    struct mk_chunk_launch l = { .ii = ii, .w0 = w[0], .w1 = w[1], .w2 = w[2], .m = m, .x_off = x_off,
+                                 .ldx = wt[w[0]].cols, .y_off = y_off, .ldy = ldy };
+    return mk_cuda_chunk_launch(b, k, mk_cuda_div_up(rows, per_block), mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS),
+                                MK_CHUNK_MM_SMEM(bf16 ? 2u * MK_CHUNK_MM_ROWS : MK_CHUNK_MM_ROWS), l, err);
 }
 
 /* RMSNorm of m rows of n floats from x_off into the scratch rows c_xn. */
 static enum mk_status mk_cuda_chunk_norm(struct mk_cuda_backend *b, uint32_t ii, uint32_t norm, float eps, uint32_t m,
                                          uint32_t x_off, struct mk_error *err) {
     const uint32_t n = b->cprog->weights[norm].cols;
-    struct mk_chunk_launch l = { .ii = ii, .w0 = norm, .w1 = MK_NO_WEIGHT, .m = m, .x_off = x_off, .ldx = n,
-                                 .y_off = b->c_xn, .ldy = n, .eps = eps };
+    struct mk_chunk_launch l = { .ii = ii, .w0 = norm, .w1 = MK_NO_WEIGHT, .w2 = MK_NO_WEIGHT, .m = m,
+                                 .x_off = x_off, .ldx = n, .y_off = b->c_xn, .ldy = n, .eps = eps };
     return mk_cuda_chunk_launch(b, MK_CK_RMSNORM, m, 1, 0, l, err);
 }
 
@@ -747,18 +777,16 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, uint32_t 
     enum mk_status st = MK_OK;
     for (uint32_t i = 0; i < p->n_instr && st == MK_OK; i++) {
         const struct mk_instr *in = &p->instrs[i];
-        struct mk_chunk_launch l = { .ii = i, .w0 = MK_NO_WEIGHT, .w1 = MK_NO_WEIGHT, .m = n };
+        struct mk_chunk_launch l = { .ii = i, .w0 = MK_NO_WEIGHT, .w1 = MK_NO_WEIGHT, .w2 = MK_NO_WEIGHT, .m = n };
         switch (in->op) {
         case MK_OP_NOP:
         case MK_OP_BARRIER: break;
         case MK_OP_EMBED: st = mk_cuda_chunk_launch(b, MK_CK_EMBED, n, 1, 0, l, err); break;
         case MK_OP_NORM_QKV_ROPE: {
             const struct mk_args_qkv *a = &in->args.qkv;
-            const uint32_t total = a->q_dim + 2u * a->kv_dim, col0[3] = { 0, a->q_dim, a->q_dim + a->kv_dim };
+            const uint32_t total = a->q_dim + 2u * a->kv_dim;
             st = mk_cuda_chunk_norm(b, i, in->weight[0], a->eps, n, in->buf[0], err);
-            for (uint32_t k = 0; k < 3 && st == MK_OK; k++)
-                st = mk_cuda_chunk_mm(b, MK_CK_MM_STORE, i, in->weight[1 + k], MK_NO_WEIGHT, n, b->c_xn, b->c_qkv,
-                                      total, col0[k], err);
+            if (st == MK_OK) st = mk_cuda_chunk_mm(b, MK_CK_MM_STORE, i, in->weight + 1, n, b->c_xn, b->c_qkv, total, err);
             l.x_off = b->c_qkv;
             l.ldx = total;
             if (st == MK_OK)
@@ -766,24 +794,32 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, uint32_t 
                                           a->rows_per_task * 4u, l, err);
             break;
         }
-        case MK_OP_ATTN_CHUNK: st = mk_cuda_chunk_launch(b, MK_CK_ATTN, in->args.attn.n_head, n, 0, l, err); break;
+        case MK_OP_ATTN_CHUNK: {
+            const struct mk_args_attn *a = &in->args.attn;
+            const uint32_t per = mk_chunk_attn_tokens(a->n_head / a->n_head_kv);
+            st = mk_cuda_chunk_launch(b, MK_CK_ATTN, a->n_head_kv, mk_cuda_div_up(n, per),
+                                      mk_chunk_attn_smem(a->head_dim), l, err);
+            break;
+        }
         case MK_OP_MATVEC_RESIDUAL:
-            st = mk_cuda_chunk_mm(b, MK_CK_MM_ADD, i, in->weight[0], MK_NO_WEIGHT, n, in->buf[0], in->buf[1],
-                                  p->weights[in->weight[0]].rows, 0, err);
+            st = mk_cuda_chunk_mm(b, MK_CK_MM_ADD, i, (const uint32_t[3]){ in->weight[0], MK_NO_WEIGHT, MK_NO_WEIGHT },
+                                  n, in->buf[0], in->buf[1], p->weights[in->weight[0]].rows, err);
             break;
         case MK_OP_NORM_GATE_UP_SILU:
             st = mk_cuda_chunk_norm(b, i, in->weight[0], in->args.gate_up.eps, n, in->buf[0], err);
             if (st == MK_OK)
-                st = mk_cuda_chunk_mm(b, MK_CK_MM_SILU, i, in->weight[1], in->weight[2], n, b->c_xn, in->buf[1],
-                                      p->weights[in->weight[1]].rows, 0, err);
+                st = mk_cuda_chunk_mm(b, MK_CK_MM_SILU, i,
+                                      (const uint32_t[3]){ in->weight[1], in->weight[2], MK_NO_WEIGHT }, n, b->c_xn,
+                                      in->buf[1], p->weights[in->weight[1]].rows, err);
             break;
         case MK_OP_NORM_LM_HEAD: {
             const uint32_t rows = p->weights[in->weight[1]].rows, rpt = in->args.lm_head.rows_per_task;
             st = mk_cuda_chunk_norm(b, i, in->weight[0], in->args.lm_head.eps, n_out,
                                     in->buf[0] + (n - n_out) * p->n_embd, err);
             if (st == MK_OK)
-                st = mk_cuda_chunk_mm(b, MK_CK_MM_STORE, i, in->weight[1], MK_NO_WEIGHT, n_out, b->c_xn, in->buf[1],
-                                      rows, 0, err);
+                st = mk_cuda_chunk_mm(b, MK_CK_MM_STORE, i,
+                                      (const uint32_t[3]){ in->weight[1], MK_NO_WEIGHT, MK_NO_WEIGHT }, n_out, b->c_xn,
+                                      in->buf[1], rows, err);
             if (st == MK_OK) st = mk_cuda_chunk_launch(b, MK_CK_LM_TILES, mk_cuda_div_up(rows, rpt), n_out, 0, l, err);
             break;
         }
@@ -796,6 +832,24 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, uint32_t 
         }
     }
     return st;
+}
+
+/* With tracing: the last chunk step's time per kernel (each launch timed from its start event to
+ * the next launch's, the last one to the step's end event). */
+static void mk_cuda_chunk_report(struct mk_cuda_backend *b, uint32_t n, float step_ms) {
+    double per[MK_CK_COUNT] = { 0 };
+    uint32_t count[MK_CK_COUNT] = { 0 };
+    for (uint32_t i = 0; i < b->n_cev; i++) {
+        float ms = 0.0f;
+        struct mk_error e;
+        if (MK_CU(b->cu, &e, cuEventElapsedTime(&ms, b->cev[i], i + 1u < b->n_cev ? b->cev[i + 1u] : b->ev1))) return;
+        per[b->cev_kernel[i]] += ms;
+        count[b->cev_kernel[i]]++;
+    }
+    fprintf(stderr, "mk: chunk step of %u tokens: %.3f ms:", n, step_ms);
+    for (int k = 0; k < MK_CK_COUNT; k++)
+        if (count[k]) fprintf(stderr, " %s %.3f ms (%u)", mk_cuda_chunk_names[k] + 9, per[k], count[k]);
+    fputc('\n', stderr);
 }
 
 static enum mk_status mk_cuda_step_chunk(struct mk_backend *base, const struct mk_step_cmd *cmd, const int32_t *tokens,
@@ -833,6 +887,7 @@ static enum mk_status mk_cuda_step_chunk(struct mk_backend *base, const struct m
         MK_CU(cu, err,
               cuMemcpyHtoDAsync_v2(b->d_carena + (mk_cu_devptr)p->tokens_off * 4u, b->h_ctok, n * 4u, b->stream)))
         return mk_cuda_poison(b, MK_ERR_CUDA, err);
+    b->n_cev = 0;
     if ((st = mk_cuda_chunk_enqueue(b, n, n_out, err)) != MK_OK) return mk_cuda_poison(b, st, err);
     if (MK_CU(cu, err,
               cuMemcpyDtoHAsync_v2(b->h_ctok, b->d_carena + (mk_cu_devptr)p->out_tokens_off * 4u, n_out * 4u,
@@ -846,6 +901,7 @@ static enum mk_status mk_cuda_step_chunk(struct mk_backend *base, const struct m
     float ms = 0.0f;
     if (!MK_CU(cu, err, cuEventElapsedTime(&ms, b->ev0, b->ev1))) b->base.last_step_ns = (uint64_t)((double)ms * 1e6);
     memcpy(out_tokens, b->h_ctok, n_out * sizeof *out_tokens);
+    if (b->n_cev && b->verbose) mk_cuda_chunk_report(b, n, ms);
     b->last_chunk = true;
     b->last_n_out = n_out;
     return MK_OK;
@@ -931,6 +987,8 @@ static void mk_cuda_free(struct mk_backend *base) {
                             b->d_cwtable,     b->d_carena,   b->d_cstate };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) MK_CU(cu, &e, cuMemFree_v2(bufs[i]));
+    for (uint32_t i = 0; i < MK_CUDA_CHUNK_EVENTS; i++)
+        if (b->cev[i]) MK_CU(cu, &e, cuEventDestroy_v2(b->cev[i]));
     if (b->ev0) MK_CU(cu, &e, cuEventDestroy_v2(b->ev0));
     if (b->ev1) MK_CU(cu, &e, cuEventDestroy_v2(b->ev1));
     if (b->stream) MK_CU(cu, &e, cuStreamDestroy_v2(b->stream));
@@ -1213,6 +1271,31 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     }
     for (int k = 0; k < MK_CK_COUNT; k++)
         if (MK_CU(cu, err, cuModuleGetFunction(&b->ck[k], b->cmod, mk_cuda_chunk_names[k]))) return MK_ERR_CUDA;
+    /* The attention stages its query rows, K and V in shared memory sized by the head. */
+    uint32_t attn_smem = 0;
+    for (uint32_t i = 0; i < b->cprog->n_instr; i++) {
+        const struct mk_instr *in = &b->cprog->instrs[i];
+        if (in->op != MK_OP_ATTN_CHUNK) continue;
+        if (in->args.attn.n_head / in->args.attn.n_head_kv > MK_CHUNK_ATTN_ROWS)
+            return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                                "the chunk program: %u query heads per KV head is over the GPU chunk attention's %u "
+                                "(--ubatch 1 turns chunk steps off)",
+                                in->args.attn.n_head / in->args.attn.n_head_kv, MK_CHUNK_ATTN_ROWS);
+        if (mk_chunk_attn_smem(in->args.attn.head_dim) > attn_smem) attn_smem = mk_chunk_attn_smem(in->args.attn.head_dim);
+    }
+    int optin = 0;
+    if (MK_CU(cu, err, cuDeviceGetAttribute(&optin, MK_CU_ATTR_MAX_SHARED_PER_BLOCK_OPTIN, b->dev))) return MK_ERR_CUDA;
+    if (attn_smem > (uint32_t)optin)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                            "the chunk attention needs %u bytes of shared memory per block, %s allows %d (--ubatch 1 "
+                            "turns chunk steps off)",
+                            attn_smem, b->info.device, optin);
+    if (attn_smem > 48u * 1024u &&
+        MK_CU(cu, err, cuFuncSetAttribute(b->ck[MK_CK_ATTN], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)attn_smem)))
+        return MK_ERR_CUDA;
+    const int wide = (int)MK_CHUNK_MM_SMEM(2u * MK_CHUNK_MM_ROWS);
+    for (int k = MK_CK_MM_STORE_WIDE; k <= MK_CK_MM_SILU_WIDE; k++)
+        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, wide))) return MK_ERR_CUDA;
     return MK_OK;
 }
 

@@ -1,4 +1,4 @@
-/* mk_chunk_attn: causal attention of a chunk step's token rows over the KV cache, one block per (query head, token row). */
+/* mk_chunk_attn: causal attention of a chunk step's token rows over the KV cache, one block per (KV head, tile of token rows), K and V staged in shared memory for all of them. */
 #ifndef MK_CHUNK_ATTN_CUH
 #define MK_CHUNK_ATTN_CUH
 
@@ -8,75 +8,124 @@
 /* Lanes hold head dimensions lane, lane + 32, ... (head_dim <= MK_MAX_HEAD_DIM = 8 * 32). */
 #define MK_CATTN_DIMS (MK_MAX_HEAD_DIM / 32u)
 
-/* Block (h, i): head h of token row i (position pos + i) over positions [0, pos + i]. Each warp
- * takes 32 positions at a time, a lane scoring one, and keeps a running maximum, sum and output;
- * the warps' parts are merged at the end. */
-extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
-    mk_chunk_attn(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
-    __shared__ __align__(16) float qs[MK_MAX_HEAD_DIM];
-    __shared__ float wm[MK_BLOCK_WARPS], wl[MK_BLOCK_WARPS];
-    __shared__ float wo[MK_BLOCK_WARPS][MK_MAX_HEAD_DIM];
+/* Block (kvh, y): the query rows of KV head kvh's g query heads for token rows
+ * [y * T, y * T + T), T = mk_chunk_attn_tokens(g): MK_CHUNK_ATTN_ROWS rows of (head, token), each
+ * warp MK_CHUNK_ATTN_ROWS / 8 of them. Positions go by in tiles of MK_CHUNK_ATTN_KEYS, K and V
+ * rows copied into shared memory once for every query row of the block; a lane scores one
+ * position of the tile per row, and the rows keep a running maximum, sum and output (lane holds
+ * dimensions lane + 32 k, k < D). Dynamic shared memory: mk_chunk_attn_smem(head_dim). */
+template <int D>
+__device__ __forceinline__ void mk_chunk_attn_body(const struct mk_kernel_args &a, const struct mk_chunk_launch &l) {
+    constexpr uint32_t RW = MK_CHUNK_ATTN_ROWS / MK_BLOCK_WARPS, KT = MK_CHUNK_ATTN_KEYS;
     const struct mk_instr *in = (const struct mk_instr *)a.instrs + l.ii;
     const struct mk_args_attn at = in->args.attn;
-    const uint32_t h = blockIdx.x, i = blockIdx.y, hd = at.head_dim, lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-    const uint32_t q_dim = at.n_head * hd, kvh = h / (at.n_head / at.n_head_kv);
-    const uint32_t last = (uint32_t)mk_chunk_cmd(&a)->pos + i;
-    const float *q = (const float *)a.arena + in->buf[0] + (uint64_t)i * q_dim + h * hd;
-    for (uint32_t d = threadIdx.x; d < hd; d += MK_BLOCK_THREADS) qs[d] = __ldcg(q + d);
-    __syncthreads();
+    const uint32_t hd = at.head_dim, g = at.n_head / at.n_head_kv, T = mk_chunk_attn_tokens(g);
+    const uint32_t kvh = blockIdx.x, t0 = blockIdx.y * T, lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    /* K rows hd + 4 apart: 16-byte aligned, and the float4 reads of 8 lanes (a quarter warp) fall
+     * on distinct banks; V rows are read across lanes, any stride is conflict-free. */
+    const uint32_t q_dim = at.n_head * hd, ld = hd + 4u;
+    const int32_t pos = mk_chunk_cmd(&a)->pos;
+    float *qs = (float *)mk_chunk_smem;       /* (ROWS, hd) */
+    float *ks = qs + MK_CHUNK_ATTN_ROWS * hd; /* (KT, hd + 4) */
+    float *vs = ks + KT * ld;                 /* (KT, hd + 4) */
+    const uint32_t n_rows = g * T, n_tok = min(T, l.m - t0);
+
+    /* Row r of the block is query head kvh * g + r / T at token row t0 + r % T. */
+    for (uint32_t k = threadIdx.x; k < MK_CHUNK_ATTN_ROWS * hd; k += MK_BLOCK_THREADS) {
+        const uint32_t r = k / hd, d = k % hd, it = r % T;
+        float v = 0.0f;
+        if (r < n_rows && it < n_tok)
+            v = __ldcg((const float *)a.arena + in->buf[0] + (uint64_t)(t0 + it) * q_dim + (kvh * g + r / T) * hd + d);
+        qs[k] = v;
+    }
+    uint32_t last[RW]; /* each row's last position */
+    float m[RW], lsum[RW], o[RW][D];
+#pragma unroll
+    for (uint32_t w = 0; w < RW; w++) {
+        const uint32_t r = warp * RW + w;
+        last[w] = (uint32_t)pos + t0 + min(r % T, n_tok - 1u);
+        m[w] = -INFINITY;
+        lsum[w] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < D; k++) o[w][k] = 0.0f;
+    }
+    const uint32_t end = (uint32_t)pos + t0 + n_tok; /* positions [0, end) */
     const uint64_t layer0 = (uint64_t)at.layer * a.n_ctx;
     const float *kc = (const float *)a.k_cache + kvh * hd, *vc = (const float *)a.v_cache + kvh * hd;
     const float scale = 1.0f / sqrtf((float)hd);
-    float m = -INFINITY, lsum = 0.0f, o[MK_CATTN_DIMS];
+    const uint32_t hd4 = hd / 4u;
+    for (uint32_t p0 = 0; p0 < end; p0 += KT) {
+        __syncthreads(); /* the previous tile is consumed (and qs written, the first time) */
+        const uint32_t nk = min(KT, end - p0);
+        for (uint32_t k = threadIdx.x; k < KT * hd4; k += MK_BLOCK_THREADS) {
+            const uint32_t j = k / hd4, d = 4u * (k % hd4);
+            const uint64_t off = (layer0 + p0 + min(j, nk - 1u)) * a.kv_dim + d;
+            *(float4 *)(ks + j * ld + d) = __ldcg((const float4 *)(kc + off));
+            *(float4 *)(vs + j * ld + d) = __ldcg((const float4 *)(vc + off));
+        }
+        __syncthreads();
+        float s[RW];
 #pragma unroll
-    for (uint32_t k = 0; k < MK_CATTN_DIMS; k++) o[k] = 0.0f;
-    for (uint32_t base = warp * 32u; base <= last; base += MK_BLOCK_THREADS) {
-        const uint32_t p = base + lane;
-        float s = -INFINITY;
-        if (p <= last) {
-            const float4 *kr = (const float4 *)(kc + (layer0 + p) * a.kv_dim);
-            float acc = 0.0f;
-            for (uint32_t d4 = 0; d4 < hd / 4u; d4++) {
-                const float4 kv = __ldcg(kr + d4);
-                const float4 qv = *(const float4 *)(qs + 4u * d4);
-                acc += qv.x * kv.x + qv.y * kv.y + qv.z * kv.z + qv.w * kv.w;
+        for (uint32_t w = 0; w < RW; w++) s[w] = 0.0f;
+        const float *kr = ks + lane * ld;
+        const float *qw = qs + warp * RW * hd;
+        for (uint32_t d = 0; d < hd; d += 4u) {
+            const float4 kv = *(const float4 *)(kr + d);
+#pragma unroll
+            for (uint32_t w = 0; w < RW; w++) {
+                const float4 qv = *(const float4 *)(qw + w * hd + d);
+                s[w] = fmaf(qv.x, kv.x, fmaf(qv.y, kv.y, fmaf(qv.z, kv.z, fmaf(qv.w, kv.w, s[w]))));
             }
-            s = acc * scale;
         }
-        const float mn = fmaxf(m, mk_warp_max(s)); /* finite: position base <= last */
-        const float corr = expf(m - mn), pr = p <= last ? expf(s - mn) : 0.0f;
-        lsum = lsum * corr + mk_warp_sum(pr);
+        const uint32_t p = p0 + lane;
+        float pr[RW];
 #pragma unroll
-        for (uint32_t k = 0; k < MK_CATTN_DIMS; k++) o[k] *= corr;
-        const uint32_t n = min(32u, last + 1u - base);
-        for (uint32_t j = 0; j < n; j++) {
-            const float pj = __shfl_sync(0xffffffffu, pr, j);
-            const float *vr = vc + (layer0 + base + j) * a.kv_dim;
+        for (uint32_t w = 0; w < RW; w++) {
+            const float sc = p <= last[w] && lane < nk ? s[w] * scale : -INFINITY;
+            const float mn = fmaxf(m[w], mk_warp_max(sc)); /* finite: position 0 is in every row's first tile */
+            const float corr = expf(m[w] - mn);
+            pr[w] = sc == -INFINITY ? 0.0f : expf(sc - mn);
+            lsum[w] = lsum[w] * corr + mk_warp_sum(pr[w]);
+            m[w] = mn;
 #pragma unroll
-            for (uint32_t k = 0; k < MK_CATTN_DIMS; k++)
-                if (lane + 32u * k < hd) o[k] = fmaf(pj, __ldcg(vr + lane + 32u * k), o[k]);
+            for (int k = 0; k < D; k++) o[w][k] *= corr;
         }
-        m = mn;
-    }
-    if (lane == 0) {
-        wm[warp] = m;
-        wl[warp] = lsum;
+        for (uint32_t j = 0; j < nk; j++) {
+            float vv[D];
+#pragma unroll
+            for (int k = 0; k < D; k++) vv[k] = lane + 32u * k < hd ? vs[j * ld + lane + 32u * k] : 0.0f;
+#pragma unroll
+            for (uint32_t w = 0; w < RW; w++) {
+                const float pj = __shfl_sync(0xffffffffu, pr[w], j);
+#pragma unroll
+                for (int k = 0; k < D; k++) o[w][k] = fmaf(pj, vv[k], o[w][k]);
+            }
+        }
     }
 #pragma unroll
-    for (uint32_t k = 0; k < MK_CATTN_DIMS; k++)
-        if (lane + 32u * k < hd) wo[warp][lane + 32u * k] = o[k];
-    __syncthreads();
-    float M = -INFINITY;
-    for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) M = fmaxf(M, wm[w]);
-    float L = 0.0f;
-    for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) L += wm[w] == -INFINITY ? 0.0f : wl[w] * expf(wm[w] - M);
-    float *out = (float *)a.arena + in->buf[1] + (uint64_t)i * q_dim + h * hd;
-    for (uint32_t d = threadIdx.x; d < hd; d += MK_BLOCK_THREADS) {
-        float acc = 0.0f;
-        for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++)
-            if (wm[w] != -INFINITY) acc += wo[w][d] * expf(wm[w] - M);
-        out[d] = acc / L;
+    for (uint32_t w = 0; w < RW; w++) {
+        const uint32_t r = warp * RW + w, it = r % T;
+        if (r >= n_rows || it >= n_tok) continue;
+        float *out = (float *)a.arena + in->buf[1] + (uint64_t)(t0 + it) * q_dim + (kvh * g + r / T) * hd;
+        const float inv = 1.0f / lsum[w];
+#pragma unroll
+        for (int k = 0; k < D; k++)
+            if (lane + 32u * k < hd) out[lane + 32u * k] = o[w][k] * inv;
     }
+}
+
+/* The body for the head size: each lane holds ceil(head_dim / 32) output dimensions. */
+extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
+    mk_chunk_attn(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    const uint32_t hd = ((const struct mk_instr *)a.instrs + l.ii)->args.attn.head_dim;
+    if (hd <= 32u)
+        mk_chunk_attn_body<1>(a, l);
+    else if (hd <= 64u)
+        mk_chunk_attn_body<2>(a, l);
+    else if (hd <= 128u)
+        mk_chunk_attn_body<4>(a, l);
+    else
+        mk_chunk_attn_body<MK_CATTN_DIMS>(a, l);
 }
 
 #endif

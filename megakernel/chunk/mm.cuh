@@ -1,144 +1,297 @@
-/* mk_chunk_mm: the matrix product of a chunk step, each weight tile decoded into shared memory once for a block of token rows (fp32 FMA, any weight format). */
+/* mk_chunk_mm: the matrix products of a chunk step on the tensor cores, each weight tile decoded into shared memory once for a block of token rows (any weight format). */
 #ifndef MK_CHUNK_MM_CUH
 #define MK_CHUNK_MM_CUH
 
+#include <cuda_bf16.h>
+
 #include "megakernel/chunk.h"
+#include "megakernel/chunk/rows.cuh"
 #include "megakernel/common.cuh"
 
-#define MK_MM_WPAD 4u /* keeps the rows of a stage off each other's banks */
+/* Precision: activations are fp32, and a bf16 product alone would round each to 8 bits. Each
+ * value is split into bf16 hi + lo (hi = bf16(v), lo = bf16(v - hi): 16 significant bits), and a
+ * tile's products are hi.hi + lo.hi + hi.lo (fp32 accumulation). BF16 weights have lo = 0, so
+ * their third product is skipped. The result differs from the fp32 dot by about 2^-16 relative,
+ * the size of fp32's own summation-order differences over a few thousand terms. */
 
-/* Columns [k0, k0 + MK_CHUNK_MM_K) of rows [n0, n0 + MK_CHUNK_MM_ROWS) of w, as fp32 into
- * ws[k][row]; rows or columns past the matrix are 0. Thread t decodes 16 neighbouring columns
- * of row t / 2. */
-__device__ __forceinline__ void mk_mm_load_w(const struct mk_wdesc *w, uint32_t n0, uint32_t k0, float *ws) {
-    const uint32_t r = threadIdx.x >> 1, kh = (threadIdx.x & 1u) * 16u, row = n0 + r;
-    const uint32_t ld = MK_CHUNK_MM_ROWS + MK_MM_WPAD;
-    float v[16];
-    if (row < w->rows && k0 + kh + 16u <= w->cols && w->vec && w->dtype == MK_DEV_BF16) {
-        const uint4 *p = (const uint4 *)(mk_row(w, row) + 2ull * (k0 + kh));
-        uint4 a = __ldg(p), b = __ldg(p + 1);
-        const uint32_t u[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
+/* Rows of the shared tiles are MK_MM_LD bf16 apart: 80 bytes, which keeps the 32-bit fragment
+ * loads of a warp on 32 distinct banks. */
+#define MK_MM_LD 40u
+#define MK_MM_BM MK_CHUNK_MM_TOKENS
+#define MK_MM_BK MK_CHUNK_MM_K
+
+
+/* Up to three matrices of equal width whose rows are stacked into one row space (q, k, v), or the
+ * pair of MK_CHUNK_MM_SILU, each row decoded in its own format. */
+struct mk_mm_mats {
+    struct mk_wdesc m[3];
+    uint32_t n_mats, rows; /* rows of the stacked space (the first matrix's for a pair) */
+    bool exact;            /* every value is a bf16: the lo tiles are zero */
+};
+
+__device__ __forceinline__ uint32_t mk_mm_pack(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *(uint32_t *)&h;
+}
+
+/* v = hi + lo as bf16 pairs for 2k elements. */
+template <int K>
+__device__ __forceinline__ void mk_mm_split(const float *v, uint32_t *hi, uint32_t *lo) {
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < K; j++) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+        float2 hf = __bfloat1622float2(h);
+        hi[j] = *(uint32_t *)&h;
+        lo[j] = mk_mm_pack(v[2 * j] - hf.x, v[2 * j + 1] - hf.y);
+    }
+}
+
+/* 8 neighbouring columns from k of row `row` of w (0 past the end). */
+__device__ __forceinline__ void mk_mm_fetch_w(const struct mk_wdesc *w, uint32_t row, uint32_t k, float *v) {
+    if (row < w->rows && k + 8u <= w->cols && w->vec && w->dtype == MK_DEV_BF16) {
+        const uint4 a = __ldg((const uint4 *)(mk_row(w, row) + 2ull * k));
+        const uint32_t u[4] = { a.x, a.y, a.z, a.w };
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
             v[2 * j] = __uint_as_float(u[j] << 16);
             v[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
         }
-    } else if (row < w->rows && k0 + kh + 16u <= w->cols && w->vec && w->dtype == MK_DEV_F16) {
-        const uint4 *p = (const uint4 *)(mk_row(w, row) + 2ull * (k0 + kh));
-        uint4 a = __ldg(p), b = __ldg(p + 1);
-        const uint32_t u[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float2 f = mk_h2f2(u[j]);
-            v[2 * j] = f.x;
-            v[2 * j + 1] = f.y;
-        }
-    } else {
-        const uint8_t *rp = row < w->rows ? mk_row(w, row) : NULL;
-#pragma unroll 4
-        for (int j = 0; j < 16; j++) {
-            uint32_t e = k0 + kh + (uint32_t)j;
-            v[j] = rp && e < w->cols ? mk_elem(w->dtype, rp, e) : 0.0f;
-        }
+        return;
     }
+    /* Every address formed is inside the matrix (the compiler may load before it selects). */
+    if (row >= w->rows) {
 #pragma unroll
-    for (int j = 0; j < 16; j++) ws[(kh + (uint32_t)j) * ld + r] = v[j];
-}
-
-/* Columns [k0, k0 + MK_CHUNK_MM_K) of token rows [m0, m0 + MK_CHUNK_MM_TOKENS) of x into
- * xs[k][token]; thread t takes 8 columns of token t / 4. */
-__device__ __forceinline__ void mk_mm_load_x(const float *x, uint32_t ldx, uint32_t m, uint32_t K, uint32_t m0,
-                                             uint32_t k0, float *xs) {
-    const uint32_t t = threadIdx.x >> 2, kq = (threadIdx.x & 3u) * 8u;
-    const uint32_t ld = MK_CHUNK_MM_TOKENS + MK_MM_WPAD;
-    const float *xp = x + (uint64_t)(m0 + t) * ldx;
+        for (int j = 0; j < 8; j++) v[j] = 0.0f;
+        return;
+    }
+    const uint8_t *rp = mk_row(w, row);
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        uint32_t e = k0 + kq + (uint32_t)j;
-        xs[(kq + (uint32_t)j) * ld + t] = m0 + t < m && e < K ? __ldcg(xp + e) : 0.0f;
+        const uint32_t e = k + (uint32_t)j;
+        const float f = mk_elem(w->dtype, rp, min(e, w->cols - 1u));
+        v[j] = e < w->cols ? f : 0.0f;
     }
 }
 
-/* Thread (ty, tx) = (tid / 16, tid % 16) owns weight rows ty*8 .. +8 and token rows tx*4 .. +4. */
-template <int MODE>
+/* The matrix of a stack that holds row r, with r made relative to it. */
+__device__ __forceinline__ struct mk_wdesc mk_mm_which(const struct mk_mm_mats *mm, uint32_t *r) {
+    if (mm->n_mats < 2u || *r < mm->m[0].rows) return mm->m[0];
+    *r -= mm->m[0].rows;
+    if (mm->n_mats < 3u || *r < mm->m[1].rows) return mm->m[1];
+    *r -= mm->m[1].rows;
+    return mm->m[2];
+}
+
+__device__ __forceinline__ void mk_mma_bf16(float *d, const uint32_t *a, const uint32_t *b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mk_ldsm_x4(uint32_t *r, const void *p) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+/* Block: token rows [m0, m0 + BM) by weight rows [n0, n0 + BN), BN 64 or 128. Warp (wm, wn) =
+ * (warp / 4, warp % 4) owns tokens wm*32 .. +32 (two m16 tiles) and rows wn*BN/4 .. +BN/4 (BN/32 n8
+ * tiles). Thread t loads 8 columns of token row t / 4 and of weight rows t / 4 + 64 f per stage:
+ * the next stage's go into registers while the tensor cores work on this one, then into the other
+ * of two shared-memory stages (one barrier per stage). Dynamic shared memory: MK_CHUNK_MM_SMEM(BN). */
+template <int MODE, uint32_t BN>
 __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a, const struct mk_chunk_launch *l) {
-    constexpr uint32_t BN = MK_CHUNK_MM_ROWS, BM = MK_CHUNK_MM_TOKENS, BK = MK_CHUNK_MM_K;
-    constexpr uint32_t LDW = BN + MK_MM_WPAD, LDX = BM + MK_MM_WPAD;
-    constexpr int NW = MODE == MK_CHUNK_MM_SILU ? 2 : 1;
-    __shared__ __align__(16) float ws[NW][BK * LDW];
-    __shared__ __align__(16) float xs[BK * LDX];
+    constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
+    constexpr uint32_t BM = MK_MM_BM, BK = MK_MM_BK, LD = MK_MM_LD;
+    constexpr int FW = (int)(BN / 64u), NJ = (int)(BN / 32u); /* weight fetches per thread, n8 tiles per warp */
+    constexpr uint32_t XH = BM * LD, WH = BN * LD, STAGE = 2u * XH + 2u * WH; /* halves */
+    __nv_bfloat16 *const sm = (__nv_bfloat16 *)mk_chunk_smem; /* per stage: x hi, x lo, w hi, w lo */
     struct mk_task_ctx c;
     c.a = a;
-    struct mk_wdesc w[NW];
-    w[0] = mk_weight(&c, l->w0);
-    if (NW == 2) w[NW - 1] = mk_weight(&c, l->w1);
-    const uint32_t N = w[0].rows, K = w[0].cols;
-    const uint32_t n0 = blockIdx.x * BN, m0 = blockIdx.y * BM;
+    struct mk_mm_mats mm;
+    const uint32_t widx[3] = { l->w0, l->w1, l->w2 };
+    mm.n_mats = SILU ? 2u : l->w2 != MK_NO_WEIGHT ? 3u : l->w1 != MK_NO_WEIGHT ? 2u : 1u;
+    mm.rows = 0;
+    mm.exact = true;
+#pragma unroll
+    for (uint32_t q = 0; q < 3u; q++) {
+        if (q >= mm.n_mats) break;
+        mm.m[q] = mk_weight(&c, widx[q]);
+        mm.exact = mm.exact && mm.m[q].dtype == MK_DEV_BF16;
+        if (!SILU || q == 0) mm.rows += mm.m[q].rows;
+    }
+    /* SILU: the block's BN rows are BN / 2 gate rows from n0 and the same rows of up. */
+    const uint32_t N = mm.rows, K = mm.m[0].cols;
+    const uint32_t n0 = blockIdx.x * (SILU ? BN / 2u : BN), m0 = blockIdx.y * BM;
     if (n0 >= N || m0 >= l->m) return;
     const float *x = (const float *)a->arena + l->x_off;
-    const uint32_t ty = threadIdx.x >> 4, tx = threadIdx.x & 15u;
-    float acc[NW][8][4];
+    const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, g = lane >> 2, t4 = lane & 3u;
+    const uint32_t wm = warp >> 2, wn = warp & 3u;
+
+    /* This thread's loads: 8 columns from lk of token row lr and of weight rows lr + 64 f (lrow[f]
+     * of lw[f]). */
+    const uint32_t lr = tid >> 2, lk = (tid & 3u) * 8u;
+    uint32_t lrow[FW];
+    struct mk_wdesc lw[FW];
 #pragma unroll
-    for (int q = 0; q < NW; q++)
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) acc[q][i][j] = 0.0f;
-    for (uint32_t k0 = 0; k0 < K; k0 += BK) {
-#pragma unroll
-        for (int q = 0; q < NW; q++) mk_mm_load_w(&w[q], n0, k0, ws[q]);
-        mk_mm_load_x(x, l->ldx, l->m, K, m0, k0, xs);
-        __syncthreads();
-#pragma unroll 4
-        for (uint32_t k = 0; k < BK; k++) {
-            const float4 xb = *(const float4 *)(xs + k * LDX + tx * 4u);
-#pragma unroll
-            for (int q = 0; q < NW; q++) {
-                const float4 w0 = *(const float4 *)(ws[q] + k * LDW + ty * 8u);
-                const float4 w1 = *(const float4 *)(ws[q] + k * LDW + ty * 8u + 4u);
-                const float wr[8] = { w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w };
-                const float xr[4] = { xb.x, xb.y, xb.z, xb.w };
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) acc[q][i][j] = fmaf(wr[i], xr[j], acc[q][i][j]);
-            }
+    for (int f = 0; f < FW; f++) {
+        const uint32_t r = lr + 64u * (uint32_t)f;
+        if (SILU) {
+            lw[f] = r < BN / 2u ? mm.m[0] : mm.m[1];
+            lrow[f] = n0 + (r & (BN / 2u - 1u));
+        } else {
+            lrow[f] = n0 + r;
+            lw[f] = mk_mm_which(&mm, &lrow[f]);
         }
-        __syncthreads();
     }
-    float *y = (float *)a->arena + l->y_off + l->col0;
+    const float *xrow = x + (uint64_t)min(m0 + lr, l->m - 1u) * l->ldx; /* in bounds even where unused */
+    const bool xin = m0 + lr < l->m;
+
+    const bool xvec = ((l->x_off | l->ldx) & 3u) == 0; /* 16-byte loads of x */
+    float wv[FW][8], xv[8];
+    auto fetch = [&](uint32_t k0) {
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const uint32_t mt = m0 + tx * 4u + (uint32_t)j;
-        if (mt >= l->m) continue;
-        float *yr = y + (uint64_t)mt * l->ldy;
+        for (int f = 0; f < FW; f++) mk_mm_fetch_w(&lw[f], lrow[f], k0 + lk, wv[f]);
+        if (xvec && k0 + lk + 8u <= K) {
+            const float4 u = __ldcg((const float4 *)(xrow + k0 + lk)), v = __ldcg((const float4 *)(xrow + k0 + lk) + 1);
+            const float z = xin ? 1.0f : 0.0f;
+            xv[0] = u.x * z, xv[1] = u.y * z, xv[2] = u.z * z, xv[3] = u.w * z;
+            xv[4] = v.x * z, xv[5] = v.y * z, xv[6] = v.z * z, xv[7] = v.w * z;
+            return;
+        }
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const uint32_t n = n0 + ty * 8u + (uint32_t)i;
-            if (n >= N) continue;
-            if (MODE == MK_CHUNK_MM_STORE) {
-                yr[n] = acc[0][i][j];
-            } else if (MODE == MK_CHUNK_MM_ADD) {
-                yr[n] = __ldcg(yr + n) + acc[0][i][j];
-            } else {
-                const float g = acc[0][i][j];
-                yr[n] = g / (1.0f + expf(-g)) * acc[NW - 1][i][j];
+        for (int j = 0; j < 8; j++) {
+            const uint32_t e = k0 + lk + (uint32_t)j;
+            const float f = __ldcg(xrow + min(e, K - 1u));
+            xv[j] = xin && e < K ? f : 0.0f;
+        }
+    };
+    auto store = [&](__nv_bfloat16 *st) {
+        uint32_t hi[4], lo[4];
+        mk_mm_split<4>(xv, hi, lo);
+        *(uint4 *)(st + lr * LD + lk) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *(uint4 *)(st + XH + lr * LD + lk) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+#pragma unroll
+        for (int f = 0; f < FW; f++) {
+            const uint32_t r = lr + 64u * (uint32_t)f;
+            mk_mm_split<4>(wv[f], hi, lo);
+            *(uint4 *)(st + 2u * XH + r * LD + lk) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            *(uint4 *)(st + 2u * XH + WH + r * LD + lk) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+    };
+
+    float acc[2][NJ][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+
+    /* ldmatrix row addresses: A (16x16 of x) row lane % 16, column 8 * (lane / 16); B (two n8 tiles
+     * by k16 of w) row 8 * (lane / 16) + lane % 8, column 8 * ((lane / 8) % 2). */
+    const uint32_t a_off = (wm * 32u + (lane & 15u)) * LD + (lane >> 4) * 8u;
+    const uint32_t b_off = (wn * (BN / 4u) + (lane >> 4) * 8u + (lane & 7u)) * LD + ((lane >> 3) & 1u) * 8u;
+    fetch(0);
+    store(sm);
+    __syncthreads();
+    uint32_t cur = 0;
+    for (uint32_t k0 = 0; k0 < K; k0 += BK) {
+        const bool more = k0 + BK < K;
+        if (more) fetch(k0 + BK);
+        const __nv_bfloat16 *st = sm + cur * STAGE;
+#pragma unroll
+        for (uint32_t kk = 0; kk < BK; kk += 16u) {
+            uint32_t ah[2][4], al[2][4], bh[NJ * 2], bl[NJ * 2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                mk_ldsm_x4(ah[i], st + a_off + (uint32_t)i * 16u * LD + kk);
+                mk_ldsm_x4(al[i], st + XH + a_off + (uint32_t)i * 16u * LD + kk);
+            }
+#pragma unroll
+            for (int j = 0; j < NJ; j += 2) mk_ldsm_x4(bh + 2 * j, st + 2u * XH + b_off + (uint32_t)j * 8u * LD + kk);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < NJ; j++) {
+                    mk_mma_bf16(acc[i][j], ah[i], bh + 2 * j);
+                    mk_mma_bf16(acc[i][j], al[i], bh + 2 * j);
+                }
+            if (!mm.exact) {
+#pragma unroll
+                for (int j = 0; j < NJ; j += 2)
+                    mk_ldsm_x4(bl + 2 * j, st + 2u * XH + WH + b_off + (uint32_t)j * 8u * LD + kk);
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int j = 0; j < NJ; j++) mk_mma_bf16(acc[i][j], ah[i], bl + 2 * j);
             }
         }
+        if (more) store(sm + (cur ^ 1u) * STAGE);
+        __syncthreads();
+        cur ^= 1u;
+    }
+
+    float *y = (float *)a->arena + l->y_off + l->col0;
+    if constexpr (SILU) {
+        /* Gate and up of an output sit in different warps: through shared memory (free after the
+         * loop's last barrier). */
+        float *gs = (float *)mk_chunk_smem; /* (BM, BN + 4) */
+        constexpr uint32_t LG = BN + 4u;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    gs[(wm * 32u + (uint32_t)i * 16u + g + 8u * (uint32_t)(e >> 1)) * LG + wn * (BN / 4u) + (uint32_t)j * 8u +
+                       2u * t4 + (uint32_t)(e & 1)] = acc[i][j][e];
+        __syncthreads();
+        for (uint32_t k = tid; k < BM * BN / 2u; k += MK_BLOCK_THREADS) {
+            const uint32_t mt = k / (BN / 2u), r = k % (BN / 2u);
+            if (m0 + mt >= l->m || n0 + r >= N) continue;
+            const float gv = gs[mt * LG + r], uv = gs[mt * LG + BN / 2u + r];
+            y[(uint64_t)(m0 + mt) * l->ldy + n0 + r] = gv / (1.0f + expf(-gv)) * uv;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int e2 = 0; e2 < 2; e2++) {
+                const uint32_t mt = m0 + wm * 32u + (uint32_t)i * 16u + g + 8u * (uint32_t)e2;
+                if (mt >= l->m) continue;
+                float *yr = y + (uint64_t)mt * l->ldy;
+#pragma unroll
+                for (int j = 0; j < NJ; j++)
+#pragma unroll
+                    for (int e1 = 0; e1 < 2; e1++) {
+                        const uint32_t n = n0 + wn * (BN / 4u) + (uint32_t)j * 8u + 2u * t4 + (uint32_t)e1;
+                        if (n >= N) continue;
+                        const float v = acc[i][j][2 * e2 + e1];
+                        if (MODE == MK_CHUNK_MM_STORE)
+                            yr[n] = v;
+                        else
+                            yr[n] = __ldcg(yr + n) + v;
+                    }
+            }
     }
 }
 
-extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
-    mk_chunk_mm_store(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
-    mk_chunk_mm_body<MK_CHUNK_MM_STORE>(&a, &l);
-}
-extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
-    mk_chunk_mm_add(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
-    mk_chunk_mm_body<MK_CHUNK_MM_ADD>(&a, &l);
-}
-extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
-    mk_chunk_mm_silu(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
-    mk_chunk_mm_body<MK_CHUNK_MM_SILU>(&a, &l);
-}
+/* BN 64 (mk_chunk_mm_*): twice the blocks, for weights decoded from blocks formats, whose decoding
+ * wants more warps; BN 128 (mk_chunk_mm_*_wide): each fragment of x feeds twice the products, for
+ * bf16 weights. */
+#define MK_MM_KERNEL(name, mode, bn)                                                                        \
+    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, bn == 64u ? 3 : 2)                     \
+        name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {            \
+        mk_chunk_mm_body<mode, bn>(&a, &l);                                                              \
+    }
+MK_MM_KERNEL(mk_chunk_mm_store, MK_CHUNK_MM_STORE, 64u)
+MK_MM_KERNEL(mk_chunk_mm_add, MK_CHUNK_MM_ADD, 64u)
+MK_MM_KERNEL(mk_chunk_mm_silu, MK_CHUNK_MM_SILU, 64u)
+MK_MM_KERNEL(mk_chunk_mm_store_wide, MK_CHUNK_MM_STORE, 128u)
+MK_MM_KERNEL(mk_chunk_mm_add_wide, MK_CHUNK_MM_ADD, 128u)
+MK_MM_KERNEL(mk_chunk_mm_silu_wide, MK_CHUNK_MM_SILU, 128u)
 
 #endif

@@ -12,7 +12,6 @@
  * Dynamic shared memory: rows_per_task floats. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_qkv(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
-    extern __shared__ float4 mk_dyn_smem[];
     __shared__ struct mk_instr s_in;
     __shared__ struct mk_step_cmd s_cmd;
     const uint32_t i = blockIdx.y;
@@ -29,7 +28,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     const uint32_t total = q.q_dim + 2u * q.kv_dim, r0 = blockIdx.x * qa->rows_per_task;
     if (r0 >= total) return;
     const uint32_t count = min(qa->rows_per_task, total - r0);
-    float *res = (float *)mk_dyn_smem;
+    float *res = (float *)mk_chunk_smem;
     const float *src = (const float *)a.arena + l.x_off + (uint64_t)i * l.ldx + r0;
     for (uint32_t k = threadIdx.x; k < count; k += MK_BLOCK_THREADS) res[k] = __ldcg(src + k);
     __syncthreads();

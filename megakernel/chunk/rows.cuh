@@ -5,6 +5,9 @@
 #include "megakernel/chunk.h"
 #include "megakernel/common.cuh"
 
+/* Every chunk kernel's dynamic shared memory (sized per launch by the host). */
+extern __shared__ float4 mk_chunk_smem[];
+
 __device__ __forceinline__ const struct mk_step_cmd *mk_chunk_cmd(const struct mk_kernel_args *a) {
     return &((const struct mk_step_state *)a->step_state)->cmd;
 }

@@ -49,7 +49,6 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
  * to the step state. Dynamic shared memory: MK_SAMPLE_SMEM_WORDS words. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_sample(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
-    extern __shared__ float4 mk_dyn_smem[];
     __shared__ struct mk_instr s_in;
     __shared__ struct mk_step_cmd s_cmd;
     const uint32_t j = blockIdx.x;
@@ -71,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     c.ii = l.ii;
     c.t = 0;
     c.step = 0;
-    c.smem = (float *)mk_dyn_smem;
+    c.smem = (float *)mk_chunk_smem;
     c.fail = NULL;
     const int32_t tok = s_cmd.temperature <= 0.0f ? mk_sample_greedy(&c) : mk_sample_topk(&c);
     if (threadIdx.x != 0) return;
