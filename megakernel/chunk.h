@@ -21,9 +21,9 @@ enum mk_chunk_mm_mode {
 };
 
 struct mk_chunk_launch {
-    uint32_t ii;    /* the chunk program's instruction this launch serves */
-    uint32_t w0;    /* weight table index: the matrix of mk_chunk_mm, the norm of mk_chunk_rmsnorm */
-    uint32_t w1;    /* MK_CHUNK_MM_SILU's second matrix; otherwise a matrix whose rows follow w0's, or MK_NO_WEIGHT */
+    uint32_t ii; /* the chunk program's instruction this launch serves */
+    uint32_t w0; /* weight table index: the matrix of mk_chunk_mm, the norm of mk_chunk_rmsnorm */
+    uint32_t w1; /* MK_CHUNK_MM_SILU's second matrix; otherwise a matrix whose rows follow w0's, or MK_NO_WEIGHT */
     uint32_t reserved0;
     uint32_t m;     /* token rows this launch covers (its grid's second dimension) */
     uint32_t x_off; /* arena offset of input row 0 */
@@ -42,9 +42,9 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
  * tile rows, tokens / MK_CHUNK_MM_TOKENS; a MK_CHUNK_MM_SILU block makes half its tile rows), and
  * its dynamic shared memory: two stages of bf16 hi and lo tiles, rows 40 apart, of the activations
  * and the weights (the MK_CHUNK_MM_SILU results, (tokens, rows + 4) fp32, fit in them). */
-#define MK_CHUNK_MM_ROWS        64u
-#define MK_CHUNK_MM_TOKENS      64u
-#define MK_CHUNK_MM_K           32u
+#define MK_CHUNK_MM_ROWS       64u
+#define MK_CHUNK_MM_TOKENS     64u
+#define MK_CHUNK_MM_K          32u
 #define MK_CHUNK_MM_SMEM(rows) (2u * 2u * 2u * 40u * (MK_CHUNK_MM_TOKENS + (rows)))
 
 /* mk_chunk_attn: a block holds MK_CHUNK_ATTN_ROWS query rows of (head, token) of one KV head,

@@ -51,9 +51,9 @@ enum mk_cuda_chunk_kernel {
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
-    "mk_chunk_embed",         "mk_chunk_rmsnorm",    "mk_chunk_mm_store", "mk_chunk_mm_add",
-    "mk_chunk_mm_silu",       "mk_chunk_mm_store_wide", "mk_chunk_mm_add_wide", "mk_chunk_mm_silu_wide",
-    "mk_chunk_qkv",           "mk_chunk_attn",       "mk_chunk_lm_tiles", "mk_chunk_sample",
+    "mk_chunk_embed",   "mk_chunk_rmsnorm",       "mk_chunk_mm_store",    "mk_chunk_mm_add",
+    "mk_chunk_mm_silu", "mk_chunk_mm_store_wide", "mk_chunk_mm_add_wide", "mk_chunk_mm_silu_wide",
+    "mk_chunk_qkv",     "mk_chunk_attn",          "mk_chunk_lm_tiles",    "mk_chunk_sample",
 };
 
 struct mk_cuda_backend {
@@ -101,7 +101,7 @@ struct mk_cuda_backend {
     mk_cu_function ck[MK_CK_COUNT];
     mk_cu_devptr d_cinstrs, d_cwtable, d_carena, d_cstate;
     struct mk_kernel_args cargs;
-    uint32_t c_xn, c_qkv;       /* arena offsets of the scratch rows: normalized input (ubatch, n_embd) and
+    uint32_t c_xn, c_qkv; /* arena offsets of the scratch rows: normalized input (ubatch, n_embd) and
                                  * q, k, v before RoPE (ubatch, q_dim + 2 kv_dim) */
     uint32_t c_qkv_cols;
     struct mk_step_cmd *h_ccmd; /* pinned: the chunk step's command */
@@ -229,9 +229,9 @@ static enum mk_status mk_cuda_check_program(const struct mk_program *p, struct m
             }
         }
         uint32_t head_dim = in->op == MK_OP_ATTN_PARTIAL || in->op == MK_OP_ATTN_CHUNK ? in->args.attn.head_dim
-                            : in->op == MK_OP_ATTN_COMBINE                            ? in->args.combine.head_dim
-                            : in->op == MK_OP_ATTN_OUTPUT                             ? in->args.attn_out.head_dim
-                                                                                      : 0;
+                            : in->op == MK_OP_ATTN_COMBINE                             ? in->args.combine.head_dim
+                            : in->op == MK_OP_ATTN_OUTPUT                              ? in->args.attn_out.head_dim
+                                                                                       : 0;
         if (head_dim > MK_MAX_HEAD_DIM)
             return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': head_dim %u is over the GPU limit of %u",
                                 i, p->labels[i], head_dim, MK_MAX_HEAD_DIM);
@@ -243,12 +243,12 @@ static enum mk_status mk_cuda_check_program(const struct mk_program *p, struct m
                 p->labels[i], head_dim);
         /* The chunk kernels (megakernel/chunk.cu) run the opcodes of chunk programs only; the
          * megakernel and mk_perop those of one-token programs. */
-        const bool chunk_op = in->op == MK_OP_ATTN_CHUNK, one_op = in->op == MK_OP_ATTN_PARTIAL ||
-                                                                  in->op == MK_OP_ATTN_COMBINE ||
-                                                                  in->op == MK_OP_ATTN_OUTPUT;
+        const bool chunk_op = in->op == MK_OP_ATTN_CHUNK,
+                   one_op = in->op == MK_OP_ATTN_PARTIAL || in->op == MK_OP_ATTN_COMBINE || in->op == MK_OP_ATTN_OUTPUT;
         if ((p->ubatch > 1 && one_op) || (p->ubatch <= 1 && chunk_op))
-            return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': opcode %s in a program of %u tokens per step",
-                                i, p->labels[i], mk_opcode_name(in->op), p->ubatch);
+            return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                                "instruction %u '%s': opcode %s in a program of %u tokens per step", i, p->labels[i],
+                                mk_opcode_name(in->op), p->ubatch);
         if (in->op >= MK_OP_COUNT)
             return mk_error_set(err, MK_ERR_UNSUPPORTED, "instruction %u '%s': opcode %u is unknown to the GPU kernels",
                                 i, p->labels[i], in->op);
@@ -532,8 +532,7 @@ static enum mk_status mk_cuda_start_megakernel(struct mk_cuda_backend *b, struct
     size_t watch_bytes = sizeof(struct mk_watch) + (size_t)b->info.grid * sizeof(struct mk_watch_block);
     if (!b->watch) {
         void *h = NULL;
-        if (MK_CU(cu, err,
-                  cuMemHostAlloc(&h, watch_bytes, MK_CU_MEMHOSTALLOC_DEVICEMAP | MK_CU_MEMHOSTALLOC_PORTABLE)))
+        if (MK_CU(cu, err, cuMemHostAlloc(&h, watch_bytes, MK_CU_MEMHOSTALLOC_DEVICEMAP | MK_CU_MEMHOSTALLOC_PORTABLE)))
             return MK_ERR_CUDA;
         b->watch = h;
         mk_cu_devptr watch_dev = 0;
@@ -755,8 +754,15 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
         per_block /= 2u;
     else
         for (int j = 1; j < 3; j++) rows += w[j] == MK_NO_WEIGHT ? 0u : wt[w[j]].rows;
-    struct mk_chunk_launch l = { .ii = ii, .w0 = w[0], .w1 = w[1], .w2 = w[2], .m = m, .x_off = x_off,
-                                 .ldx = wt[w[0]].cols, .y_off = y_off, .ldy = ldy };
+    struct mk_chunk_launch l = { .ii = ii,
+                                 .w0 = w[0],
+                                 .w1 = w[1],
+                                 .w2 = w[2],
+                                 .m = m,
+                                 .x_off = x_off,
+                                 .ldx = wt[w[0]].cols,
+                                 .y_off = y_off,
+                                 .ldy = ldy };
     return mk_cuda_chunk_launch(b, k, mk_cuda_div_up(rows, per_block), mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS),
                                 MK_CHUNK_MM_SMEM(bf16 ? 2u * MK_CHUNK_MM_ROWS : MK_CHUNK_MM_ROWS), l, err);
 }
@@ -765,14 +771,22 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
 static enum mk_status mk_cuda_chunk_norm(struct mk_cuda_backend *b, uint32_t ii, uint32_t norm, float eps, uint32_t m,
                                          uint32_t x_off, struct mk_error *err) {
     const uint32_t n = b->cprog->weights[norm].cols;
-    struct mk_chunk_launch l = { .ii = ii, .w0 = norm, .w1 = MK_NO_WEIGHT, .w2 = MK_NO_WEIGHT, .m = m,
-                                 .x_off = x_off, .ldx = n, .y_off = b->c_xn, .ldy = n, .eps = eps };
+    struct mk_chunk_launch l = { .ii = ii,
+                                 .w0 = norm,
+                                 .w1 = MK_NO_WEIGHT,
+                                 .w2 = MK_NO_WEIGHT,
+                                 .m = m,
+                                 .x_off = x_off,
+                                 .ldx = n,
+                                 .y_off = b->c_xn,
+                                 .ldy = n,
+                                 .eps = eps };
     return mk_cuda_chunk_launch(b, MK_CK_RMSNORM, m, 1, 0, l, err);
 }
 
 /* Every instruction of the chunk program for a step of n tokens with n_out output rows. */
 static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, uint32_t n, uint32_t n_out,
-                                           struct mk_error *err) {
+                                            struct mk_error *err) {
     const struct mk_program *p = b->cprog;
     enum mk_status st = MK_OK;
     for (uint32_t i = 0; i < p->n_instr && st == MK_OK; i++) {
@@ -786,7 +800,8 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, uint32_t 
             const struct mk_args_qkv *a = &in->args.qkv;
             const uint32_t total = a->q_dim + 2u * a->kv_dim;
             st = mk_cuda_chunk_norm(b, i, in->weight[0], a->eps, n, in->buf[0], err);
-            if (st == MK_OK) st = mk_cuda_chunk_mm(b, MK_CK_MM_STORE, i, in->weight + 1, n, b->c_xn, b->c_qkv, total, err);
+            if (st == MK_OK)
+                st = mk_cuda_chunk_mm(b, MK_CK_MM_STORE, i, in->weight + 1, n, b->c_xn, b->c_qkv, total, err);
             l.x_off = b->c_qkv;
             l.ldx = total;
             if (st == MK_OK)
@@ -827,8 +842,10 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, uint32_t 
             st = mk_cuda_chunk_launch(b, MK_CK_SAMPLE, n_out, 1, MK_SAMPLE_SMEM_WORDS * 4u, l, err);
             break;
         default:
-            st = mk_error_set(err, MK_ERR_INTERNAL, "chunk step: instruction %u '%s' has opcode %s, which no chunk "
-                              "kernel runs", i, p->labels[i], mk_opcode_name(in->op));
+            st = mk_error_set(err, MK_ERR_INTERNAL,
+                              "chunk step: instruction %u '%s' has opcode %s, which no chunk "
+                              "kernel runs",
+                              i, p->labels[i], mk_opcode_name(in->op));
         }
     }
     return st;
@@ -860,8 +877,8 @@ static enum mk_status mk_cuda_step_chunk(struct mk_backend *base, const struct m
     const uint32_t n = cmd->n_tokens ? cmd->n_tokens : 1u, n_out = cmd->n_out ? cmd->n_out : 1u;
     if (!p || n > p->ubatch || n_out > n)
         return mk_error_set(err, MK_ERR_INVALID_ARG,
-                            "a step of %u tokens with %u output rows does not fit the GPU's chunk steps of %u tokens", n,
-                            n_out, p ? p->ubatch : 1u);
+                            "a step of %u tokens with %u output rows does not fit the GPU's chunk steps of %u tokens",
+                            n, n_out, p ? p->ubatch : 1u);
     struct mk_step_cmd c = *cmd;
     c.token = tokens[0];
     enum mk_status st = mk_cuda_check_cmd(b, &c, err);
@@ -872,8 +889,9 @@ static enum mk_status mk_cuda_step_chunk(struct mk_backend *base, const struct m
                             (unsigned)(cmd->pos + n - 1u), p->n_ctx);
     for (uint32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= p->vocab)
-            return mk_error_set(err, MK_ERR_INVALID_ARG, "token %d (row %u of the step) is outside the vocabulary of %u",
-                                tokens[i], i, p->vocab);
+            return mk_error_set(err, MK_ERR_INVALID_ARG,
+                                "token %d (row %u of the step) is outside the vocabulary of %u", tokens[i], i,
+                                p->vocab);
     if (MK_CU(cu, err, cuCtxSetCurrent(b->ctx))) return MK_ERR_CUDA;
     if ((st = mk_cuda_park(b, err)) != MK_OK) return mk_cuda_poison(b, st, err);
     c.cmd = MK_CMD_STEP;
@@ -882,8 +900,9 @@ static enum mk_status mk_cuda_step_chunk(struct mk_backend *base, const struct m
     *b->h_ccmd = c;
     memcpy(b->h_ctok, tokens, n * sizeof *tokens);
     if (MK_CU(cu, err, cuEventRecord(b->ev0, b->stream)) ||
-        MK_CU(cu, err,
-              cuMemcpyHtoDAsync_v2(b->d_cstate + offsetof(struct mk_step_state, cmd), b->h_ccmd, sizeof c, b->stream)) ||
+        MK_CU(
+            cu, err,
+            cuMemcpyHtoDAsync_v2(b->d_cstate + offsetof(struct mk_step_state, cmd), b->h_ccmd, sizeof c, b->stream)) ||
         MK_CU(cu, err,
               cuMemcpyHtoDAsync_v2(b->d_carena + (mk_cu_devptr)p->tokens_off * 4u, b->h_ctok, n * 4u, b->stream)))
         return mk_cuda_poison(b, MK_ERR_CUDA, err);
@@ -981,10 +1000,10 @@ static void mk_cuda_free(struct mk_backend *base) {
     if (b->h_token) MK_CU(cu, &e, cuMemFreeHost(b->h_token));
     if (b->h_ccmd) MK_CU(cu, &e, cuMemFreeHost(b->h_ccmd));
     if (b->h_ctok) MK_CU(cu, &e, cuMemFreeHost(b->h_ctok));
-    mk_cu_devptr bufs[] = { b->d_weight_data, b->d_wtable,   b->d_instrs,  b->d_task_base,     b->d_counters,
-                            b->d_arena,       b->d_k,        b->d_v,       b->d_state,         b->d_work,
-                            b->d_sched_offsets, b->d_sched_tasks, b->d_trace, b->d_rope,       b->d_cinstrs,
-                            b->d_cwtable,     b->d_carena,   b->d_cstate };
+    mk_cu_devptr bufs[] = { b->d_weight_data,   b->d_wtable,      b->d_instrs, b->d_task_base, b->d_counters,
+                            b->d_arena,         b->d_k,           b->d_v,      b->d_state,     b->d_work,
+                            b->d_sched_offsets, b->d_sched_tasks, b->d_trace,  b->d_rope,      b->d_cinstrs,
+                            b->d_cwtable,       b->d_carena,      b->d_cstate };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) MK_CU(cu, &e, cuMemFree_v2(bufs[i]));
     for (uint32_t i = 0; i < MK_CUDA_CHUNK_EVENTS; i++)
@@ -1008,10 +1027,10 @@ static void mk_cuda_free(struct mk_backend *base) {
 /* Chunk steps run as per-op launches of megakernel/chunk.cu on every kind (the megakernel leaves
  * its loop for them); without a chunk program (ubatch 1) step_chunk refuses and sessions feed
  * one token per step. */
-#define MK_CUDA_VTBL(kind, step_fn)                                                                       \
-    {                                                                                                    \
+#define MK_CUDA_VTBL(kind, step_fn)                                                                            \
+    {                                                                                                          \
         .name = kind, .step = step_fn, .logits = mk_cuda_logits, .reset = mk_cuda_reset, .free = mk_cuda_free, \
-        .step_chunk = mk_cuda_step_chunk, .logits_row = mk_cuda_logits_row                               \
+        .step_chunk = mk_cuda_step_chunk, .logits_row = mk_cuda_logits_row                                     \
     }
 static const struct mk_backend_vtbl mk_cuda_mega_vtbl = MK_CUDA_VTBL("megakernel", mk_cuda_mega_step);
 static const struct mk_backend_vtbl mk_cuda_perop_vtbl = MK_CUDA_VTBL("perop", mk_cuda_launch_step);
@@ -1281,7 +1300,8 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
                                 "the chunk program: %u query heads per KV head is over the GPU chunk attention's %u "
                                 "(--ubatch 1 turns chunk steps off)",
                                 in->args.attn.n_head / in->args.attn.n_head_kv, MK_CHUNK_ATTN_ROWS);
-        if (mk_chunk_attn_smem(in->args.attn.head_dim) > attn_smem) attn_smem = mk_chunk_attn_smem(in->args.attn.head_dim);
+        if (mk_chunk_attn_smem(in->args.attn.head_dim) > attn_smem)
+            attn_smem = mk_chunk_attn_smem(in->args.attn.head_dim);
     }
     int optin = 0;
     if (MK_CU(cu, err, cuDeviceGetAttribute(&optin, MK_CU_ATTR_MAX_SHARED_PER_BLOCK_OPTIN, b->dev))) return MK_ERR_CUDA;
@@ -1309,7 +1329,8 @@ static enum mk_status mk_cuda_setup_chunk(struct mk_cuda_backend *b, struct mk_e
     enum mk_status st = MK_OK;
     for (uint32_t i = 0; i < c->n_weights && st == MK_OK; i++) {
         uint32_t j = 0;
-        while (j < p->n_weights && (p->weights[j].ptr != c->weights[i].ptr || p->weights[j].dtype != c->weights[i].dtype))
+        while (j < p->n_weights &&
+               (p->weights[j].ptr != c->weights[i].ptr || p->weights[j].dtype != c->weights[i].dtype))
             j++;
         if (j == p->n_weights)
             st = mk_error_set(err, MK_ERR_INTERNAL, "chunk program: weight %u is not in the one-token program", i);

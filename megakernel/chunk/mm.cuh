@@ -20,7 +20,6 @@
 #define MK_MM_BM MK_CHUNK_MM_TOKENS
 #define MK_MM_BK MK_CHUNK_MM_K
 
-
 /* Up to three matrices of equal width whose rows are stacked into one row space (q, k, v), or the
  * pair of MK_CHUNK_MM_SILU, each row decoded in its own format. */
 struct mk_mm_mats {
@@ -35,8 +34,7 @@ __device__ __forceinline__ uint32_t mk_mm_pack(float a, float b) {
 }
 
 /* v = hi + lo as bf16 pairs for 2k elements. */
-template <int K>
-__device__ __forceinline__ void mk_mm_split(const float *v, uint32_t *hi, uint32_t *lo) {
+template <int K> __device__ __forceinline__ void mk_mm_split(const float *v, uint32_t *hi, uint32_t *lo) {
 #pragma unroll
     for (int j = 0; j < K; j++) {
         __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
@@ -107,7 +105,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     constexpr uint32_t BM = MK_MM_BM, BK = MK_MM_BK, LD = MK_MM_LD;
     constexpr int FW = (int)(BN / 64u), NJ = (int)(BN / 32u); /* weight fetches per thread, n8 tiles per warp */
     constexpr uint32_t XH = BM * LD, WH = BN * LD, STAGE = 2u * XH + 2u * WH; /* halves */
-    __nv_bfloat16 *const sm = (__nv_bfloat16 *)mk_chunk_smem; /* per stage: x hi, x lo, w hi, w lo */
+    __nv_bfloat16 *const sm = (__nv_bfloat16 *)mk_chunk_smem;                 /* per stage: x hi, x lo, w hi, w lo */
     struct mk_task_ctx c;
     c.a = a;
     struct mk_mm_mats mm;
@@ -246,8 +244,8 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
             for (int j = 0; j < NJ; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
-                    gs[(wm * 32u + (uint32_t)i * 16u + g + 8u * (uint32_t)(e >> 1)) * LG + wn * (BN / 4u) + (uint32_t)j * 8u +
-                       2u * t4 + (uint32_t)(e & 1)] = acc[i][j][e];
+                    gs[(wm * 32u + (uint32_t)i * 16u + g + 8u * (uint32_t)(e >> 1)) * LG + wn * (BN / 4u) +
+                       (uint32_t)j * 8u + 2u * t4 + (uint32_t)(e & 1)] = acc[i][j][e];
         __syncthreads();
         for (uint32_t k = tid; k < BM * BN / 2u; k += MK_BLOCK_THREADS) {
             const uint32_t mt = k / (BN / 2u), r = k % (BN / 2u);
@@ -282,10 +280,10 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 /* BN 64 (mk_chunk_mm_*): twice the blocks, for weights decoded from blocks formats, whose decoding
  * wants more warps; BN 128 (mk_chunk_mm_*_wide): each fragment of x feeds twice the products, for
  * bf16 weights. */
-#define MK_MM_KERNEL(name, mode, bn)                                                                        \
-    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, bn == 64u ? 3 : 2)                     \
-        name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {            \
-        mk_chunk_mm_body<mode, bn>(&a, &l);                                                              \
+#define MK_MM_KERNEL(name, mode, bn)                                                            \
+    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, bn == 64u ? 3 : 2)           \
+        name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
+        mk_chunk_mm_body<mode, bn>(&a, &l);                                                     \
     }
 MK_MM_KERNEL(mk_chunk_mm_store, MK_CHUNK_MM_STORE, 64u)
 MK_MM_KERNEL(mk_chunk_mm_add, MK_CHUNK_MM_ADD, 64u)

@@ -43,7 +43,8 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     }
     ss = mk_block_sum(ss);
     const float scale = 1.0f / sqrtf(ss / (float)n + l.eps);
-    for (uint32_t e = threadIdx.x; e < n; e += MK_BLOCK_THREADS) y[e] = __ldcg(x + e) * scale * mk_elem(nw.dtype, nw.ptr, e);
+    for (uint32_t e = threadIdx.x; e < n; e += MK_BLOCK_THREADS)
+        y[e] = __ldcg(x + e) * scale * mk_elem(nw.dtype, nw.ptr, e);
 }
 
 #endif
