@@ -13,26 +13,27 @@
  * record. Every kernel reads the step's command from mk_kernel_args.step_state. */
 
 /* What mk_chunk_mm writes for output row r (weight row) of token row i; each mode is its own
- * kernel (mk_chunk_mm_store, _add, _silu). */
+ * kernel (mk_chunk_mm_store, _add, _silu), and mk_chunk_mm_reduce's argument. */
 enum mk_chunk_mm_mode {
-    MK_CHUNK_MM_STORE = 0, /* y[i, col0 + r] = W0[r] . x[i] */
-    MK_CHUNK_MM_ADD = 1,   /* y[i, col0 + r] += W0[r] . x[i] (the residual add) */
-    MK_CHUNK_MM_SILU = 2,  /* y[i, col0 + r] = silu(W0[r] . x[i]) * (W1[r] . x[i]) */
+    MK_CHUNK_MM_STORE = 0, /* y[i, r] = W0[r] . x[i] */
+    MK_CHUNK_MM_ADD = 1,   /* y[i, r] += W0[r] . x[i] (the residual add) */
+    MK_CHUNK_MM_SILU = 2,  /* y[i, r] = silu(W0[r] . x[i]) * (W1[r] . x[i]) */
 };
 
 struct mk_chunk_launch {
-    uint32_t ii; /* the chunk program's instruction this launch serves */
-    uint32_t w0; /* weight table index: the matrix of mk_chunk_mm, the norm of mk_chunk_rmsnorm */
-    uint32_t w1; /* MK_CHUNK_MM_SILU's second matrix; otherwise a matrix whose rows follow w0's, or MK_NO_WEIGHT */
-    uint32_t reserved0;
-    uint32_t m;     /* token rows this launch covers (its grid's second dimension) */
-    uint32_t x_off; /* arena offset of input row 0 */
-    uint32_t ldx;   /* floats between input rows */
-    uint32_t y_off; /* arena offset of output row 0 */
-    uint32_t ldy;   /* floats between output rows */
-    uint32_t col0;  /* first output column */
-    float eps;      /* mk_chunk_rmsnorm */
-    uint32_t w2;    /* a matrix whose rows follow w1's (q, k, v in one launch), or MK_NO_WEIGHT */
+    uint32_t ii;     /* the chunk program's instruction this launch serves */
+    uint32_t w0;     /* weight table index: the matrix of mk_chunk_mm, the norm of mk_chunk_rmsnorm */
+    uint32_t w1;     /* MK_CHUNK_MM_SILU's second matrix; otherwise a matrix whose rows follow w0's, or MK_NO_WEIGHT */
+    uint32_t mode;   /* enum mk_chunk_mm_mode, for mk_chunk_mm_reduce */
+    uint32_t m;      /* token rows this launch covers (its grid's second dimension) */
+    uint32_t x_off;  /* arena offset of input row 0 */
+    uint32_t ldx;    /* floats between input rows */
+    uint32_t y_off;  /* arena offset of output row 0 */
+    uint32_t ldy;    /* floats between output rows */
+    uint32_t splits; /* mk_chunk_mm: K is cut into this many splits (grid z), each writing its raw sums to
+                      * y_off + z * m * ldy for mk_chunk_mm_reduce; 0 or 1: no split */
+    float eps;       /* mk_chunk_rmsnorm */
+    uint32_t w2;     /* a matrix whose rows follow w1's (q, k, v in one launch), or MK_NO_WEIGHT */
 };
 MK_STATIC_ASSERT(sizeof(struct mk_chunk_launch) == 48, "mk_chunk_launch is 48 bytes");
 MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.eps at 40");

@@ -44,6 +44,7 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_STORE_WIDE, /* the three above with tiles of twice the weight rows, for bf16 weights */
     MK_CK_MM_ADD_WIDE,
     MK_CK_MM_SILU_WIDE,
+    MK_CK_MM_REDUCE,
     MK_CK_QKV,
     MK_CK_ATTN,
     MK_CK_LM_TILES,
@@ -51,9 +52,9 @@ enum mk_cuda_chunk_kernel {
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
-    "mk_chunk_embed",   "mk_chunk_rmsnorm",       "mk_chunk_mm_store",    "mk_chunk_mm_add",
-    "mk_chunk_mm_silu", "mk_chunk_mm_store_wide", "mk_chunk_mm_add_wide", "mk_chunk_mm_silu_wide",
-    "mk_chunk_qkv",     "mk_chunk_attn",          "mk_chunk_lm_tiles",    "mk_chunk_sample",
+    "mk_chunk_embed",         "mk_chunk_rmsnorm",     "mk_chunk_mm_store",     "mk_chunk_mm_add",    "mk_chunk_mm_silu",
+    "mk_chunk_mm_store_wide", "mk_chunk_mm_add_wide", "mk_chunk_mm_silu_wide", "mk_chunk_mm_reduce", "mk_chunk_qkv",
+    "mk_chunk_attn",          "mk_chunk_lm_tiles",    "mk_chunk_sample",
 };
 
 struct mk_cuda_backend {
@@ -102,7 +103,8 @@ struct mk_cuda_backend {
     mk_cu_devptr d_cinstrs, d_cwtable, d_carena, d_cstate;
     struct mk_kernel_args cargs;
     uint32_t c_xn, c_qkv; /* arena offsets of the scratch rows: normalized input (ubatch, n_embd) and
-                                 * q, k, v before RoPE (ubatch, q_dim + 2 kv_dim) */
+                           * q, k, v before RoPE (ubatch, q_dim + 2 kv_dim) */
+    uint32_t c_part;      /* arena offset of the split-K partial sums (mk_cuda_part_floats) */
     uint32_t c_qkv_cols;
     struct mk_step_cmd *h_ccmd; /* pinned: the chunk step's command */
     int32_t *h_ctok;            /* pinned: (ubatch) tokens in, then (ubatch) tokens out */
@@ -343,10 +345,15 @@ static enum mk_status mk_cuda_load_module(struct mk_cuda_backend *b, struct mk_e
 }
 
 /* The chunk program's own GPU memory: its arena with the scratch rows, instructions, weight table. */
+/* Split-K partials: a product is split only while its grid has fewer than two blocks per
+ * multiprocessor, so splits x tiles stay under four per multiprocessor. */
+static uint64_t mk_cuda_part_floats(const struct mk_cuda_backend *b) {
+    return 4ull * (uint64_t)b->info.sm_count * MK_CHUNK_MM_TOKENS * 2u * MK_CHUNK_MM_ROWS;
+}
 static uint64_t mk_cuda_chunk_arena_floats(const struct mk_cuda_backend *b) {
     const struct mk_program *c = b->cprog;
     return (uint64_t)c->arena_floats + 16u + (uint64_t)c->ubatch * (c->n_embd + 16u) + 16u +
-           (uint64_t)c->ubatch * (b->c_qkv_cols + 16u);
+           (uint64_t)c->ubatch * (b->c_qkv_cols + 16u) + 16u + mk_cuda_part_floats(b);
 }
 static uint64_t mk_cuda_chunk_bytes(const struct mk_cuda_backend *b) {
     if (!b->cprog) return 0;
@@ -716,9 +723,10 @@ static enum mk_status mk_cuda_launch_step(struct mk_backend *base, const struct 
     return MK_OK;
 }
 
-/* One launch of chunk kernel k on grid (gx, gy) with the launch record l. */
-static enum mk_status mk_cuda_chunk_launch(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
-                                           uint32_t gy, uint32_t smem, struct mk_chunk_launch l, struct mk_error *err) {
+/* One launch of chunk kernel k on grid (gx, gy, gz) with the launch record l. */
+static enum mk_status mk_cuda_chunk_launch3(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
+                                            uint32_t gy, uint32_t gz, uint32_t smem, struct mk_chunk_launch l,
+                                            struct mk_error *err) {
     if (!gx || !gy) return MK_OK;
     if (b->gpu.trace != MK_GPU_TRACE_OFF && b->n_cev + 1u < MK_CUDA_CHUNK_EVENTS) {
         if (!b->cev[b->n_cev] && MK_CU(b->cu, err, cuEventCreate(&b->cev[b->n_cev], MK_CU_EVENT_DEFAULT)))
@@ -727,12 +735,18 @@ static enum mk_status mk_cuda_chunk_launch(struct mk_cuda_backend *b, enum mk_cu
         b->cev_kernel[b->n_cev++] = (uint8_t)k;
     }
     void *params[2] = { &b->cargs, &l };
-    if (MK_CU(b->cu, err, cuLaunchKernel(b->ck[k], gx, gy, 1, MK_BLOCK_THREADS, 1, 1, smem, b->stream, params, NULL))) {
+    if (MK_CU(b->cu, err,
+              cuLaunchKernel(b->ck[k], gx, gy, gz, MK_BLOCK_THREADS, 1, 1, smem, b->stream, params, NULL))) {
         mk_error_prefix(err, "chunk step: %s on %ux%u blocks for instruction %u '%s'", mk_cuda_chunk_names[k], gx, gy,
                         l.ii, b->cprog->labels[l.ii]);
         return MK_ERR_CUDA;
     }
     return MK_OK;
+}
+
+static enum mk_status mk_cuda_chunk_launch(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
+                                           uint32_t gy, uint32_t smem, struct mk_chunk_launch l, struct mk_error *err) {
+    return mk_cuda_chunk_launch3(b, k, gx, gy, 1, smem, l, err);
 }
 
 static uint32_t mk_cuda_div_up(uint32_t a, uint32_t b) { return (a + b - 1u) / b; }
@@ -754,17 +768,41 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
         per_block /= 2u;
     else
         for (int j = 1; j < 3; j++) rows += w[j] == MK_NO_WEIGHT ? 0u : wt[w[j]].rows;
+    const bool silu = k == MK_CK_MM_SILU || k == MK_CK_MM_SILU_WIDE;
+    const enum mk_chunk_mm_mode mode = silu                                          ? MK_CHUNK_MM_SILU
+                                       : k == MK_CK_MM_ADD || k == MK_CK_MM_ADD_WIDE ? MK_CHUNK_MM_ADD
+                                                                                     : MK_CHUNK_MM_STORE;
+    const uint32_t gx = mk_cuda_div_up(rows, per_block), gy = mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS);
+    const uint32_t smem = MK_CHUNK_MM_SMEM(bf16 ? 2u * MK_CHUNK_MM_ROWS : MK_CHUNK_MM_ROWS);
     struct mk_chunk_launch l = { .ii = ii,
                                  .w0 = w[0],
                                  .w1 = w[1],
                                  .w2 = w[2],
+                                 .mode = (uint32_t)mode,
                                  .m = m,
                                  .x_off = x_off,
                                  .ldx = wt[w[0]].cols,
                                  .y_off = y_off,
                                  .ldy = ldy };
-    return mk_cuda_chunk_launch(b, k, mk_cuda_div_up(rows, per_block), mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS),
-                                MK_CHUNK_MM_SMEM(bf16 ? 2u * MK_CHUNK_MM_ROWS : MK_CHUNK_MM_ROWS), l, err);
+    /* Too few tiles to fill the GPU (few tokens, or few rows for a long row): the columns are
+     * split too, each split at least two stages, and the partial sums added in order after. */
+    const uint32_t want = 2u * (uint32_t)b->info.sm_count, ldp = silu ? 2u * rows : rows;
+    uint32_t splits = gx * gy < want ? mk_cuda_div_up(want, gx * gy) : 1u;
+    const uint32_t most = wt[w[0]].cols / (2u * MK_CHUNK_MM_K);
+    if (splits > most) splits = most;
+    while (splits > 1u && (uint64_t)splits * m * ldp > mk_cuda_part_floats(b)) splits--;
+    if (splits <= 1u) return mk_cuda_chunk_launch(b, k, gx, gy, smem, l, err);
+    struct mk_chunk_launch r = l;
+    l.y_off = b->c_part;
+    l.ldy = ldp;
+    l.splits = splits;
+    enum mk_status st = mk_cuda_chunk_launch3(b, k, gx, gy, splits, smem, l, err);
+    r.x_off = b->c_part;
+    r.ldx = ldp;
+    r.splits = splits;
+    if (st == MK_OK)
+        st = mk_cuda_chunk_launch(b, MK_CK_MM_REDUCE, mk_cuda_div_up(rows, MK_BLOCK_THREADS), m, 0, r, err);
+    return st;
 }
 
 /* RMSNorm of m rows of n floats from x_off into the scratch rows c_xn. */
@@ -1350,6 +1388,7 @@ static enum mk_status mk_cuda_setup_chunk(struct mk_cuda_backend *b, struct mk_e
         return st;
     b->c_xn = (c->arena_floats + 15u) & ~15u;
     b->c_qkv = (uint32_t)((b->c_xn + (uint64_t)c->ubatch * c->n_embd + 15u) & ~15ull);
+    b->c_part = (uint32_t)((b->c_qkv + (uint64_t)c->ubatch * b->c_qkv_cols + 15u) & ~15ull);
     void *h = NULL;
     if (MK_CU(cu, err, cuMemHostAlloc(&h, sizeof(struct mk_step_cmd), MK_CU_MEMHOSTALLOC_PORTABLE))) return MK_ERR_CUDA;
     b->h_ccmd = h;

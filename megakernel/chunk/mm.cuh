@@ -124,6 +124,10 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     const uint32_t N = mm.rows, K = mm.m[0].cols;
     const uint32_t n0 = blockIdx.x * (SILU ? BN / 2u : BN), m0 = blockIdx.y * BM;
     if (n0 >= N || m0 >= l->m) return;
+    /* Split z of splits: columns [kb, ke), whole stages (an empty split writes zeros). */
+    const uint32_t splits = l->splits > 1u ? l->splits : 1u;
+    const uint32_t kspan = (K + BK * splits - 1u) / (BK * splits) * BK, kb = min(K, blockIdx.z * kspan),
+                   ke = min(K, kb + kspan);
     const float *x = (const float *)a->arena + l->x_off;
     const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, g = lane >> 2, t4 = lane & 3u;
     const uint32_t wm = warp >> 2, wn = warp & 3u;
@@ -192,12 +196,14 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
      * by k16 of w) row 8 * (lane / 16) + lane % 8, column 8 * ((lane / 8) % 2). */
     const uint32_t a_off = (wm * 32u + (lane & 15u)) * LD + (lane >> 4) * 8u;
     const uint32_t b_off = (wn * (BN / 4u) + (lane >> 4) * 8u + (lane & 7u)) * LD + ((lane >> 3) & 1u) * 8u;
-    fetch(0);
-    store(sm);
+    if (kb < ke) {
+        fetch(kb);
+        store(sm);
+    }
     __syncthreads();
     uint32_t cur = 0;
-    for (uint32_t k0 = 0; k0 < K; k0 += BK) {
-        const bool more = k0 + BK < K;
+    for (uint32_t k0 = kb; k0 < ke; k0 += BK) {
+        const bool more = k0 + BK < ke;
         if (more) fetch(k0 + BK);
         const __nv_bfloat16 *st = sm + cur * STAGE;
 #pragma unroll
@@ -232,7 +238,29 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
         cur ^= 1u;
     }
 
-    float *y = (float *)a->arena + l->y_off + l->col0;
+    float *y = (float *)a->arena + l->y_off;
+    if (splits > 1u) {
+        /* A split's raw sums to its (m, ldy) slice of the partials; mk_chunk_mm_reduce adds the
+         * splits in order and applies the mode. SILU puts up's columns after gate's N. */
+        float *py = y + (uint64_t)blockIdx.z * l->m * l->ldy;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int e2 = 0; e2 < 2; e2++) {
+                const uint32_t mt = m0 + wm * 32u + (uint32_t)i * 16u + g + 8u * (uint32_t)e2;
+                if (mt >= l->m) continue;
+#pragma unroll
+                for (int j = 0; j < NJ; j++)
+#pragma unroll
+                    for (int e1 = 0; e1 < 2; e1++) {
+                        const uint32_t cl = wn * (BN / 4u) + (uint32_t)j * 8u + 2u * t4 + (uint32_t)e1;
+                        const uint32_t n = SILU ? (cl < BN / 2u ? n0 + cl : N + n0 + cl - BN / 2u) : n0 + cl;
+                        if ((SILU ? n0 + cl % (BN / 2u) : n) >= N) continue;
+                        py[(uint64_t)mt * l->ldy + n] = acc[i][j][2 * e2 + e1];
+                    }
+            }
+        return;
+    }
     if constexpr (SILU) {
         /* Gate and up of an output sit in different warps: through shared memory (free after the
          * loop's last barrier). */
@@ -291,5 +319,29 @@ MK_MM_KERNEL(mk_chunk_mm_silu, MK_CHUNK_MM_SILU, 64u)
 MK_MM_KERNEL(mk_chunk_mm_store_wide, MK_CHUNK_MM_STORE, 128u)
 MK_MM_KERNEL(mk_chunk_mm_add_wide, MK_CHUNK_MM_ADD, 128u)
 MK_MM_KERNEL(mk_chunk_mm_silu_wide, MK_CHUNK_MM_SILU, 128u)
+
+/* Thread (n, i): output column n of token row i from the splits' partials at x_off (rows ldx
+ * apart, split z at z * m * ldx), added in split order, then l.mode's epilogue (SILU: up's sums at
+ * column ldx / 2 + n). Grid: (columns / 256, m). */
+extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
+    mk_chunk_mm_reduce(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    const bool silu = l.mode == MK_CHUNK_MM_SILU;
+    const uint32_t n = blockIdx.x * MK_BLOCK_THREADS + threadIdx.x, i = blockIdx.y, N = silu ? l.ldx / 2u : l.ldx;
+    if (n >= N) return;
+    const float *p = (const float *)a.arena + l.x_off + (uint64_t)i * l.ldx + n;
+    const uint64_t slice = (uint64_t)l.m * l.ldx;
+    float v = 0.0f, u = 0.0f;
+    for (uint32_t z = 0; z < l.splits; z++) {
+        v += __ldcg(p + z * slice);
+        if (silu) u += __ldcg(p + z * slice + N);
+    }
+    float *y = (float *)a.arena + l.y_off + (uint64_t)i * l.ldy + n;
+    if (l.mode == MK_CHUNK_MM_STORE)
+        *y = v;
+    else if (l.mode == MK_CHUNK_MM_ADD)
+        *y = __ldcg(y) + v;
+    else
+        *y = v / (1.0f + expf(-v)) * u;
+}
 
 #endif
