@@ -47,6 +47,7 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_REDUCE,
     MK_CK_QKV,
     MK_CK_ATTN,
+    MK_CK_ATTN_MERGE,
     MK_CK_LM_TILES,
     MK_CK_SAMPLE,
     MK_CK_COUNT
@@ -54,7 +55,7 @@ enum mk_cuda_chunk_kernel {
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
     "mk_chunk_embed",         "mk_chunk_rmsnorm",     "mk_chunk_mm_store",     "mk_chunk_mm_add",    "mk_chunk_mm_silu",
     "mk_chunk_mm_store_wide", "mk_chunk_mm_add_wide", "mk_chunk_mm_silu_wide", "mk_chunk_mm_reduce", "mk_chunk_qkv",
-    "mk_chunk_attn",          "mk_chunk_lm_tiles",    "mk_chunk_sample",
+    "mk_chunk_attn",          "mk_chunk_attn_merge",  "mk_chunk_lm_tiles",     "mk_chunk_sample",
 };
 
 struct mk_cuda_backend {
@@ -105,6 +106,8 @@ struct mk_cuda_backend {
     uint32_t c_xn, c_qkv; /* arena offsets of the scratch rows: normalized input (ubatch, n_embd) and
                            * q, k, v before RoPE (ubatch, q_dim + 2 kv_dim) */
     uint32_t c_part;      /* arena offset of the split-K partial sums (mk_cuda_part_floats) */
+    uint32_t c_apart;     /* arena offset of the attention splits' partials (mk_cuda_attn_part_floats) */
+    uint32_t c_head_dim;  /* the chunk program's largest head */
     uint32_t c_qkv_cols;
     struct mk_step_cmd *h_ccmd; /* pinned: the chunk step's command */
     int32_t *h_ctok;            /* pinned: (ubatch) tokens in, then (ubatch) tokens out */
@@ -350,10 +353,15 @@ static enum mk_status mk_cuda_load_module(struct mk_cuda_backend *b, struct mk_e
 static uint64_t mk_cuda_part_floats(const struct mk_cuda_backend *b) {
     return 4ull * (uint64_t)b->info.sm_count * MK_CHUNK_MM_TOKENS * 2u * MK_CHUNK_MM_ROWS;
 }
+/* Attention splits: likewise under four blocks per multiprocessor, each (o, m, l) per query row. */
+static uint64_t mk_cuda_attn_part_floats(const struct mk_cuda_backend *b) {
+    return 4ull * (uint64_t)b->info.sm_count * MK_CHUNK_ATTN_ROWS * (b->c_head_dim + 2u);
+}
 static uint64_t mk_cuda_chunk_arena_floats(const struct mk_cuda_backend *b) {
     const struct mk_program *c = b->cprog;
     return (uint64_t)c->arena_floats + 16u + (uint64_t)c->ubatch * (c->n_embd + 16u) + 16u +
-           (uint64_t)c->ubatch * (b->c_qkv_cols + 16u) + 16u + mk_cuda_part_floats(b);
+           (uint64_t)c->ubatch * (b->c_qkv_cols + 16u) + 16u + mk_cuda_part_floats(b) + 16u +
+           mk_cuda_attn_part_floats(b);
 }
 static uint64_t mk_cuda_chunk_bytes(const struct mk_cuda_backend *b) {
     if (!b->cprog) return 0;
@@ -629,12 +637,17 @@ static enum mk_status mk_cuda_relaunch(struct mk_cuda_backend *b, struct mk_erro
         MK_CU(cu, err, cuMemsetD8_v2(b->d_work, 0, sizeof(uint64_t))) ||
         MK_CU(cu, err, cuMemsetD8_v2(b->d_state, 0, sizeof(struct mk_step_state))))
         return MK_ERR_CUDA;
-    return mk_cuda_start_megakernel(b, err);
+    const uint64_t t0 = mk_cuda_now_ns();
+    enum mk_status st = mk_cuda_start_megakernel(b, err);
+    if (st == MK_OK && b->verbose && b->gpu.trace != MK_GPU_TRACE_OFF)
+        fprintf(stderr, "mk: megakernel launched again after chunk steps in %.3f ms\n", (mk_cuda_now_ns() - t0) / 1e6);
+    return st;
 }
 
 /* The megakernel leaves its loop (STOP) so that the chunk kernels get the GPU. */
 static enum mk_status mk_cuda_park(struct mk_cuda_backend *b, struct mk_error *err) {
     if (!b->launched) return MK_OK;
+    const uint64_t t0 = mk_cuda_now_ns();
     mk_hostqueue_stop(b->hq);
     if (mk_hostqueue_poisoned(b->hq) || !mk_cuda_wait_idle(b, MK_CUDA_EXIT_WAIT_MS)) {
         __atomic_store_n(&b->watch->abort, 1u, __ATOMIC_RELEASE);
@@ -648,6 +661,8 @@ static enum mk_status mk_cuda_park(struct mk_cuda_backend *b, struct mk_error *e
     }
     mk_hostqueue_free(b->hq);
     b->hq = NULL;
+    if (b->verbose && b->gpu.trace != MK_GPU_TRACE_OFF)
+        fprintf(stderr, "mk: megakernel left its loop for a chunk step in %.3f ms\n", (mk_cuda_now_ns() - t0) / 1e6);
     return MK_OK;
 }
 
@@ -822,8 +837,8 @@ static enum mk_status mk_cuda_chunk_norm(struct mk_cuda_backend *b, uint32_t ii,
     return mk_cuda_chunk_launch(b, MK_CK_RMSNORM, m, 1, 0, l, err);
 }
 
-/* Every instruction of the chunk program for a step of n tokens with n_out output rows. */
-static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, uint32_t n, uint32_t n_out,
+/* Every instruction of the chunk program for a step of n tokens from cmd_pos with n_out output rows. */
+static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, int32_t cmd_pos, uint32_t n, uint32_t n_out,
                                             struct mk_error *err) {
     const struct mk_program *p = b->cprog;
     enum mk_status st = MK_OK;
@@ -849,9 +864,26 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, uint32_t 
         }
         case MK_OP_ATTN_CHUNK: {
             const struct mk_args_attn *a = &in->args.attn;
-            const uint32_t per = mk_chunk_attn_tokens(a->n_head / a->n_head_kv);
-            st = mk_cuda_chunk_launch(b, MK_CK_ATTN, a->n_head_kv, mk_cuda_div_up(n, per),
-                                      mk_chunk_attn_smem(a->head_dim), l, err);
+            const uint32_t tiles = mk_cuda_div_up(n, mk_chunk_attn_tokens(a->n_head / a->n_head_kv));
+            const uint32_t blocks = a->n_head_kv * tiles, smem = mk_chunk_attn_smem(a->head_dim);
+            /* Few blocks for a long history (few tokens deep in the context): the positions are
+             * split too, each split at least two key tiles, and merged in split order. */
+            const uint32_t want = 2u * (uint32_t)b->info.sm_count;
+            uint32_t splits = blocks < want ? mk_cuda_div_up(want, blocks) : 1u;
+            const uint32_t most = mk_cuda_div_up((uint32_t)cmd_pos + n, 2u * MK_CHUNK_ATTN_KEYS);
+            if (splits > most) splits = most;
+            while (splits > 1u &&
+                   (uint64_t)splits * blocks * MK_CHUNK_ATTN_ROWS * (a->head_dim + 2u) > mk_cuda_attn_part_floats(b))
+                splits--;
+            if (splits <= 1u) {
+                st = mk_cuda_chunk_launch(b, MK_CK_ATTN, a->n_head_kv, tiles, smem, l, err);
+                break;
+            }
+            l.splits = splits;
+            l.y_off = b->c_apart;
+            st = mk_cuda_chunk_launch3(b, MK_CK_ATTN, a->n_head_kv, tiles, splits, smem, l, err);
+            l.x_off = b->c_apart;
+            if (st == MK_OK) st = mk_cuda_chunk_launch(b, MK_CK_ATTN_MERGE, a->n_head_kv, tiles, 0, l, err);
             break;
         }
         case MK_OP_MATVEC_RESIDUAL:
@@ -945,7 +977,7 @@ static enum mk_status mk_cuda_step_chunk(struct mk_backend *base, const struct m
               cuMemcpyHtoDAsync_v2(b->d_carena + (mk_cu_devptr)p->tokens_off * 4u, b->h_ctok, n * 4u, b->stream)))
         return mk_cuda_poison(b, MK_ERR_CUDA, err);
     b->n_cev = 0;
-    if ((st = mk_cuda_chunk_enqueue(b, n, n_out, err)) != MK_OK) return mk_cuda_poison(b, st, err);
+    if ((st = mk_cuda_chunk_enqueue(b, cmd->pos, n, n_out, err)) != MK_OK) return mk_cuda_poison(b, st, err);
     if (MK_CU(cu, err,
               cuMemcpyDtoHAsync_v2(b->h_ctok, b->d_carena + (mk_cu_devptr)p->out_tokens_off * 4u, n_out * 4u,
                                    b->stream)) ||
@@ -1338,6 +1370,7 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
                                 "the chunk program: %u query heads per KV head is over the GPU chunk attention's %u "
                                 "(--ubatch 1 turns chunk steps off)",
                                 in->args.attn.n_head / in->args.attn.n_head_kv, MK_CHUNK_ATTN_ROWS);
+        if (in->args.attn.head_dim > b->c_head_dim) b->c_head_dim = in->args.attn.head_dim;
         if (mk_chunk_attn_smem(in->args.attn.head_dim) > attn_smem)
             attn_smem = mk_chunk_attn_smem(in->args.attn.head_dim);
     }
@@ -1389,6 +1422,7 @@ static enum mk_status mk_cuda_setup_chunk(struct mk_cuda_backend *b, struct mk_e
     b->c_xn = (c->arena_floats + 15u) & ~15u;
     b->c_qkv = (uint32_t)((b->c_xn + (uint64_t)c->ubatch * c->n_embd + 15u) & ~15ull);
     b->c_part = (uint32_t)((b->c_qkv + (uint64_t)c->ubatch * b->c_qkv_cols + 15u) & ~15ull);
+    b->c_apart = (uint32_t)((b->c_part + mk_cuda_part_floats(b) + 15u) & ~15ull);
     void *h = NULL;
     if (MK_CU(cu, err, cuMemHostAlloc(&h, sizeof(struct mk_step_cmd), MK_CU_MEMHOSTALLOC_PORTABLE))) return MK_ERR_CUDA;
     b->h_ccmd = h;

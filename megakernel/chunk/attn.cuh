@@ -49,14 +49,17 @@ __device__ __forceinline__ void mk_chunk_attn_body(const struct mk_kernel_args &
 #pragma unroll
         for (int k = 0; k < D; k++) o[w][k] = 0.0f;
     }
-    const uint32_t end = (uint32_t)pos + t0 + n_tok; /* positions [0, end) */
+    /* Split z of l.splits (grid z): whole key tiles [ps, pe) of the block's positions [0, end). */
+    const uint32_t end = (uint32_t)pos + t0 + n_tok, splits = l.splits > 1u ? l.splits : 1u;
+    const uint32_t span = (end + KT * splits - 1u) / (KT * splits) * KT, ps = min(end, blockIdx.z * span),
+                   pe = min(end, ps + span);
     const uint64_t layer0 = (uint64_t)at.layer * a.n_ctx;
     const float *kc = (const float *)a.k_cache + kvh * hd, *vc = (const float *)a.v_cache + kvh * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     const uint32_t hd4 = hd / 4u;
-    for (uint32_t p0 = 0; p0 < end; p0 += KT) {
+    for (uint32_t p0 = ps; p0 < pe; p0 += KT) {
         __syncthreads(); /* the previous tile is consumed (and qs written, the first time) */
-        const uint32_t nk = min(KT, end - p0);
+        const uint32_t nk = min(KT, pe - p0);
         for (uint32_t k = threadIdx.x; k < KT * hd4; k += MK_BLOCK_THREADS) {
             const uint32_t j = k / hd4, d = 4u * (k % hd4);
             const uint64_t off = (layer0 + p0 + min(j, nk - 1u)) * a.kv_dim + d;
@@ -82,8 +85,9 @@ __device__ __forceinline__ void mk_chunk_attn_body(const struct mk_kernel_args &
 #pragma unroll
         for (uint32_t w = 0; w < RW; w++) {
             const float sc = p <= last[w] && lane < nk ? s[w] * scale : -INFINITY;
-            const float mn = fmaxf(m[w], mk_warp_max(sc)); /* finite: position 0 is in every row's first tile */
-            const float corr = expf(m[w] - mn);
+            /* -inf while a split has met none of the row's positions (only split 0 is sure to). */
+            const float mn = fmaxf(m[w], mk_warp_max(sc));
+            const float corr = mn == -INFINITY ? 1.0f : expf(m[w] - mn);
             pr[w] = sc == -INFINITY ? 0.0f : expf(sc - mn);
             lsum[w] = lsum[w] * corr + mk_warp_sum(pr[w]);
             m[w] = mn;
@@ -101,6 +105,25 @@ __device__ __forceinline__ void mk_chunk_attn_body(const struct mk_kernel_args &
                 for (int k = 0; k < D; k++) o[w][k] = fmaf(pj, vv[k], o[w][k]);
             }
         }
+    }
+    if (splits > 1u) {
+        /* The split's (o, m, l) of each row for mk_chunk_attn_merge, at y_off + ((z * n_head_kv +
+         * kvh) * gridDim.y + y) * ROWS * (hd + 2) + r * (hd + 2). */
+        float *part =
+            (float *)a.arena + l.y_off +
+            ((uint64_t)(blockIdx.z * gridDim.x + kvh) * gridDim.y + blockIdx.y) * MK_CHUNK_ATTN_ROWS * (hd + 2u);
+#pragma unroll
+        for (uint32_t w = 0; w < RW; w++) {
+            float *pr = part + (warp * RW + w) * (hd + 2u);
+#pragma unroll
+            for (int k = 0; k < D; k++)
+                if (lane + 32u * k < hd) pr[lane + 32u * k] = o[w][k];
+            if (lane == 0) {
+                pr[hd] = m[w];
+                pr[hd + 1u] = lsum[w];
+            }
+        }
+        return;
     }
 #pragma unroll
     for (uint32_t w = 0; w < RW; w++) {
@@ -126,6 +149,41 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
         mk_chunk_attn_body<4>(a, l);
     else
         mk_chunk_attn_body<MK_CATTN_DIMS>(a, l);
+}
+
+/* Block (kvh, y) of the attention's grid: each of its rows' splits (mk_chunk_attn with l.splits
+ * > 1, partials at l.x_off) merged in split order into the row's output. One warp per row. */
+extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
+    mk_chunk_attn_merge(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    const struct mk_instr *in = (const struct mk_instr *)a.instrs + l.ii;
+    const struct mk_args_attn at = in->args.attn;
+    const uint32_t hd = at.head_dim, g = at.n_head / at.n_head_kv, T = mk_chunk_attn_tokens(g);
+    const uint32_t kvh = blockIdx.x, t0 = blockIdx.y * T, lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    const uint32_t q_dim = at.n_head * hd, n_rows = g * T, n_tok = min(T, l.m - t0), row_f = hd + 2u;
+    const uint64_t zstride = (uint64_t)gridDim.x * gridDim.y * MK_CHUNK_ATTN_ROWS * row_f;
+    const float *base =
+        (const float *)a.arena + l.x_off + ((uint64_t)kvh * gridDim.y + blockIdx.y) * MK_CHUNK_ATTN_ROWS * row_f;
+    for (uint32_t r = warp; r < MK_CHUNK_ATTN_ROWS; r += MK_BLOCK_WARPS) {
+        const uint32_t it = r % T;
+        if (r >= n_rows || it >= n_tok) continue;
+        const float *pr = base + r * row_f;
+        float M = -INFINITY;
+        for (uint32_t z = 0; z < l.splits; z++) M = fmaxf(M, __ldcg(pr + z * zstride + hd));
+        float L = 0.0f;
+        for (uint32_t z = 0; z < l.splits; z++) {
+            const float mz = __ldcg(pr + z * zstride + hd);
+            if (mz != -INFINITY) L += __ldcg(pr + z * zstride + hd + 1u) * expf(mz - M);
+        }
+        float *out = (float *)a.arena + in->buf[1] + (uint64_t)(t0 + it) * q_dim + (kvh * g + r / T) * hd;
+        for (uint32_t d = lane; d < hd; d += 32u) {
+            float acc = 0.0f;
+            for (uint32_t z = 0; z < l.splits; z++) {
+                const float mz = __ldcg(pr + z * zstride + hd);
+                if (mz != -INFINITY) acc += __ldcg(pr + z * zstride + d) * expf(mz - M);
+            }
+            out[d] = acc / L;
+        }
+    }
 }
 
 #endif

@@ -239,10 +239,8 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     }
 
     float *y = (float *)a->arena + l->y_off;
-    if (splits > 1u) {
-        /* A split's raw sums to its (m, ldy) slice of the partials; mk_chunk_mm_reduce adds the
-         * splits in order and applies the mode. SILU puts up's columns after gate's N. */
-        float *py = y + (uint64_t)blockIdx.z * l->m * l->ldy;
+    /* fn(token row, tile column, sum) for each of this thread's sums in the block's rows. */
+    auto each = [&](auto fn) {
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -252,13 +250,18 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 #pragma unroll
                 for (int j = 0; j < NJ; j++)
 #pragma unroll
-                    for (int e1 = 0; e1 < 2; e1++) {
-                        const uint32_t cl = wn * (BN / 4u) + (uint32_t)j * 8u + 2u * t4 + (uint32_t)e1;
-                        const uint32_t n = SILU ? (cl < BN / 2u ? n0 + cl : N + n0 + cl - BN / 2u) : n0 + cl;
-                        if ((SILU ? n0 + cl % (BN / 2u) : n) >= N) continue;
-                        py[(uint64_t)mt * l->ldy + n] = acc[i][j][2 * e2 + e1];
-                    }
+                    for (int e1 = 0; e1 < 2; e1++)
+                        fn(mt, wn * (BN / 4u) + (uint32_t)j * 8u + 2u * t4 + (uint32_t)e1, acc[i][j][2 * e2 + e1]);
             }
+    };
+    if (splits > 1u) {
+        /* A split's raw sums to its (m, ldy) slice of the partials; mk_chunk_mm_reduce adds the
+         * splits in order and applies the mode. SILU puts up's columns after gate's N. */
+        float *py = y + (uint64_t)blockIdx.z * l->m * l->ldy;
+        each([&](uint32_t mt, uint32_t cl, float v) {
+            const uint32_t n = SILU ? (cl < BN / 2u ? n0 + cl : N + n0 + cl - BN / 2u) : n0 + cl;
+            if ((SILU ? n0 + cl % (BN / 2u) : n) < N) py[(uint64_t)mt * l->ldy + n] = v;
+        });
         return;
     }
     if constexpr (SILU) {
@@ -282,26 +285,12 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
             y[(uint64_t)(m0 + mt) * l->ldy + n0 + r] = gv / (1.0f + expf(-gv)) * uv;
         }
     } else {
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int e2 = 0; e2 < 2; e2++) {
-                const uint32_t mt = m0 + wm * 32u + (uint32_t)i * 16u + g + 8u * (uint32_t)e2;
-                if (mt >= l->m) continue;
-                float *yr = y + (uint64_t)mt * l->ldy;
-#pragma unroll
-                for (int j = 0; j < NJ; j++)
-#pragma unroll
-                    for (int e1 = 0; e1 < 2; e1++) {
-                        const uint32_t n = n0 + wn * (BN / 4u) + (uint32_t)j * 8u + 2u * t4 + (uint32_t)e1;
-                        if (n >= N) continue;
-                        const float v = acc[i][j][2 * e2 + e1];
-                        if (MODE == MK_CHUNK_MM_STORE)
-                            yr[n] = v;
-                        else
-                            yr[n] = __ldcg(yr + n) + v;
-                    }
-            }
+        each([&](uint32_t mt, uint32_t cl, float v) {
+            const uint32_t n = n0 + cl;
+            if (n >= N) return;
+            float *yn = y + (uint64_t)mt * l->ldy + n;
+            *yn = MODE == MK_CHUNK_MM_STORE ? v : __ldcg(yn) + v;
+        });
     }
 }
 
