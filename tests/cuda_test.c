@@ -304,6 +304,38 @@ static void test_sampling(const struct mk_model *m) {
         printf("RESULT sampling %s: %d of %d draws equal the host sampler's on the device logits\n", b->vt->name, agree,
                total);
         MK_CHECK(agree == total && total == 48);
+        /* Chunk steps: every output row j samples at its own position (pos + n - n_out + j). */
+        agree = total = 0;
+        MK_CHECK(b->vt->reset(b, &err) == MK_OK);
+        int32_t in[6], outs[6];
+        for (int i = 0; i < 8 && b->vt->step_chunk && b->ubatch >= 6; i++) {
+            for (int j = 0; j < 6; j++) in[j] = (int32_t)((7 + 13 * (6 * i + j)) % (int)m->cfg.n_vocab);
+            struct mk_step_cmd c = greedy_cmd(in[0], 6 * i);
+            int st_i = i % 4;
+            c.temperature = settings[st_i].temperature;
+            c.top_p = settings[st_i].top_p;
+            c.min_p = settings[st_i].min_p;
+            c.top_k = settings[st_i].top_k;
+            c.seed = 99u + (uint64_t)i;
+            c.n_tokens = 6;
+            c.n_out = 3;
+            if (b->vt->step_chunk(b, &c, in, outs, &err) != MK_OK) {
+                fprintf(stderr, "%s chunk sampling step %d: %s\n", b->vt->name, i, err.msg);
+                MK_CHECK(0);
+                break;
+            }
+            for (int j = 0; j < 3; j++) {
+                struct mk_step_cmd r = c;
+                r.pos = c.pos + 3 + j;
+                MK_CHECK(b->vt->logits_row(b, (uint32_t)j, lg, &err) == MK_OK);
+                int32_t want = mk_sample_token(lg, (int)m->cfg.n_vocab, &r);
+                total++;
+                if (want == outs[j]) agree++;
+            }
+        }
+        printf("RESULT sampling %s chunk rows: %d of %d draws equal the host sampler's on the device logits\n",
+               b->vt->name, agree, total);
+        MK_CHECK(agree == total && total == 24);
         free(lg);
         b->vt->free(b);
     }
