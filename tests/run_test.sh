@@ -243,6 +243,14 @@ if [ "$rc" -ne 0 ] || ! grep -q "| tg4@d600 " "$work/out"; then
 else
     echo "ok: mk bench -d 600: $(grep -o 'tg4@d600 *| *[0-9.]*' "$work/out")"
 fi
+# pp at depth: the timed prompt starts after -d untimed positions (pp64@d300, like llama-bench -p 64 -d 300).
+"$MK" bench -m "$stories" --backend cpu -n 4 -d 300 -p 64 >"$work/out" 2>"$work/err"
+rc=$?
+if [ "$rc" -ne 0 ] || ! grep -q "| pp64@d300 " "$work/out" || ! grep -q "| tg4@d300 " "$work/out"; then
+    fail "mk bench -d 300 -p 64: exit $rc: $(cat "$work/out" "$work/err")"
+else
+    echo "ok: mk bench -d 300 -p 64: $(grep -o 'pp64@d300 *| *[0-9.]*' "$work/out")"
+fi
 # The host's share of a step, for backends that time their own steps (ref does).
 "$MK" bench -m "$stories" --backend ref -n 8 -p 0 >"$work/out" 2>"$work/err"
 rc=$?

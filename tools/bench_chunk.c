@@ -18,10 +18,26 @@ static int mk_bench_chunk_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-enum mk_status mk_bench_pp_run(struct mk_backend *b, uint32_t vocab, uint32_t n_prompt, uint32_t reps,
+/* Positions [from, from + n) of toks through chunk steps of up to ub tokens; the steps taken to *steps. */
+static enum mk_status mk_bench_pp_feed(struct mk_backend *b, const int32_t *toks, uint32_t from, uint32_t n,
+                                       uint32_t ub, int32_t *outs, uint32_t *steps, struct mk_error *err) {
+    enum mk_status st = MK_OK;
+    *steps = 0;
+    for (uint32_t i = 0; i < n && st == MK_OK; i += ub, (*steps)++) {
+        uint32_t k = n - i < ub ? n - i : ub;
+        struct mk_step_cmd cmd = {
+            .cmd = MK_CMD_STEP, .token = toks[from + i], .pos = (int32_t)(from + i), .n_tokens = (uint16_t)k, .n_out = 1
+        };
+        st = mk_backend_step_chunk(b, &cmd, toks + from + i, outs, err);
+    }
+    return st;
+}
+
+enum mk_status mk_bench_pp_run(struct mk_backend *b, uint32_t vocab, uint32_t n_prompt, uint32_t depth, uint32_t reps,
                                struct mk_bench_pp *out, struct mk_error *err) {
     const uint32_t ub = b->ubatch > 1 && b->vt->step_chunk ? b->ubatch : 1;
-    int32_t *toks = malloc(n_prompt * sizeof *toks), *outs = malloc(ub * sizeof *outs);
+    const uint32_t total = depth + n_prompt;
+    int32_t *toks = malloc(total * sizeof *toks), *outs = malloc(ub * sizeof *outs);
     double *ms = calloc(reps, sizeof *ms);
     enum mk_status st = MK_OK;
     if (!toks || !outs || !ms) {
@@ -29,18 +45,14 @@ enum mk_status mk_bench_pp_run(struct mk_backend *b, uint32_t vocab, uint32_t n_
         goto done;
     }
     /* Any tokens will do for timing; spread them over the vocabulary. */
-    for (uint32_t i = 0; i < n_prompt; i++) toks[i] = (int32_t)((1u + i * 7919u) % vocab);
+    for (uint32_t i = 0; i < total; i++) toks[i] = (int32_t)((1u + i * 7919u) % vocab);
     for (uint32_t r = 0; r < reps && st == MK_OK; r++) {
-        if ((st = b->vt->reset(b, err)) != MK_OK) break;
         uint32_t steps = 0;
+        /* The context up to depth, untimed (like llama-bench -d), then the timed prompt after it. */
+        if ((st = b->vt->reset(b, err)) != MK_OK || (st = mk_bench_pp_feed(b, toks, 0, depth, ub, outs, &steps, err)))
+            break;
         double t0 = mk_bench_chunk_now_ms();
-        for (uint32_t i = 0; i < n_prompt && st == MK_OK; i += ub, steps++) {
-            uint32_t k = n_prompt - i < ub ? n_prompt - i : ub;
-            struct mk_step_cmd cmd = {
-                .cmd = MK_CMD_STEP, .token = toks[i], .pos = (int32_t)i, .n_tokens = (uint16_t)k, .n_out = 1
-            };
-            st = mk_backend_step_chunk(b, &cmd, toks + i, outs, err);
-        }
+        st = mk_bench_pp_feed(b, toks, depth, n_prompt, ub, outs, &steps, err);
         ms[r] = mk_bench_chunk_now_ms() - t0;
         out->steps = steps;
     }

@@ -13,9 +13,10 @@ struct mk_bench_pp {
     uint32_t steps;                            /* steps one prompt took */
 };
 
-/* pp<n_prompt>: `reps` times, n_prompt tokens from an empty context through chunk steps of up to
- * b->ubatch tokens (token by token where the backend has no chunk steps). */
-enum mk_status mk_bench_pp_run(struct mk_backend *b, uint32_t vocab, uint32_t n_prompt, uint32_t reps,
+/* pp<n_prompt>[@d<depth>]: `reps` times, n_prompt tokens after `depth` untimed ones (0: from an
+ * empty context) through chunk steps of up to b->ubatch tokens (token by token where the backend
+ * has no chunk steps). */
+enum mk_status mk_bench_pp_run(struct mk_backend *b, uint32_t vocab, uint32_t n_prompt, uint32_t depth, uint32_t reps,
                                struct mk_bench_pp *out, struct mk_error *err);
 
 /* One speculative-decoding test: greedy generation of n tokens after a prompt, with and without

@@ -61,8 +61,9 @@ static void mk_bench_usage(FILE *f) {
                "  'all' means every GPU backend when a GPU is present, else cpu.\n"
                "  The note 'host +N us' is the median of each step's wall time minus the time the backend\n"
                "  measured for the step itself (the GPU's own clock): the host's share of a token.\n"
-               "  -d N (--depth) starts the timed steps at position N, after N untimed ones (tg<n>@d<N>,\n"
-               "  like llama-bench -d); --ctx then defaults to the larger of 512 and N + n.\n"
+               "  -d N (--depth) starts the timed steps and the timed prompt at position N, after N untimed\n"
+               "  ones (tg<n>@d<N>, pp<p>@d<N>, like llama-bench -d); --ctx then defaults to the larger of\n"
+               "  512, N + n and N + p.\n"
                "\n"
                "       mk bench --soak SESSIONS -m FILE [--backend B] [-n 2000] [--temp 0.8] [--seed 1000] [--ctx N]\n"
                "                [--threads N] [--json]\n"
@@ -173,9 +174,12 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
         snprintf(row->test, sizeof row->test, "tg%u", o->n);
     if (o->n_prompt) {
         struct mk_bench_pp r;
-        if (mk_bench_pp_run(b, m->cfg.n_vocab, o->n_prompt, 3, &r, &err) != MK_OK) goto fail;
+        if (mk_bench_pp_run(b, m->cfg.n_vocab, o->n_prompt, o->depth, 3, &r, &err) != MK_OK) goto fail;
         *pp = *row;
-        snprintf(pp->test, sizeof pp->test, "pp%u", o->n_prompt);
+        if (o->depth)
+            snprintf(pp->test, sizeof pp->test, "pp%u@d%u", o->n_prompt, o->depth);
+        else
+            snprintf(pp->test, sizeof pp->test, "pp%u", o->n_prompt);
         pp->p50_ms = pp->mean_ms = r.ms_per_token_p50;
         pp->p99_ms = r.ms_per_token_max;
         pp->dev_p50_ms = 0;
@@ -472,7 +476,8 @@ int mk_cmd_bench(int argc, char **argv) {
     }
     if (o.soak) return mk_bench_soak(&o);
     if (!o.ctx_given && o.depth + o.n > o.ctx) o.ctx = o.depth + o.n;
-    if (o.depth + o.n > o.ctx || o.warmup > o.ctx || o.n_prompt > o.ctx) {
+    if (!o.ctx_given && o.depth + o.n_prompt > o.ctx) o.ctx = o.depth + o.n_prompt;
+    if (o.depth + o.n > o.ctx || o.warmup > o.ctx || o.depth + o.n_prompt > o.ctx) {
         fprintf(stderr, "mk bench: -d %u plus -n %u, -p %u (and warm-up %u) must fit in --ctx %u\n", o.depth, o.n,
                 o.n_prompt, o.warmup, o.ctx);
         return 2;
