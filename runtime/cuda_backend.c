@@ -1458,7 +1458,21 @@ static enum mk_status mk_cuda_setup(struct mk_cuda_backend *b, const struct mk_m
     if ((st = mk_cuda_build_program(b, m, err)) != MK_OK) return st;
     uint32_t ubatch = b->ubatch_asked ? b->ubatch_asked : MK_CUDA_DEFAULT_UBATCH;
     if (ubatch > b->base.n_ctx) ubatch = b->base.n_ctx;
-    if (ubatch > 1 && (st = mk_cuda_build_chunk(b, m, ubatch, err)) != MK_OK) return st;
+    if (ubatch > 1 && (st = mk_cuda_build_chunk(b, m, ubatch, err)) != MK_OK) {
+        /* Chunk steps the caller asked for are an error to report; the default ones the device
+         * cannot run (a head too wide for its shared memory) leave one token per step. */
+        if (st != MK_ERR_UNSUPPORTED || b->ubatch_asked > 1) return st;
+        if (b->verbose)
+            fprintf(stderr, "mk: %s: no chunk steps, one token per step (%s)\n", b->base.vt->name, err ? err->msg : "");
+        mk_program_free(b->cprog);
+        b->cprog = NULL;
+        struct mk_error ignored;
+        if (b->cmod) MK_CU(b->cu, &ignored, cuModuleUnload(b->cmod));
+        b->cmod = NULL;
+        memset(b->ck, 0, sizeof b->ck);
+        b->c_qkv_cols = b->c_head_dim = 0;
+        if (err) mk_error_clear(err);
+    }
     if ((st = mk_cuda_create_streams(b, err)) != MK_OK) return st;
     if ((st = mk_cuda_setup_memory(b, err)) != MK_OK) return st;
     if (!b->gpu.no_rope_table && (st = mk_cuda_setup_rope(b, err)) != MK_OK) return st;
