@@ -369,6 +369,19 @@ static uint64_t mk_cuda_chunk_bytes(const struct mk_cuda_backend *b) {
            (uint64_t)b->cprog->n_weights * sizeof(struct mk_weight_ref) + sizeof(struct mk_step_state);
 }
 
+/* Default chunk steps this device cannot hold: the session takes one token per step instead
+ * (chunk steps the caller asked for are reported as errors before this is called). */
+static void mk_cuda_drop_chunk(struct mk_cuda_backend *b, const char *why) {
+    if (b->verbose) fprintf(stderr, "mk: %s: no chunk steps, one token per step (%s)\n", b->base.vt->name, why);
+    mk_program_free(b->cprog);
+    b->cprog = NULL;
+    struct mk_error ignored;
+    if (b->cmod) MK_CU(b->cu, &ignored, cuModuleUnload(b->cmod));
+    b->cmod = NULL;
+    memset(b->ck, 0, sizeof b->ck);
+    b->c_qkv_cols = b->c_head_dim = 0;
+}
+
 /* Every distinct weight once (the tied LM head shares the embedding), then the table. */
 static enum mk_status mk_cuda_upload_weights(struct mk_cuda_backend *b, struct mk_error *err) {
     const struct mk_program *p = b->prog;
@@ -403,8 +416,19 @@ static enum mk_status mk_cuda_upload_weights(struct mk_cuda_backend *b, struct m
     uint64_t kv = 2ull * p->n_layer * p->n_ctx * p->kv_dim * sizeof(float);
     uint64_t other = (uint64_t)p->arena_floats * 4u + (uint64_t)p->n_instr * sizeof *p->instrs +
                      (uint64_t)p->n_counters * 4u + (uint64_t)p->n_tasks * 24u + (uint64_t)p->n_ctx * 512u +
-                     (uint64_t)p->n_weights * sizeof *table + mk_cuda_chunk_bytes(b);
+                     (uint64_t)p->n_weights * sizeof *table;
+    /* The default chunk steps give way when only they do not fit. */
+    const uint64_t chunk = mk_cuda_chunk_bytes(b);
+    if (chunk && !b->ubatch_asked && mk_cuda_check_memory(total, kv, other + chunk, free_b, total_b, NULL) != MK_OK &&
+        mk_cuda_check_memory(total, kv, other, free_b, total_b, NULL) == MK_OK) {
+        char why[96];
+        snprintf(why, sizeof why, "their %.2f GB of buffers do not fit beside the model", chunk / 1e9);
+        mk_cuda_drop_chunk(b, why);
+    }
+    other += mk_cuda_chunk_bytes(b);
     if ((st = mk_cuda_check_memory(total, kv, other, free_b, total_b, err)) != MK_OK) {
+        if (b->cprog)
+            mk_error_prefix(err, "with chunk steps of %u tokens (--ubatch 1 turns them off)", b->cprog->ubatch);
         mk_error_prefix(err, "%s", b->info.device);
         goto done;
     }
@@ -1462,15 +1486,7 @@ static enum mk_status mk_cuda_setup(struct mk_cuda_backend *b, const struct mk_m
         /* Chunk steps the caller asked for are an error to report; the default ones the device
          * cannot run (a head too wide for its shared memory) leave one token per step. */
         if (st != MK_ERR_UNSUPPORTED || b->ubatch_asked > 1) return st;
-        if (b->verbose)
-            fprintf(stderr, "mk: %s: no chunk steps, one token per step (%s)\n", b->base.vt->name, err ? err->msg : "");
-        mk_program_free(b->cprog);
-        b->cprog = NULL;
-        struct mk_error ignored;
-        if (b->cmod) MK_CU(b->cu, &ignored, cuModuleUnload(b->cmod));
-        b->cmod = NULL;
-        memset(b->ck, 0, sizeof b->ck);
-        b->c_qkv_cols = b->c_head_dim = 0;
+        mk_cuda_drop_chunk(b, err ? err->msg : "");
         if (err) mk_error_clear(err);
     }
     if ((st = mk_cuda_create_streams(b, err)) != MK_OK) return st;
