@@ -53,15 +53,10 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
  * streams positions MK_CHUNK_ATTN_KEYS at a time. */
 #define MK_CHUNK_ATTN_ROWS 64u
 #define MK_CHUNK_ATTN_KEYS 32u
-#ifdef __CUDACC__
-#define MK_CHUNK_FN static __host__ __device__ __forceinline__
-#else
-#define MK_CHUNK_FN static inline
-#endif
-MK_CHUNK_FN uint32_t mk_chunk_attn_tokens(uint32_t group) {
+MK_ABI_FN uint32_t mk_chunk_attn_tokens(uint32_t group) {
     return group >= MK_CHUNK_ATTN_ROWS ? 1u : MK_CHUNK_ATTN_ROWS / group;
 }
-MK_CHUNK_FN uint32_t mk_chunk_attn_smem(uint32_t head_dim) {
+MK_ABI_FN uint32_t mk_chunk_attn_smem(uint32_t head_dim) {
     return 4u * (MK_CHUNK_ATTN_ROWS * head_dim + 2u * MK_CHUNK_ATTN_KEYS * (head_dim + 4u));
 }
 

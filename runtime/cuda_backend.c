@@ -1041,21 +1041,10 @@ static enum mk_status mk_cuda_logits_row(struct mk_backend *base, uint32_t j, fl
     return MK_OK;
 }
 
+/* The last step's logits: its last output row (the only one of a one-token step). */
 static enum mk_status mk_cuda_logits(struct mk_backend *base, float *out, struct mk_error *err) {
-    struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
-    if (b->last_chunk) return mk_cuda_logits_row(base, b->last_n_out - 1u, out, err);
-    const struct mk_cuda *cu = b->cu;
-    if (b->poisoned) {
-        if (err) *err = b->poison_err;
-        mk_error_prefix(err, "refused, an earlier failure poisoned this %s session", b->base.vt->name);
-        return b->poison_err.status;
-    }
-    if (MK_CU(cu, err, cuCtxSetCurrent(b->ctx))) return MK_ERR_CUDA;
-    mk_cu_devptr src = b->d_arena + (mk_cu_devptr)b->prog->logits_off * sizeof(float);
-    if (MK_CU(cu, err, cuMemcpyDtoHAsync_v2(out, src, (size_t)b->prog->vocab * sizeof(float), b->copy_stream)))
-        return MK_ERR_CUDA;
-    if (MK_CU(cu, err, cuStreamSynchronize(b->copy_stream))) return MK_ERR_CUDA;
-    return MK_OK;
+    const struct mk_cuda_backend *b = (const struct mk_cuda_backend *)base;
+    return mk_cuda_logits_row(base, b->last_chunk ? b->last_n_out - 1u : 0u, out, err);
 }
 
 /* Positions restart at 0: the KV cache rows are overwritten before they are read again. */

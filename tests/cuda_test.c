@@ -516,6 +516,16 @@ static struct mk_model *load_or_generate(const char *path, const char *preset, c
     return m;
 }
 
+/* The reference's margin between its pick at a step and its next-best logit, and that pick's size
+ * (at least 1), which bounds the margin a rounding difference can flip. */
+static double ref_margin(const float *ref, uint32_t vocab, int32_t pick, double *scale) {
+    float second = -INFINITY;
+    for (uint32_t i = 0; i < vocab; i++)
+        if ((int32_t)i != pick && ref[i] > second) second = ref[i];
+    *scale = fabs(ref[pick]);
+    return ref[pick] - second;
+}
+
 /* Runs every GPU backend over the reference's tokens: logits within 1e-3 (relative) at every step,
  * and greedy tokens equal unless they part at a near tie that rounding order can flip. */
 static void check_gpu_kinds(const struct mk_model *m, const struct trace *t, uint32_t n_ctx, const char *what) {
@@ -529,13 +539,8 @@ static void check_gpu_kinds(const struct mk_model *m, const struct trace *t, uin
                b->vt->name, diff < 0 ? "equal" : "part from", t->n, diff < 0 ? "" : " (see above)", e, med / 1e3);
         MK_CHECK(e < 1e-3);
         if (diff >= 0) {
-            const float *ref = t->logits + (size_t)diff * t->vocab;
-            int32_t cpu_pick = t->out[diff];
-            float second = -INFINITY;
-            for (uint32_t i = 0; i < t->vocab; i++)
-                if ((int32_t)i != cpu_pick && ref[i] > second) second = ref[i];
-            double margin = ref[cpu_pick] - second;
-            double scale = fabs(ref[cpu_pick]);
+            double scale;
+            double margin = ref_margin(t->logits + (size_t)diff * t->vocab, t->vocab, t->out[diff], &scale);
             printf("RESULT %s %s: parts at step %d, cpu top-2 margin %.3g (%.3g relative)\n", what, b->vt->name, diff,
                    margin, margin / (scale > 0 ? scale : 1));
             MK_CHECK(margin <= 1e-3 * (scale > 1 ? scale : 1));
@@ -598,11 +603,8 @@ static void check_chunks(const struct mk_model *m, const struct trace *t, uint32
                 MK_CHECK(outs[r] == mk_sample_argmax(lg, (int)t->vocab));
                 if (outs[r] != t->out[pos + r] && first_diff < 0) {
                     first_diff = (int)(pos + r);
-                    int32_t cpu_pick = t->out[pos + r];
-                    float second = -INFINITY;
-                    for (uint32_t i = 0; i < t->vocab; i++)
-                        if ((int32_t)i != cpu_pick && ref[i] > second) second = ref[i];
-                    double margin = ref[cpu_pick] - second, scale = fabs(ref[cpu_pick]);
+                    double scale;
+                    double margin = ref_margin(ref, t->vocab, t->out[pos + r], &scale);
                     printf("RESULT %s %s chunks: parts at position %u (row %u of %u), cpu top-2 margin %.3g\n", what,
                            b->vt->name, pos + r, r, k, margin);
                     MK_CHECK(margin <= 1e-3 * (scale > 1 ? scale : 1));

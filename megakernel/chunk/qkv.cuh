@@ -32,15 +32,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     const float *src = (const float *)a.arena + l.x_off + (uint64_t)i * l.ldx + r0;
     for (uint32_t k = threadIdx.x; k < count; k += MK_BLOCK_THREADS) res[k] = __ldcg(src + k);
     __syncthreads();
-    struct mk_task_ctx c;
-    c.a = &a;
-    c.in = &s_in;
-    c.cmd = &s_cmd;
-    c.ii = l.ii;
-    c.t = blockIdx.x;
-    c.step = 0;
-    c.smem = res;
-    c.fail = NULL;
+    const struct mk_task_ctx c = mk_chunk_task_ctx(&a, &s_in, &s_cmd, l.ii, blockIdx.x, res);
     mk_qkv_epilogue(&c, &q, res, r0, count, s_cmd.pos + (int32_t)i);
 }
 

@@ -12,6 +12,24 @@ __device__ __forceinline__ const struct mk_step_cmd *mk_chunk_cmd(const struct m
     return &((const struct mk_step_state *)a->step_state)->cmd;
 }
 
+/* The task context of a one-token op's helper run by a chunk kernel: in and cmd in shared memory,
+ * no mailbox (a broken invariant traps). */
+__device__ __forceinline__ struct mk_task_ctx mk_chunk_task_ctx(const struct mk_kernel_args *a,
+                                                                const struct mk_instr *in,
+                                                                const struct mk_step_cmd *cmd, uint32_t ii, uint32_t t,
+                                                                float *smem) {
+    struct mk_task_ctx c;
+    c.a = a;
+    c.in = in;
+    c.cmd = cmd;
+    c.ii = ii;
+    c.t = t;
+    c.step = 0;
+    c.smem = smem;
+    c.fail = NULL;
+    return c;
+}
+
 /* EMBED of a chunk program: block i writes x row i from the embedding row of token i (the host
  * checked the tokens against the vocabulary). */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)

@@ -63,15 +63,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
         s_cmd.pos += (int32_t)(n - n_out + j);
     }
     __syncthreads();
-    struct mk_task_ctx c;
-    c.a = &a;
-    c.in = &s_in;
-    c.cmd = &s_cmd;
-    c.ii = l.ii;
-    c.t = 0;
-    c.step = 0;
-    c.smem = (float *)mk_chunk_smem;
-    c.fail = NULL;
+    const struct mk_task_ctx c = mk_chunk_task_ctx(&a, &s_in, &s_cmd, l.ii, 0, (float *)mk_chunk_smem);
     const int32_t tok = s_cmd.temperature <= 0.0f ? mk_sample_greedy(&c) : mk_sample_topk(&c);
     if (threadIdx.x != 0) return;
     ((int32_t *)a.arena)[s_in.buf[3] + j] = tok;
