@@ -251,10 +251,25 @@ if [ "$rc" -ne 0 ] || ! grep -q "| pp64@d300 " "$work/out" || ! grep -q "| tg4@d
 else
     echo "ok: mk bench -d 300 -p 64: $(grep -o 'pp64@d300 *| *[0-9.]*' "$work/out")"
 fi
+# -n 0: the prompt test alone (like llama-bench -n 0); with nothing left to time, a usage error.
+"$MK" bench -m "$stories" --backend cpu -n 0 -p 32 >"$work/out" 2>"$work/err"
+rc=$?
+if [ "$rc" -ne 0 ] || ! grep -q "| pp32 " "$work/out" || grep -q "| tg" "$work/out"; then
+    fail "mk bench -n 0 -p 32: exit $rc: $(cat "$work/out" "$work/err")"
+else
+    echo "ok: mk bench -n 0 -p 32: $(grep -o 'pp32 *| *[0-9.]*' "$work/out")"
+fi
+"$MK" bench -m "$stories" --backend cpu -n 0 -p 0 >"$work/out" 2>"$work/err"
+rc=$?
+if [ "$rc" -ne 2 ] || ! grep -q -- "-n 0 leaves only the prompt test" "$work/err"; then
+    fail "mk bench -n 0 -p 0: want exit 2 and a reason, got $rc: $(cat "$work/err")"
+else
+    echo "ok: mk bench -n 0 -p 0 refused"
+fi
 # The host's share of a step, for backends that time their own steps (ref does).
 "$MK" bench -m "$stories" --backend ref -n 8 -p 0 >"$work/out" 2>"$work/err"
 rc=$?
-if [ "$rc" -ne 0 ] || ! grep -E -q "\| ref +\| tg8 .*\| host \+[0-9]+\.[0-9] us \|" "$work/out"; then
+if [ "$rc" -ne 0 ] || ! grep -E -q "\| ref +\| tg8 .*\| host \+[0-9]+\.[0-9] us, device p99 [0-9]+\.[0-9]{3} ms \|" "$work/out"; then
     fail "mk bench --backend ref: no host share: exit $rc: $(cat "$work/out" "$work/err")"
 else
     echo "ok: mk bench --backend ref: $(grep -o 'host +[0-9.]* us' "$work/out")"

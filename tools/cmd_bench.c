@@ -60,10 +60,12 @@ static void mk_bench_usage(FILE *f) {
                "  Without -m it generates synthetic presets (cached in $TMPDIR) and benchmarks them.\n"
                "  'all' means every GPU backend when a GPU is present, else cpu.\n"
                "  The note 'host +N us' is the median of each step's wall time minus the time the backend\n"
-               "  measured for the step itself (the GPU's own clock): the host's share of a token.\n"
+               "  measured for the step itself (the GPU's own clock): the host's share of a token; 'device\n"
+               "  p99' is the p99 of that time alone, so a slow wall p99 shows whether the GPU or the host\n"
+               "  took it.\n"
                "  -d N (--depth) starts the timed steps and the timed prompt at position N, after N untimed\n"
                "  ones (tg<n>@d<N>, pp<p>@d<N>, like llama-bench -d); --ctx then defaults to the larger of\n"
-               "  512, N + n and N + p.\n"
+               "  512, N + n and N + p. -n 0 leaves the prompt test alone (like llama-bench -n 0).\n"
                "\n"
                "       mk bench --soak SESSIONS -m FILE [--backend B] [-n 2000] [--temp 0.8] [--seed 1000] [--ctx N]\n"
                "                [--threads N] [--json]\n"
@@ -129,7 +131,7 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
         fprintf(stderr, "mk bench: %s on %s: %s\n", mk_backend_kind_name(kind), name, err.msg);
         return -1;
     }
-    double *ms = calloc(o->n, sizeof *ms), *dev = calloc(o->n, sizeof *dev);
+    double *ms = calloc(o->n + 1u, sizeof *ms), *dev = calloc(o->n + 1u, sizeof *dev);
     int rc = -1;
     if (!ms || !dev) goto done;
     struct mk_step_cmd cmd = { 0 };
@@ -140,38 +142,43 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
     if (mk_bench_untimed(b, &cmd, &tok, o->warmup, &err) != MK_OK || b->vt->reset(b, &err) != MK_OK) goto fail;
     tok = m->vocab.bos >= 0 ? m->vocab.bos : 1;
     if (mk_bench_untimed(b, &cmd, &tok, o->depth, &err) != MK_OK) goto fail;
-    uint32_t n_dev = 0;
-    struct mk_cpu_span span = mk_cpu_span_start();
-    for (uint32_t i = 0; i < o->n; i++) {
-        cmd.token = tok;
-        cmd.pos = (int32_t)(o->depth + i);
-        double t0 = mk_now_ms();
-        if (b->vt->step(b, &cmd, &tok, &err) != MK_OK) goto fail;
-        ms[i] = mk_now_ms() - t0;
-        if (b->last_step_ns) dev[n_dev++] = b->last_step_ns / 1e6;
-    }
-    row->cpu_ms = mk_cpu_span_ms_per(&span, o->n, NULL);
-    double *host = n_dev == o->n ? malloc(n_dev * sizeof *host) : NULL;
-    if (host) {
-        /* What a step costs beyond the device's own time: the host's command, wait and wake-up. */
-        for (uint32_t i = 0; i < n_dev; i++) host[i] = ms[i] - dev[i];
-        snprintf(row->note, sizeof row->note, "host +%.1f us", mk_percentile(host, n_dev, 0.50) * 1e3);
-        free(host);
-    }
-    double sum = 0;
-    for (uint32_t i = 0; i < o->n; i++) sum += ms[i];
-    row->mean_ms = sum / o->n;
-    row->p99_ms = mk_percentile(ms, o->n, 0.99);
-    row->p50_ms = mk_percentile(ms, o->n, 0.50);
-    row->dev_p50_ms = n_dev ? mk_percentile(dev, n_dev, 0.50) : 0;
-    row->backend = b->vt->name;
     uint64_t bytes = mk_model_bytes_per_token(m);
     row->size = bytes;
-    row->bw_gbs = bytes / (row->p50_ms * 1e-3) / 1e9;
-    if (o->depth)
-        snprintf(row->test, sizeof row->test, "tg%u@d%u", o->n, o->depth);
-    else
-        snprintf(row->test, sizeof row->test, "tg%u", o->n);
+    row->backend = b->vt->name;
+    if (o->n) { /* -n 0: the prompt test alone, as llama-bench -n 0 */
+        uint32_t n_dev = 0;
+        struct mk_cpu_span span = mk_cpu_span_start();
+        for (uint32_t i = 0; i < o->n; i++) {
+            cmd.token = tok;
+            cmd.pos = (int32_t)(o->depth + i);
+            double t0 = mk_now_ms();
+            if (b->vt->step(b, &cmd, &tok, &err) != MK_OK) goto fail;
+            ms[i] = mk_now_ms() - t0;
+            if (b->last_step_ns) dev[n_dev++] = b->last_step_ns / 1e6;
+        }
+        row->cpu_ms = mk_cpu_span_ms_per(&span, o->n, NULL);
+        double *host = n_dev == o->n ? malloc(n_dev * sizeof *host) : NULL;
+        if (host) {
+            /* What a step costs beyond the device's own time: the host's command, wait and wake-up. */
+            for (uint32_t i = 0; i < n_dev; i++) host[i] = ms[i] - dev[i];
+            /* With the device's own p99 beside the wall p99, a slow step shows whether the GPU or the
+             * host (wake-up, preemption) took the time. */
+            snprintf(row->note, sizeof row->note, "host +%.1f us, device p99 %.3f ms",
+                     mk_percentile(host, n_dev, 0.50) * 1e3, mk_percentile(dev, n_dev, 0.99));
+            free(host);
+        }
+        double sum = 0;
+        for (uint32_t i = 0; i < o->n; i++) sum += ms[i];
+        row->mean_ms = sum / o->n;
+        row->p99_ms = mk_percentile(ms, o->n, 0.99);
+        row->p50_ms = mk_percentile(ms, o->n, 0.50);
+        row->dev_p50_ms = n_dev ? mk_percentile(dev, n_dev, 0.50) : 0;
+        row->bw_gbs = bytes / (row->p50_ms * 1e-3) / 1e9;
+        if (o->depth)
+            snprintf(row->test, sizeof row->test, "tg%u@d%u", o->n, o->depth);
+        else
+            snprintf(row->test, sizeof row->test, "tg%u", o->n);
+    }
     if (o->n_prompt) {
         struct mk_bench_pp r;
         if (mk_bench_pp_run(b, m->cfg.n_vocab, o->n_prompt, o->depth, 3, &r, &err) != MK_OK) goto fail;
@@ -383,7 +390,7 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
         row.device_bw_gbs = *bw / 1e9;
         row.bw_ratio = *bw > 0 ? row.bw_gbs * 1e9 / *bw : 0;
         row.floor_ms = *bw > 0 ? row.size / *bw * 1e3 : 0;
-        mk_bench_print(&row, o->json, first);
+        if (o->n) mk_bench_print(&row, o->json, first);
         if (o->n_prompt) {
             pp.device_bw_gbs = row.device_bw_gbs;
             pp.bw_ratio = *bw > 0 ? pp.bw_gbs * 1e9 / *bw : 0;
@@ -443,7 +450,7 @@ int mk_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-p")) {
             if (mk_cli_uint("bench", a, v, 0, 1u << 24, &o.n_prompt)) return 2;
         } else if (!strcmp(a, "-n")) {
-            if (mk_cli_uint("bench", a, v, 1, 1u << 24, &o.n)) return 2;
+            if (mk_cli_uint("bench", a, v, 0, 1u << 24, &o.n)) return 2;
             o.n_given = true;
         } else if (!strcmp(a, "-d") || !strcmp(a, "--depth")) {
             if (mk_cli_uint("bench", a, v, 0, 1u << 24, &o.depth)) return 2;
@@ -473,6 +480,10 @@ int mk_cmd_bench(int argc, char **argv) {
             mk_bench_usage(stderr);
             return 2;
         }
+    }
+    if (o.n == 0 && (o.soak || o.spec || o.breakdown || !o.n_prompt)) {
+        fprintf(stderr, "mk bench: -n 0 leaves only the prompt test (-p N): not with --soak, --spec or --breakdown\n");
+        return 2;
     }
     if (o.soak) return mk_bench_soak(&o);
     if (!o.ctx_given && o.depth + o.n > o.ctx) o.ctx = o.depth + o.n;
