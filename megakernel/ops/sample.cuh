@@ -51,40 +51,28 @@ __device__ int32_t mk_sample_greedy(const struct mk_task_ctx *c) {
     return (int32_t)bi;
 }
 
-/* Top-k by radix selection of the k-th key, then a bitonic sort of the k candidates, then
- * mk_sample_pick on one thread: the CPU executor's choice from the same logits. */
-__device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
-    __shared__ uint32_t sel[4]; /* prefix, remaining, count at prefix, unused */
-    __shared__ uint32_t cnt[2]; /* candidates above the threshold, ties taken */
-    __shared__ uint32_t wcount[MK_BLOCK_WARPS];
-    __shared__ int32_t chosen;
-    const struct mk_instr *in = c->in;
-    const struct mk_step_cmd *cmd = c->cmd;
-    const float *logits = mk_arena(c) + in->buf[1];
-    const uint32_t V = in->args.sample.vocab;
-    uint32_t k =
-        (cmd->top_k <= 0 || cmd->top_k > (int32_t)MK_SAMPLE_MAX_CAND) ? MK_SAMPLE_MAX_CAND : (uint32_t)cmd->top_k;
-    if (k > V) k = V;
-    uint64_t *keys = (uint64_t *)c->smem;                   /* (MK_SAMPLE_MAX_CAND) */
-    float *cl = c->smem + 2u * MK_SAMPLE_MAX_CAND;          /* (MK_SAMPLE_MAX_CAND) logits */
-    int32_t *cid = (int32_t *)(cl + MK_SAMPLE_MAX_CAND);    /* (MK_SAMPLE_MAX_CAND) ids */
-    float *cp = (float *)(cid + MK_SAMPLE_MAX_CAND);        /* (MK_SAMPLE_MAX_CAND) scratch */
-    uint32_t *hist = (uint32_t *)(cp + MK_SAMPLE_MAX_CAND); /* (256) */
-
-    /* The k-th greatest key, 8 bits at a time from the top. */
+/* Radix selection of the k-th greatest key among n logits (v[i * stride]), 8 bits at a time from
+ * the top, down to bit `last`: sel = {prefix, places left at it, keys at it}. Each warp adds its
+ * lanes of one digit in a single atomic: logits crowd into a few digits, and one shared-memory
+ * atomic per element made the selection take longer than the rest of the token. */
+__device__ void mk_sample_radix(const float *v, uint32_t stride, uint32_t n, uint32_t k, int last, uint32_t *hist,
+                                uint32_t *sel) {
     if (threadIdx.x == 0) {
         sel[0] = 0;
         sel[1] = k;
         sel[2] = 0;
     }
     uint32_t mask = 0;
-    for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int shift = 24; shift >= last; shift -= 8) {
         for (uint32_t i = threadIdx.x; i < 256u; i += MK_BLOCK_THREADS) hist[i] = 0;
         __syncthreads();
         const uint32_t prefix = sel[0];
-        for (uint32_t i = threadIdx.x; i < V; i += MK_BLOCK_THREADS) {
-            uint32_t key = mk_logit_key(__ldcg(logits + i));
-            if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
+        for (uint32_t i = threadIdx.x; i < n; i += MK_BLOCK_THREADS) {
+            const uint32_t key = mk_logit_key(__ldcg(v + (uint64_t)i * stride));
+            const bool take = (key & mask) == prefix;
+            const uint32_t d = (key >> shift) & 255u;
+            const uint32_t peers = __match_any_sync(__activemask(), take ? d : 256u);
+            if (take && (threadIdx.x & 31u) == (uint32_t)(__ffs(peers) - 1)) atomicAdd(&hist[d], __popc(peers));
         }
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -102,51 +90,99 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
         mask |= 0xffu << shift;
         __syncthreads();
     }
-    const uint32_t T = sel[0], need_eq = sel[1], n_eq = sel[2];
-    const uint32_t n_gt = k - need_eq;
-    if (threadIdx.x == 0) {
-        cnt[0] = 0;
-        cnt[1] = 0;
-    }
-    __syncthreads();
-    if (n_eq == need_eq) {
+}
+
+/* Top-k, then mk_sample_pick on one thread: the CPU executor's choice from the same logits.
+ * Usually one pass over the logits: at least k of them reach the k-th greatest of the LM head's
+ * tile maxima (found among the few tiles), so every logit at or above it is a candidate, and the
+ * candidates sorted by (logit, lower id) start with the top-k. When k exceeds
+ * the tiles or the candidates overflow their buffer, radix selection over all logits finds the
+ * k-th key exactly. */
+__device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
+    __shared__ uint32_t sel[4]; /* prefix, remaining, count at prefix, unused */
+    __shared__ uint32_t cnt[2]; /* candidates above the threshold, ties taken */
+    __shared__ uint32_t wcount[MK_BLOCK_WARPS];
+    __shared__ int32_t chosen;
+    const struct mk_instr *in = c->in;
+    const struct mk_step_cmd *cmd = c->cmd;
+    const float *logits = mk_arena(c) + in->buf[1];
+    const float *tiles = mk_arena(c) + in->buf[2]; /* (n_tiles, 2): each tile's greatest logit, its id */
+    const uint32_t V = in->args.sample.vocab, L = in->args.sample.n_tiles;
+    uint32_t k =
+        (cmd->top_k <= 0 || cmd->top_k > (int32_t)MK_SAMPLE_MAX_CAND) ? MK_SAMPLE_MAX_CAND : (uint32_t)cmd->top_k;
+    if (k > V) k = V;
+    uint64_t *keys = (uint64_t *)c->smem;                   /* (MK_SAMPLE_MAX_CAND) */
+    float *cl = c->smem + 2u * MK_SAMPLE_MAX_CAND;          /* (MK_SAMPLE_MAX_CAND) logits */
+    int32_t *cid = (int32_t *)(cl + MK_SAMPLE_MAX_CAND);    /* (MK_SAMPLE_MAX_CAND) ids */
+    float *cp = (float *)(cid + MK_SAMPLE_MAX_CAND);        /* (MK_SAMPLE_MAX_CAND) scratch */
+    uint32_t *hist = (uint32_t *)(cp + MK_SAMPLE_MAX_CAND); /* (256) */
+
+    uint32_t n_keys = MK_SAMPLE_MAX_CAND + 1u; /* sorted below; more: not a candidate set */
+    if (k <= L) {
+        mk_sample_radix(tiles, 2u, L, k, 0, hist, sel);
+        const uint32_t T = sel[0];
+        if (threadIdx.x == 0) cnt[0] = 0;
+        __syncthreads();
         for (uint32_t i = threadIdx.x; i < V; i += MK_BLOCK_THREADS) {
-            uint32_t key = mk_logit_key(__ldcg(logits + i));
-            if (key > T)
-                keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
-            else if (key == T)
-                keys[n_gt + atomicAdd(&cnt[1], 1u)] = mk_cand_key(key, i);
-        }
-    } else {
-        /* More ties at the threshold than places: the lowest ids win, so take them in order. */
-        const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-        for (uint32_t base = 0; base < V; base += MK_BLOCK_THREADS) {
-            uint32_t i = base + threadIdx.x;
-            uint32_t key = i < V ? mk_logit_key(__ldcg(logits + i)) : 0u;
-            bool gt = i < V && key > T, eq = i < V && key == T;
-            if (gt) keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
-            uint32_t ball = __ballot_sync(0xffffffffu, eq);
-            if (lane == 0) wcount[warp] = __popc(ball);
-            __syncthreads();
-            uint32_t off = cnt[1];
-            for (uint32_t w = 0; w < warp; w++) off += wcount[w];
-            off += __popc(ball & ((1u << lane) - 1u));
-            if (eq && off < need_eq) keys[n_gt + off] = mk_cand_key(key, i);
-            __syncthreads();
-            if (threadIdx.x == 0) {
-                uint32_t s = cnt[1];
-                for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) s += wcount[w];
-                cnt[1] = s;
+            const uint32_t key = mk_logit_key(__ldcg(logits + i));
+            if (key >= T) {
+                const uint32_t at = atomicAdd(&cnt[0], 1u);
+                if (at < MK_SAMPLE_MAX_CAND) keys[at] = mk_cand_key(key, i);
             }
-            __syncthreads();
         }
+        __syncthreads();
+        n_keys = cnt[0];
+        __syncthreads(); /* cnt is reused below */
     }
-    __syncthreads();
+    if (n_keys > MK_SAMPLE_MAX_CAND || n_keys < k) {
+        mk_sample_radix(logits, 1u, V, k, 0, hist, sel);
+        const uint32_t T = sel[0], need_eq = sel[1], n_eq = sel[2];
+        const uint32_t n_gt = k - need_eq;
+        if (threadIdx.x == 0) {
+            cnt[0] = 0;
+            cnt[1] = 0;
+        }
+        __syncthreads();
+        if (n_eq == need_eq) {
+            for (uint32_t i = threadIdx.x; i < V; i += MK_BLOCK_THREADS) {
+                uint32_t key = mk_logit_key(__ldcg(logits + i));
+                if (key > T)
+                    keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
+                else if (key == T)
+                    keys[n_gt + atomicAdd(&cnt[1], 1u)] = mk_cand_key(key, i);
+            }
+        } else {
+            /* More ties at the threshold than places: the lowest ids win, so take them in order. */
+            const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+            for (uint32_t base = 0; base < V; base += MK_BLOCK_THREADS) {
+                uint32_t i = base + threadIdx.x;
+                uint32_t key = i < V ? mk_logit_key(__ldcg(logits + i)) : 0u;
+                bool gt = i < V && key > T, eq = i < V && key == T;
+                if (gt) keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
+                uint32_t ball = __ballot_sync(0xffffffffu, eq);
+                if (lane == 0) wcount[warp] = __popc(ball);
+                __syncthreads();
+                uint32_t off = cnt[1];
+                for (uint32_t w = 0; w < warp; w++) off += wcount[w];
+                off += __popc(ball & ((1u << lane) - 1u));
+                if (eq && off < need_eq) keys[n_gt + off] = mk_cand_key(key, i);
+                __syncthreads();
+                if (threadIdx.x == 0) {
+                    uint32_t s = cnt[1];
+                    for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) s += wcount[w];
+                    cnt[1] = s;
+                }
+                __syncthreads();
+            }
+        }
+        n_keys = k;
+        __syncthreads();
+    }
 
     /* Bitonic sort, descending, padded to a power of two with keys below every real one. */
     uint32_t P = 1;
-    while (P < k) P <<= 1;
-    for (uint32_t i = k + threadIdx.x; i < P; i += MK_BLOCK_THREADS) keys[i] = 0;
+    while (P < n_keys) P <<= 1;
+    for (uint32_t i = n_keys + threadIdx.x; i < P; i += MK_BLOCK_THREADS) keys[i] = 0;
     __syncthreads();
     for (uint32_t size = 2; size <= P; size <<= 1) {
         for (uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
