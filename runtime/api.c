@@ -704,7 +704,9 @@ enum mk_status mk_session_logits(struct mk_session *s, float *out, size_t cap) {
 }
 
 struct mk_timings mk_session_timings(const struct mk_session *s) {
-    return s->timings;
+    struct mk_timings t = s->timings;
+    t.last_step_device_ms = (double)s->backend->last_step_ns / 1e6;
+    return t;
 }
 
 enum mk_backend_kind mk_session_backend_kind(const struct mk_session *s) { return s->backend->kind; }

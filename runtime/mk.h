@@ -324,11 +324,12 @@ struct mk_timings {
     double prompt_ms;
     uint32_t n_eval; /* decode steps of generated tokens */
     double eval_ms;
-    uint32_t n_generated;    /* tokens passed to the callback */
-    uint32_t n_prompt_steps; /* steps the prompt tokens took (fewer than n_prompt with chunk steps) */
-    uint32_t n_spec_steps;   /* speculative verification steps */
-    uint32_t n_drafted;      /* tokens they proposed */
-    uint32_t n_accepted;     /* ... and of those, the ones greedy decoding agreed with */
+    uint32_t n_generated;       /* tokens passed to the callback */
+    uint32_t n_prompt_steps;    /* steps the prompt tokens took (fewer than n_prompt with chunk steps) */
+    uint32_t n_spec_steps;      /* speculative verification steps */
+    uint32_t n_drafted;         /* tokens they proposed */
+    uint32_t n_accepted;        /* ... and of those, the ones greedy decoding agreed with */
+    double last_step_device_ms; /* the last step on the backend's own clock (GPU: the device's); 0 where none */
 };
 struct mk_timings mk_session_timings(const struct mk_session *s);
 

@@ -69,7 +69,9 @@ struct mk_soak_params mk_soak_default_params(void) {
 /* Per-token latencies: the time between tokens of one generate call (its first token was sampled
  * by the prompt's last step, so it has none). */
 struct mk_soak_lat {
-    double *ms; /* (cap) */
+    double *ms;  /* (cap) */
+    double *dev; /* (cap) the same steps on the backend's own clock: whether a slow token was the device's */
+    const struct mk_session *s;
     size_t n, cap;
     uint64_t last;
     bool first;
@@ -80,7 +82,10 @@ static int mk_soak_on_token(void *user, int32_t id, const char *piece, size_t le
     (void)id, (void)piece, (void)len;
     struct mk_soak_lat *l = user;
     uint64_t t = mk_soak_now_ns();
-    if (!l->first && l->n < l->cap) l->ms[l->n++] = (double)(t - l->last) / 1e6;
+    if (!l->first && l->n < l->cap) {
+        l->dev[l->n] = mk_session_timings(l->s).last_step_device_ms;
+        l->ms[l->n++] = (double)(t - l->last) / 1e6;
+    }
     l->first = false;
     l->last = t;
     l->tokens++;
@@ -110,6 +115,7 @@ static int mk_soak_session(const struct mk_lm *lm, const struct mk_soak_params *
         enum mk_stop_reason why = MK_STOP_NONE;
         uint32_t n = 0;
         l->first = true;
+        l->s = s;
         if (mk_session_generate(s, (int32_t)(p->tokens - done), mk_soak_on_token, l, &why, &n) != MK_OK ||
             why == MK_STOP_NONE || why == MK_STOP_CANCELLED) {
             snprintf(msg, cap, "session %u: generate (%s): %s", i, mk_stop_reason_str(why), mk_session_last_error(s));
@@ -171,16 +177,28 @@ enum mk_status mk_soak_run(const struct mk_lm *lm, const struct mk_soak_params *
                            struct mk_error *err) {
     memset(r, 0, sizeof *r);
     size_t cap = (size_t)p->sessions * p->tokens;
-    struct mk_soak_lat l = { calloc(cap ? cap : 1, sizeof(double)), 0, cap, 0, true, 0 };
-    struct mk_soak_lat warm = { calloc(p->tokens ? p->tokens : 1, sizeof(double)), 0, p->tokens, 0, true, 0 };
-    if (!l.ms || !warm.ms) {
+    struct mk_soak_lat l = {
+        calloc(cap ? cap : 1, sizeof(double)), calloc(cap ? cap : 1, sizeof(double)), NULL, 0, cap, 0, true, 0
+    };
+    struct mk_soak_lat warm = { calloc(p->tokens ? p->tokens : 1, sizeof(double)),
+                                calloc(p->tokens ? p->tokens : 1, sizeof(double)),
+                                NULL,
+                                0,
+                                p->tokens,
+                                0,
+                                true,
+                                0 };
+    if (!l.ms || !warm.ms || !l.dev || !warm.dev) {
         free(l.ms);
+        free(l.dev);
         free(warm.ms);
+        free(warm.dev);
         return mk_error_set(err, MK_ERR_NOMEM, "soak: out of memory for %zu latencies", cap);
     }
     /* Resident before the baseline: pages of the latency buffer touched during the run would
      * otherwise count as growth (1.6 MB for 100 x 2000 tokens). */
     memset(l.ms, 0xff, cap * sizeof(double));
+    memset(l.dev, 0xff, cap * sizeof(double));
     char msg[512];
     for (uint32_t i = 0; i < p->warmup; i++) {
         warm.n = 0;
@@ -211,8 +229,13 @@ enum mk_status mk_soak_run(const struct mk_lm *lm, const struct mk_soak_params *
     r->p50_ms = mk_soak_pct(l.ms, l.n, 0.50);
     r->p99_ms = mk_soak_pct(l.ms, l.n, 0.99);
     r->max_ms = l.n ? l.ms[l.n - 1] : 0;
+    qsort(l.dev, l.n, sizeof *l.dev, mk_soak_cmp_double);
+    r->dev_p50_ms = mk_soak_pct(l.dev, l.n, 0.50);
+    r->dev_p99_ms = mk_soak_pct(l.dev, l.n, 0.99);
     mk_soak_judge(p, r);
     free(l.ms);
+    free(l.dev);
     free(warm.ms);
+    free(warm.dev);
     return MK_OK;
 }

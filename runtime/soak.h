@@ -31,6 +31,7 @@ struct mk_soak_report {
     uint32_t sessions, errors;
     uint64_t tokens;                    /* generated in the measured sessions */
     double p50_ms, p99_ms, max_ms;      /* per generated token (one decode step and the callback) */
+    double dev_p50_ms, dev_p99_ms;      /* the same steps on the backend's own clock; 0 where it has none */
     double wall_ms_per_token;           /* whole measured run over its tokens (restarts and prompts too) */
     double cpu_ms_per_token;            /* host CPU of every thread of the process, same basis */
     long rss0_kib, rss1_kib;            /* resident memory after warm-up, and at the end */

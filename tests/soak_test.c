@@ -63,6 +63,21 @@ int main(void) {
     /* Nothing of a session outlives it: only the main thread (and TSan's) is left. */
     MK_CHECK_MSG(r.threads0 == own_threads && r.threads1 == own_threads, "threads %d -> %d", r.threads0, r.threads1);
     MK_CHECK(r.p50_ms > 0 && r.p50_ms <= r.p99_ms && r.p99_ms <= r.max_ms);
+    MK_CHECK_MSG(r.dev_p50_ms == 0 && r.dev_p99_ms == 0, "the cpu backend keeps no clock of its own: %g %g",
+                 r.dev_p50_ms, r.dev_p99_ms);
+
+    /* The ref backend times its own steps: each token's step is part of the time between tokens. */
+    struct mk_soak_params q = mk_soak_default_params();
+    q.sessions = 1;
+    q.warmup = 0;
+    q.tokens = 64;
+    q.session.backend = MK_BACKEND_REF;
+    q.rss_floor_kib = 1L << 20;
+    MK_CHECK(mk_soak_run(lm, &q, &r, &err) == MK_OK);
+    printf("soak ref: per token p50 %.3f ms (on its own clock %.3f), p99 %.3f (%.3f)\n", r.p50_ms, r.dev_p50_ms,
+           r.p99_ms, r.dev_p99_ms);
+    MK_CHECK_MSG(r.errors == 0, "first error: %s", r.first_error);
+    MK_CHECK(r.dev_p50_ms > 0 && r.dev_p50_ms <= r.p50_ms && r.dev_p99_ms <= r.p99_ms);
     mk_lm_free(lm);
     return mk_test_finish("soak_test");
 }

@@ -242,13 +242,15 @@ static int mk_bench_soak(const struct mk_bench_opts *o) {
     base = base ? base + 1 : o->model;
     if (o->json) {
         printf("{\"model\":\"%s\",\"backend\":\"%s\",\"sessions\":%u,\"tokens_per_session\":%u,\"tokens\":%" PRIu64
-               ",\"errors\":%u,\"ms_p50\":%.4f,\"ms_p99\":%.4f,\"ms_max\":%.4f,\"wall_ms_per_token\":%.4f,"
+               ",\"errors\":%u,\"ms_p50\":%.4f,\"ms_p99\":%.4f,\"ms_max\":%.4f,\"device_ms_p50\":%.4f,\"device_ms_"
+               "p99\":%.4f,"
+               "\"wall_ms_per_token\":%.4f,"
                "\"host_cpu_ms\":%.4f,\"rss_kib_start\":%ld,\"rss_kib_end\":%ld,\"anon_kib_start\":%ld,\"anon_kib_end\":"
                "%ld,\"fds_start\":%d,\"fds_end\":%d,"
                "\"threads_start\":%d,\"threads_end\":%d,\"pass\":%s,\"verdict\":\"",
                base, mk_backend_kind_name(kind), r.sessions, p.tokens, r.tokens, r.errors, r.p50_ms, r.p99_ms, r.max_ms,
-               r.wall_ms_per_token, r.cpu_ms_per_token, r.rss0_kib, r.rss1_kib, r.anon0_kib, r.anon1_kib, r.fds0,
-               r.fds1, r.threads0, r.threads1, r.verdict[0] ? "false" : "true");
+               r.dev_p50_ms, r.dev_p99_ms, r.wall_ms_per_token, r.cpu_ms_per_token, r.rss0_kib, r.rss1_kib, r.anon0_kib,
+               r.anon1_kib, r.fds0, r.fds1, r.threads0, r.threads1, r.verdict[0] ? "false" : "true");
         for (const char *c = r.verdict; *c; c++) printf(*c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
         printf("\"}\n");
     } else {
@@ -256,6 +258,9 @@ static int mk_bench_soak(const struct mk_bench_opts *o) {
                mk_backend_kind_name(kind), r.sessions, p.tokens, r.tokens, (double)o->temp, r.errors);
         printf("  per token: p50 %.3f ms, p99 %.3f ms, max %.3f ms; wall %.3f ms, host cpu %.3f ms\n", r.p50_ms,
                r.p99_ms, r.max_ms, r.wall_ms_per_token, r.cpu_ms_per_token);
+        if (r.dev_p50_ms > 0)
+            printf("  on the backend's own clock: p50 %.3f ms, p99 %.3f ms (the rest of a token is the host's)\n",
+                   r.dev_p50_ms, r.dev_p99_ms);
         double pct = r.rss0_kib > 0 ? 100.0 / (double)r.rss0_kib : 0.0;
         printf("  resident memory %ld -> %ld KiB (%+.2f %%): anonymous %ld -> %ld KiB (%+.2f %% of resident), "
                "file-backed %ld -> %ld KiB\n",
