@@ -10,6 +10,13 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Host compilers of the tests know no unroll pragma. */
+#ifdef MK_QUANT_NO_CUDA_HEADERS
+#define MK_UNROLL
+#else
+#define MK_UNROLL _Pragma("unroll")
+#endif
+
 /* ggml type ids (core/dtype.h is host C; the ids are ggml's and never change). */
 #define MK_DEV_Q4_0   2u
 #define MK_DEV_Q4_1   3u
@@ -154,6 +161,65 @@ __device__ __forceinline__ float mk_q_value(uint32_t t, const uint8_t *row, uint
         return mk_q_half(b) * (float)((int)ls - 32) * mk_q_iq4(mk_q_nibble32(b + 8u + 16u * k, i));
     }
     default: return 0.0f;
+    }
+}
+
+/* Elements e0 .. e0 + 7 of a row of type t (e0 a multiple of 8): the same values as mk_q_value,
+ * with each block's scales read once for the eight (they share a 32-element sub-block and, where
+ * scales go by 16, its half). The chunk products decode their weight tiles with it. */
+__device__ __forceinline__ void mk_q_value8(uint32_t t, const uint8_t *row, uint32_t e0, float *v) {
+    const uint32_t c = e0 >> 5, i0 = e0 & 31u;
+    switch (t) {
+    case MK_DEV_Q8_0: {
+        const uint8_t *b = row + 34u * c;
+        const float d = mk_q_half(b);
+        MK_UNROLL
+        for (int j = 0; j < 8; j++) v[j] = d * (float)(int8_t)mk_q_u8(b + 2u + i0 + (uint32_t)j);
+        return;
+    }
+    case MK_DEV_Q4_0: {
+        const uint8_t *b = row + 18u * c;
+        const float d = mk_q_half(b);
+        MK_UNROLL
+        for (int j = 0; j < 8; j++) v[j] = (float)((int)mk_q_nibble32(b + 2u, i0 + (uint32_t)j) - 8) * d;
+        return;
+    }
+    case MK_DEV_Q4_K:
+    case MK_DEV_Q5_K: {
+        const bool five = t == MK_DEV_Q5_K;
+        const uint8_t *b = row + (five ? 176u : 144u) * (c >> 3);
+        const uint32_t k = c & 7u;
+        float sc, m;
+        mk_q_scale_min_k4(k, b + 4u, &sc, &m);
+        const float d = mk_q_half(b), dmin = mk_q_half(b + 2u);
+        MK_UNROLL
+        for (int j = 0; j < 8; j++) {
+            const uint32_t i = i0 + (uint32_t)j;
+            const uint32_t byte = mk_q_u8(b + (five ? 48u : 16u) + 32u * (k >> 1) + i);
+            uint32_t q = (k & 1u) ? byte >> 4 : byte & 15u;
+            if (five) q += ((mk_q_u8(b + 16u + i) >> k) & 1u) << 4;
+            v[j] = d * sc * (float)q - dmin * m;
+        }
+        return;
+    }
+    case MK_DEV_Q6_K: {
+        const uint8_t *b = row + 210u * (c >> 3);
+        const uint32_t k = c & 7u, n = k >> 2, kk = k & 3u;
+        const float sc = (float)(int8_t)mk_q_u8(b + 192u + 8u * n + 2u * kk + (i0 >> 4)), d = mk_q_half(b + 208u);
+        MK_UNROLL
+        for (int j = 0; j < 8; j++) {
+            const uint32_t i = i0 + (uint32_t)j;
+            const uint32_t lb = mk_q_u8(b + 64u * n + 32u * (kk & 1u) + i);
+            const uint32_t lo = kk < 2u ? lb & 15u : lb >> 4;
+            const uint32_t hi = (mk_q_u8(b + 128u + 32u * n + i) >> (2u * kk)) & 3u;
+            v[j] = d * sc * (float)((int)(lo | (hi << 4)) - 32);
+        }
+        return;
+    }
+    default:
+        MK_UNROLL
+        for (int j = 0; j < 8; j++) v[j] = mk_q_value(t, row, e0 + (uint32_t)j);
+        return;
     }
 }
 

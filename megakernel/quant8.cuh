@@ -4,13 +4,6 @@
 
 #include "megakernel/quant.cuh"
 
-/* Host compilers of the tests know no unroll pragma. */
-#ifdef MK_QUANT_NO_CUDA_HEADERS
-#define MK_UNROLL
-#else
-#define MK_UNROLL _Pragma("unroll")
-#endif
-
 /* The activations of a block-format matvec, so that the weights' integer quants multiply integers
  * (dp4a, four products per instruction): each 32-element group of x is written as
  * x' = d * (q1 + q2 / 254 + q3 / 254^2) with int8 q1, q2, q3 and d = max|x| / 127. The error,

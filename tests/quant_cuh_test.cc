@@ -31,6 +31,17 @@ static int check_type(uint32_t t, const struct mk_dtype_info *info) {
         }
         mk_quantize_row((enum mk_dtype)t, x.data(), row.data(), n);
         mk_dequantize_row((enum mk_dtype)t, row.data(), host.data(), n);
+        for (int64_t e = 0; e < n; e += 8) { /* the eight-at-a-time decoder of the chunk products */
+            float dev8[8];
+            mk_q_value8(t, row.data(), (uint32_t)e, dev8);
+            for (int j = 0; j < 8; j++)
+                if (memcmp(&dev8[j], &host[e + j], 4) != 0) {
+                    if (bad < 5)
+                        fprintf(stderr, "%s: case %d element %lld: mk_q_value8 %.9g, host %.9g\n", info->name, k,
+                                (long long)(e + j), (double)dev8[j], (double)host[e + j]);
+                    bad++;
+                }
+        }
         for (int64_t e = 0; e < n; e++) {
             float dev = mk_q_value(t, row.data(), (uint32_t)e);
             uint32_t a, b;

@@ -45,6 +45,7 @@ template <int K> __device__ __forceinline__ void mk_mm_split(const float *v, uin
 }
 
 /* 8 neighbouring columns from k of row `row` of w (0 past the end). */
+template <bool BLOCKS> /* block formats may come (the 64-row kernels; the wide ones take bf16 only) */
 __device__ __forceinline__ void mk_mm_fetch_w(const struct mk_wdesc *w, uint32_t row, uint32_t k, float *v) {
     if (row < w->rows && k + 8u <= w->cols && w->vec && w->dtype == MK_DEV_BF16) {
         const uint4 a = __ldg((const uint4 *)(mk_row(w, row) + 2ull * k));
@@ -63,6 +64,10 @@ __device__ __forceinline__ void mk_mm_fetch_w(const struct mk_wdesc *w, uint32_t
         return;
     }
     const uint8_t *rp = mk_row(w, row);
+    if (BLOCKS && k + 8u <= w->cols && mk_layout_is_block_format(w->dtype)) {
+        mk_q_value8(w->dtype, rp, k, v);
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < 8; j++) {
         const uint32_t e = k + (uint32_t)j;
@@ -155,7 +160,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     float wv[FW][8], xv[8];
     auto fetch = [&](uint32_t k0) {
 #pragma unroll
-        for (int f = 0; f < FW; f++) mk_mm_fetch_w(&lw[f], lrow[f], k0 + lk, wv[f]);
+        for (int f = 0; f < FW; f++) mk_mm_fetch_w<BN == 64u>(&lw[f], lrow[f], k0 + lk, wv[f]);
         if (xvec && k0 + lk + 8u <= K) {
             const float4 u = __ldcg((const float4 *)(xrow + k0 + lk)), v = __ldcg((const float4 *)(xrow + k0 + lk) + 1);
             const float z = xin ? 1.0f : 0.0f;
@@ -298,7 +303,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
  * wants more warps; BN 128 (mk_chunk_mm_*_wide): each fragment of x feeds twice the products, for
  * bf16 weights. */
 #define MK_MM_KERNEL(name, mode, bn)                                                            \
-    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, bn == 64u ? 3 : 2)           \
+    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)                           \
         name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
         mk_chunk_mm_body<mode, bn>(&a, &l);                                                     \
     }
