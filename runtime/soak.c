@@ -69,8 +69,9 @@ struct mk_soak_params mk_soak_default_params(void) {
 /* Per-token latencies: the time between tokens of one generate call (its first token was sampled
  * by the prompt's last step, so it has none). */
 struct mk_soak_lat {
-    double *ms;  /* (cap) */
-    double *dev; /* (cap) the same steps on the backend's own clock: whether a slow token was the device's */
+    double *ms;    /* (cap) */
+    double *dev;   /* (cap) the same steps on the backend's own clock: whether a slow token was the device's */
+    uint32_t *pos; /* (cap) the position the token's step evaluated */
     const struct mk_session *s;
     size_t n, cap;
     uint64_t last;
@@ -78,12 +79,19 @@ struct mk_soak_lat {
     uint64_t tokens;
 };
 
+static void mk_soak_lat_free(struct mk_soak_lat *l) {
+    free(l->ms);
+    free(l->dev);
+    free(l->pos);
+}
+
 static int mk_soak_on_token(void *user, int32_t id, const char *piece, size_t len) {
     (void)id, (void)piece, (void)len;
     struct mk_soak_lat *l = user;
     uint64_t t = mk_soak_now_ns();
     if (!l->first && l->n < l->cap) {
         l->dev[l->n] = mk_session_timings(l->s).last_step_device_ms;
+        l->pos[l->n] = mk_session_n_past(l->s) - 1u;
         l->ms[l->n++] = (double)(t - l->last) / 1e6;
     }
     l->first = false;
@@ -177,17 +185,17 @@ enum mk_status mk_soak_run(const struct mk_lm *lm, const struct mk_soak_params *
                            struct mk_error *err) {
     memset(r, 0, sizeof *r);
     size_t cap = (size_t)p->sessions * p->tokens;
-    struct mk_soak_lat l = {
-        calloc(cap ? cap : 1, sizeof(double)), calloc(cap ? cap : 1, sizeof(double)), NULL, 0, cap, 0, true, 0
-    };
-    struct mk_soak_lat warm = { calloc(p->tokens ? p->tokens : 1, sizeof(double)),
-                                calloc(p->tokens ? p->tokens : 1, sizeof(double)),
-                                NULL,
-                                0,
-                                p->tokens,
-                                0,
-                                true,
-                                0 };
+    const size_t wcap = p->tokens ? p->tokens : 1;
+    struct mk_soak_lat l = { .ms = calloc(cap ? cap : 1, sizeof(double)),
+                             .dev = calloc(cap ? cap : 1, sizeof(double)),
+                             .pos = calloc(cap ? cap : 1, sizeof(uint32_t)),
+                             .cap = cap,
+                             .first = true };
+    struct mk_soak_lat warm = { .ms = calloc(wcap, sizeof(double)),
+                                .dev = calloc(wcap, sizeof(double)),
+                                .pos = calloc(wcap, sizeof(uint32_t)),
+                                .cap = p->tokens,
+                                .first = true };
     if (!l.ms || !warm.ms || !l.dev || !warm.dev) {
         free(l.ms);
         free(l.dev);
@@ -199,6 +207,7 @@ enum mk_status mk_soak_run(const struct mk_lm *lm, const struct mk_soak_params *
      * otherwise count as growth (1.6 MB for 100 x 2000 tokens). */
     memset(l.ms, 0xff, cap * sizeof(double));
     memset(l.dev, 0xff, cap * sizeof(double));
+    memset(l.pos, 0xff, cap * sizeof(uint32_t));
     char msg[512];
     for (uint32_t i = 0; i < p->warmup; i++) {
         warm.n = 0;
@@ -225,6 +234,14 @@ enum mk_status mk_soak_run(const struct mk_lm *lm, const struct mk_soak_params *
     r->fds1 = mk_soak_count_fds();
     r->threads1 = mk_soak_count_threads();
     r->sessions = p->sessions;
+    if (p->latencies_path) {
+        FILE *f = fopen(p->latencies_path, "w");
+        if (f) {
+            fprintf(f, "# token position wall_ms device_ms\n");
+            for (size_t i = 0; i < l.n; i++) fprintf(f, "%zu %u %.4f %.4f\n", i, l.pos[i], l.ms[i], l.dev[i]);
+        }
+        if (!f || fclose(f) != 0) mk_soak_say(r, "could not write %s", p->latencies_path);
+    }
     qsort(l.ms, l.n, sizeof *l.ms, mk_soak_cmp_double);
     r->p50_ms = mk_soak_pct(l.ms, l.n, 0.50);
     r->p99_ms = mk_soak_pct(l.ms, l.n, 0.99);
@@ -233,9 +250,7 @@ enum mk_status mk_soak_run(const struct mk_lm *lm, const struct mk_soak_params *
     r->dev_p50_ms = mk_soak_pct(l.dev, l.n, 0.50);
     r->dev_p99_ms = mk_soak_pct(l.dev, l.n, 0.99);
     mk_soak_judge(p, r);
-    free(l.ms);
-    free(l.dev);
-    free(warm.ms);
-    free(warm.dev);
+    mk_soak_lat_free(&l);
+    mk_soak_lat_free(&warm);
     return MK_OK;
 }

@@ -23,6 +23,7 @@ struct mk_soak_params {
         rss_slack_pct; /* allowed growth of anonymous resident memory, in % of all resident memory at the baseline ... */
     long rss_floor_kib;               /* ... but at least this many KiB */
     struct mk_session_params session; /* backend, sampling (temperature > 0), n_ctx, ... */
+    const char *latencies_path;       /* when set: each measured token's position, wall and device ms, one per line */
 };
 /* 100 sessions of 2000 tokens at temperature 0.8, 2 warm-up sessions, 1 % / 256 KiB slack. */
 struct mk_soak_params mk_soak_default_params(void);

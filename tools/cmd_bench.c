@@ -22,8 +22,9 @@
 
 struct mk_bench_opts {
     const char *model;
-    const char *backends; /* comma list or "all" */
-    const char *presets;  /* comma list, used without -m */
+    const char *latencies; /* --soak: each measured token's position, wall and device ms to this file */
+    const char *backends;  /* comma list or "all" */
+    const char *presets;   /* comma list, used without -m */
     const char *dtype;
     uint32_t n, ctx, threads, warmup;
     uint32_t depth; /* tg starts at this position, after depth untimed steps (llama-bench -d) */
@@ -68,13 +69,16 @@ static void mk_bench_usage(FILE *f) {
                "  512, N + n and N + p. -n 0 leaves the prompt test alone (like llama-bench -n 0).\n"
                "\n"
                "       mk bench --soak SESSIONS -m FILE [--backend B] [-n 2000] [--temp 0.8] [--seed 1000] [--ctx N]\n"
-               "                [--threads N] [--json]\n"
+               "                [--threads N] [--json] [--latencies FILE]\n"
                "  Soak: SESSIONS sessions one after another on the loaded model (after 2 warm-up ones),\n"
                "  each generating -n tokens sampled at --temp with seed S + i (the sequence restarts from\n"
                "  the prompt when it ends). Reports per-token p50/p99/max, wall and host CPU ms per token,\n"
                "  resident memory, open files and threads at start and end, and errors; exits 1 on any\n"
                "  error or on growth: anonymous resident memory (heap, caches; not the pages of the binary) by\n"
-               "  more than 1 %% of all resident memory (at least 256 KiB), any file or thread.\n\n"
+               "  more than 1 %% of all resident memory (at least 256 KiB), any file or thread. The per-token\n"
+               "  times are also given on the backend's own clock (the GPU's), so a slow p99 shows whether\n"
+               "  the device or the host took it; --latencies FILE writes every measured token's position,\n"
+               "  wall ms and device ms, one per line.\n\n"
                "  -p N (default 512; 0 = none) adds pp<N>: N prompt tokens from an empty context in chunk\n"
                "  steps of up to --ubatch tokens, as tokens/s, with the time to first token (ttft).\n"
                "  --spec lookup adds greedy decoding of -n tokens with and without prompt-lookup\n"
@@ -231,6 +235,7 @@ static int mk_bench_soak(const struct mk_bench_opts *o) {
     p.session.n_threads = o->threads;
     p.session.n_ctx = o->ctx_given ? o->ctx : 0;
     p.session.sampling.temperature = o->temp;
+    p.latencies_path = o->latencies;
     mk_cli_gpu_params(&o->gpu, &p.session.gpu);
     struct mk_soak_report r;
     int rc = 1;
@@ -469,6 +474,8 @@ int mk_cmd_bench(int argc, char **argv) {
                 fprintf(stderr, "mk bench: --temp '%s' is not a temperature in [0, 100]\n", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--latencies")) {
+            o.latencies = v;
         } else if (!strcmp(a, "--seed")) {
             long long seed = 0;
             if (mk_cli_parse_long(v, 0, INT64_MAX, &seed)) {
