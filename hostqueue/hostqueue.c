@@ -20,8 +20,15 @@
 /* Half the spin window around the due time: fixed part plus a share of the step's length. */
 #define MK_HQ_SPIN_FIXED_NS 10000ull
 #define MK_HQ_SPIN_SHARE    32u
-/* An idle feeder, or a submitter waiting for its answer, polls this long before it blocks. */
+/* An idle feeder polls this long before it blocks. */
 #define MK_HQ_IDLE_SPIN_NS 50000ull
+/* A submitter sleeps in pieces of at most MK_HQ_SLEEP_MAX_NS until this much before its answer
+ * is due (the default timer slack of its thread, 50 us, plus the spin window), spins across the
+ * due time, then sleeps with a backoff, and blocks only once the answer is this late. Blocking
+ * for the whole step (1-2 ms on a GPU) let the idle core sleep deeply: on the H100 host 2-3 % of
+ * tokens then came 0.3-3 ms late, in bursts, while the device's own times stayed flat. */
+#define MK_HQ_SUBMIT_EARLY_NS 60000ull
+#define MK_HQ_SUBMIT_BLOCK_NS 20000000ull
 
 enum mk_hq_state { MK_HQ_QUEUED = 0, MK_HQ_POSTED = 1, MK_HQ_DONE = 2 };
 
@@ -52,7 +59,8 @@ struct mk_hostqueue {
     uint32_t poisoned; /* atomic flag; poison_err is written before it is set */
     struct mk_error poison_err;
     uint32_t seq;         /* commands posted; written by the feeder only */
-    uint64_t step_ns_est; /* feeder only: running mean of recent steps' length, 0 before any */
+    uint64_t step_ns_est; /* written by the feeder, read by submitters (atomics): running mean of recent
+                           * steps' length, 0 before any */
 };
 
 static uint64_t mk_hq_now_ns(void) {
@@ -114,7 +122,8 @@ static enum mk_status mk_hq_wait_done(struct mk_hostqueue *q, struct mk_hq_req *
     const char *what = q->p.what ? q->p.what : "device";
     const uint64_t limit = (uint64_t)(q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS) * 1000000ull;
     const uint64_t t0 = mk_hq_now_ns();
-    const uint64_t est = q->step_ns_est, half = MK_HQ_SPIN_FIXED_NS + est / MK_HQ_SPIN_SHARE;
+    const uint64_t est = __atomic_load_n(&q->step_ns_est, __ATOMIC_RELAXED),
+                   half = MK_HQ_SPIN_FIXED_NS + est / MK_HQ_SPIN_SHARE;
     const uint64_t spin_from = est > half ? est - half : 0, spin_to = est + half;
     uint64_t last_probe = t0, backoff = MK_HQ_SLEEP_MIN_NS;
     for (;;) {
@@ -123,7 +132,7 @@ static enum mk_status mk_hq_wait_done(struct mk_hostqueue *q, struct mk_hq_req *
             req->res.t_start_ns = q->mb->t_start_ns;
             req->res.t_end_ns = q->mb->t_end_ns;
             uint64_t took = mk_hq_now_ns() - t0;
-            q->step_ns_est = est ? est - est / 8 + took / 8 : took;
+            __atomic_store_n(&q->step_ns_est, est ? est - est / 8 + took / 8 : took, __ATOMIC_RELAXED);
             return MK_OK;
         }
         uint64_t now = mk_hq_now_ns(), el = now - t0;
@@ -253,20 +262,33 @@ enum mk_status mk_hostqueue_submit(struct mk_hostqueue *q, const struct mk_step_
     }
     q->ring[q->tail % MK_HQ_CAP] = &req;
     q->tail++;
+    const uint32_t ahead_and_self = q->tail - q->head; /* not counting one the feeder may hold */
     __atomic_store_n(&q->n_queued, q->tail - q->head, __ATOMIC_RELEASE);
     if (q->feeder_sleeping) pthread_cond_signal(&q->cv_feeder);
     pthread_mutex_unlock(&q->mu);
 
-    /* Spin briefly for a fast answer, then block: the feeder broadcasts cv_done on every answer. */
-    uint64_t t0 = mk_hq_now_ns();
-    for (uint32_t i = 1; __atomic_load_n(&req.state, __ATOMIC_ACQUIRE) != MK_HQ_DONE; i++) {
-        if ((i & 63u) == 0 && mk_hq_now_ns() - t0 > MK_HQ_IDLE_SPIN_NS) {
+    /* The answer is due after the requests ahead of this one and its own step; the feeder
+     * broadcasts cv_done on every answer. */
+    const uint64_t t0 = mk_hq_now_ns(), est = __atomic_load_n(&q->step_ns_est, __ATOMIC_RELAXED);
+    const uint64_t due = est * (uint64_t)ahead_and_self, half = MK_HQ_SPIN_FIXED_NS + est / MK_HQ_SPIN_SHARE;
+    const uint64_t spin_from = due > half + MK_HQ_SUBMIT_EARLY_NS ? due - half - MK_HQ_SUBMIT_EARLY_NS : 0;
+    const uint64_t spin_to = due + half;
+    uint64_t backoff = MK_HQ_SLEEP_MIN_NS;
+    while (__atomic_load_n(&req.state, __ATOMIC_ACQUIRE) != MK_HQ_DONE) {
+        const uint64_t el = mk_hq_now_ns() - t0;
+        if (el < spin_from) {
+            const uint64_t left = spin_from - el;
+            mk_hq_sleep_ns(left < MK_HQ_SLEEP_MAX_NS ? left : MK_HQ_SLEEP_MAX_NS);
+        } else if (el < spin_to) {
+            for (int i = 0; i < 64; i++) mk_hq_relax();
+        } else if (el < spin_to + MK_HQ_SUBMIT_BLOCK_NS) {
+            mk_hq_sleep_ns(backoff);
+            if (backoff < MK_HQ_SLEEP_MAX_NS) backoff *= 2;
+        } else {
             pthread_mutex_lock(&q->mu);
             while (__atomic_load_n(&req.state, __ATOMIC_ACQUIRE) != MK_HQ_DONE) pthread_cond_wait(&q->cv_done, &q->mu);
             pthread_mutex_unlock(&q->mu);
-            break;
         }
-        mk_hq_relax();
     }
     if (req.st != MK_OK) {
         if (err) *err = req.err;
