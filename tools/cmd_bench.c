@@ -185,8 +185,11 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
     }
     if (o->n_prompt) {
         struct mk_bench_pp r;
+        struct mk_cpu_span span = mk_cpu_span_start();
         if (mk_bench_pp_run(b, m->cfg.n_vocab, o->n_prompt, o->depth, 3, &r, &err) != MK_OK) goto fail;
         *pp = *row;
+        /* Host CPU per prompt token over the repetitions (their untimed depth steps included). */
+        pp->cpu_ms = mk_cpu_span_ms_per(&span, 3u * o->n_prompt, NULL);
         if (o->depth)
             snprintf(pp->test, sizeof pp->test, "pp%u@d%u", o->n_prompt, o->depth);
         else

@@ -84,7 +84,9 @@ int mk_cmd_trace(int argc, char **argv) {
         return 2;
     }
     if (ubatch > 1 && !cpu) {
-        fprintf(stderr, "mk trace: --ubatch %u needs --backend cpu (the GPU backends run one token per step)\n",
+        fprintf(stderr,
+                "mk trace: --ubatch %u needs --backend cpu (on a GPU, mk run --trace on -v times a chunk step's "
+                "kernels)\n",
                 ubatch);
         return 2;
     }
