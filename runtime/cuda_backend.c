@@ -117,6 +117,7 @@ struct mk_cuda_backend {
      * time per kernel the last chunk step spent, printed with -v. */
     mk_cu_event cev[MK_CUDA_CHUNK_EVENTS];
     uint8_t cev_kernel[MK_CUDA_CHUNK_EVENTS];
+    uint32_t cev_ii[MK_CUDA_CHUNK_EVENTS]; /* the chunk program's instruction of each launch */
     uint32_t n_cev;
 };
 
@@ -771,6 +772,7 @@ static enum mk_status mk_cuda_chunk_launch3(struct mk_cuda_backend *b, enum mk_c
         if (!b->cev[b->n_cev] && MK_CU(b->cu, err, cuEventCreate(&b->cev[b->n_cev], MK_CU_EVENT_DEFAULT)))
             return MK_ERR_CUDA;
         if (MK_CU(b->cu, err, cuEventRecord(b->cev[b->n_cev], b->stream))) return MK_ERR_CUDA;
+        b->cev_ii[b->n_cev] = l.ii;
         b->cev_kernel[b->n_cev++] = (uint8_t)k;
     }
     void *params[2] = { &b->cargs, &l };
@@ -1142,6 +1144,31 @@ enum mk_status mk_backend_cuda_debug_hang(struct mk_backend *base, struct mk_err
     if (st == MK_OK) return mk_error_set(err, MK_ERR_INTERNAL, "the megakernel answered MK_CMD_HANG");
     if (mk_hostqueue_poisoned(b->hq)) mk_cuda_poison(b, st, err);
     return st;
+}
+
+enum mk_status mk_backend_cuda_chunk_trace(struct mk_backend *base, struct mk_cuda_chunk_launch_time *out, uint32_t cap,
+                                           uint32_t *n, struct mk_error *err) {
+    *n = 0;
+    if (!mk_cuda_is_ours(base)) return mk_error_set(err, MK_ERR_INVALID_ARG, "not a CUDA backend");
+    struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
+    if (b->gpu.trace == MK_GPU_TRACE_OFF)
+        return mk_error_set(err, MK_ERR_UNSUPPORTED,
+                            "tracing is off (create the backend with gpu.trace set: mk --trace, or MK_CUDA_TRACE=1)");
+    if (!b->last_chunk || !b->n_cev)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "the last step was not a traced chunk step");
+    if (MK_CU(b->cu, err, cuCtxSetCurrent(b->ctx))) return MK_ERR_CUDA;
+    for (uint32_t i = 0; i < b->n_cev && i < cap; i++) {
+        float s = 0.0f, e = 0.0f;
+        if (MK_CU(b->cu, err, cuEventElapsedTime(&s, b->ev0, b->cev[i])) ||
+            MK_CU(b->cu, err, cuEventElapsedTime(&e, b->ev0, i + 1u < b->n_cev ? b->cev[i + 1u] : b->ev1)))
+            return MK_ERR_CUDA;
+        out[i] = (struct mk_cuda_chunk_launch_time){ .ii = b->cev_ii[i],
+                                                     .kernel = mk_cuda_chunk_names[b->cev_kernel[i]],
+                                                     .start_us = (double)s * 1e3,
+                                                     .end_us = (double)e * 1e3 };
+        *n = i + 1u;
+    }
+    return MK_OK;
 }
 
 enum mk_status mk_backend_cuda_trace(struct mk_backend *base, uint64_t *out, uint32_t n_tasks, struct mk_error *err) {

@@ -52,6 +52,18 @@ enum mk_status mk_backend_cuda_debug_hang(struct mk_backend *b, struct mk_error 
  * before its waits). MK_ERR_UNSUPPORTED when tracing is off. */
 enum mk_status mk_backend_cuda_trace(struct mk_backend *b, uint64_t *out, uint32_t n_tasks, struct mk_error *err);
 
+/* One kernel launch of the last chunk step, timed by events on the stream: from just before it
+ * to just before the next launch (the last one to the step's end), from the step's start. */
+struct mk_cuda_chunk_launch_time {
+    uint32_t ii;        /* the chunk program's instruction */
+    const char *kernel; /* e.g. "mk_chunk_mm_store_wide" */
+    double start_us, end_us;
+};
+/* The launches of the last step, when it was a chunk step and settings.trace is on: at most cap
+ * into out, *n of them (a step's first MK_CUDA_CHUNK_EVENTS - 1 launches are timed). */
+enum mk_status mk_backend_cuda_chunk_trace(struct mk_backend *b, struct mk_cuda_chunk_launch_time *out, uint32_t cap,
+                                           uint32_t *n, struct mk_error *err);
+
 #ifdef __cplusplus
 }
 #endif

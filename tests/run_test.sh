@@ -222,7 +222,10 @@ if [ "$rc" -ne 0 ] || ! grep -q '"cat":"attn_chunk"' "$work/tc.json" || ! grep -
 else
     echo "ok: mk trace --ubatch 4: $(grep -c '"cat":"attn_chunk"' "$work/tc.json") attn_chunk slices"
 fi
-trace_fail "--ubatch on the GPU" 2 "needs --backend cpu" -m "$stories" --ubatch 4
+# A GPU chunk step's trace needs the driver like any GPU trace (its launches are timed on the device).
+MK_CUDA_LIB=libcuda-absent.so.1 trace_fail "--ubatch on the GPU without a driver" 1 "libcuda-absent.so.1 not found" \
+    -m "$stories" --ubatch 4 -o "$work/tg.json"
+[ -e "$work/tg.json" ] && fail "mk trace --ubatch without a driver wrote $work/tg.json"
 
 # mk bench --breakdown: the same per-op table after the cpu backend's row; none for ref.
 "$MK" bench -m "$stories" --backend cpu,ref -n 8 -p 0 --breakdown >"$work/out" 2>"$work/err"

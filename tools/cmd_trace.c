@@ -19,7 +19,8 @@ static void mk_trace_usage(FILE *f) {
             "  Then prints per op kind\n"
             "  the tasks, the summed time of its instructions (first start to last end of each) and\n"
             "  the weight bandwidth over that time. Timestamps cost nothing when not asked for.\n"
-            "  --ubatch N  (cpu) chunk steps of N tokens: the trace shows one chunk step\n"
+            "  --ubatch N  chunk steps of N tokens: the trace shows the last one (cpu: its tasks per\n"
+            "            worker; megakernel: its kernel launches on the stream, timed by events)\n"
             "  --fetch   slices start when the block takes the task, before its waits (default: after\n"
             "            them, so a slice is the task's own work)\n"
             "%s",
@@ -83,13 +84,6 @@ int mk_cmd_trace(int argc, char **argv) {
         fprintf(stderr, "mk trace: -n %u steps of %u tokens do not fit in --ctx %u\n", steps, ubatch, ctx);
         return 2;
     }
-    if (ubatch > 1 && !cpu) {
-        fprintf(stderr,
-                "mk trace: --ubatch %u needs --backend cpu (on a GPU, mk run --trace on -v times a chunk step's "
-                "kernels)\n",
-                ubatch);
-        return 2;
-    }
     if (gs.trace == MK_GPU_TRACE_AT_FETCH) fetch = true; /* --trace fetch says the same */
     gs.trace = fetch ? MK_GPU_TRACE_AT_FETCH : MK_GPU_TRACE_AFTER_WAITS;
     struct mk_error err = { 0 };
@@ -102,6 +96,10 @@ int mk_cmd_trace(int argc, char **argv) {
     if (mk_model_load(path, &m, &err) != MK_OK) {
         fprintf(stderr, "mk trace: %s\n", err.msg);
         return 1;
+    }
+    if (ubatch > 1 && !cpu) {
+        rc = mk_trace_chunk_gpu("trace", m, ubatch, steps, ctx, &gs, out) == 0 ? 0 : 1;
+        goto done;
     }
     if (mk_trace_run("trace", m, cpu, threads, ubatch, steps, ctx, &gs, &p, &tk, &n_tracks, where, sizeof where) != 0)
         goto done;

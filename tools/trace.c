@@ -214,3 +214,119 @@ int mk_trace_run(const char *tool, const struct mk_model *m, bool cpu, uint32_t 
     if (cpu) return mk_trace_run_cpu(tool, m, cp, threads, ubatch, steps, p, tk, n_tracks, where, where_len);
     return mk_trace_run_gpu(tool, m, cp, steps, gs, p, tk, n_tracks, where, where_len);
 }
+
+/* A JSON string's body: the label as is, quotes and backslashes escaped. */
+static void mk_trace_json_str(FILE *f, const char *s) {
+    for (; *s; s++) fprintf(f, *s == '"' || *s == '\\' ? "\\%c" : "%c", *s);
+}
+
+int mk_trace_chunk_gpu(const char *tool, const struct mk_model *m, uint32_t ubatch, uint32_t steps, uint32_t ctx,
+                       const struct mk_gpu_settings *gs, const char *path) {
+    struct mk_error err = { 0 };
+    struct mk_backend_params bp = { 0 };
+    bp.kind = MK_BACKEND_MEGAKERNEL;
+    bp.n_ctx = ctx;
+    bp.ubatch = ubatch;
+    bp.gpu = *gs;
+    if (bp.gpu.trace == MK_GPU_TRACE_OFF) bp.gpu.trace = MK_GPU_TRACE_AFTER_WAITS;
+    struct mk_compile_params cp = mk_compile_default_params();
+    cp.n_ctx = ctx;
+    cp.ubatch = ubatch;
+    struct mk_backend *b = NULL;
+    struct mk_program *p = NULL;
+    struct mk_cuda_chunk_launch_time *lt = NULL;
+    double *first = NULL, *last = NULL;
+    int rc = -1;
+    if (mk_backend_create(m, &bp, &b, &err) != MK_OK) {
+        fprintf(stderr, "mk %s: %s\n", tool, err.msg);
+        return -1;
+    }
+    if (!b->vt->step_chunk || b->ubatch < ubatch) {
+        fprintf(stderr, "mk %s: the %s backend takes no chunk steps of %u tokens here\n", tool, b->vt->name, ubatch);
+        goto done;
+    }
+    struct mk_step_cmd cmd = { 0 };
+    cmd.cmd = MK_CMD_STEP;
+    int32_t toks[MK_UBATCH_MAX], outs[MK_UBATCH_MAX];
+    int32_t tok = m->vocab.bos >= 0 ? m->vocab.bos : 1;
+    for (uint32_t i = 0; i < steps; i++) {
+        /* As the cpu trace: chunk steps of ubatch tokens, each row's token fed back as the next input. */
+        for (uint32_t k = 0; k < ubatch; k++) toks[k] = k ? outs[k - 1] : tok;
+        cmd.pos = (int32_t)(i * ubatch);
+        cmd.token = toks[0];
+        cmd.n_tokens = (uint16_t)ubatch;
+        cmd.n_out = (uint16_t)ubatch;
+        if (b->vt->step_chunk(b, &cmd, toks, outs, &err) != MK_OK) {
+            fprintf(stderr, "mk %s: chunk step %u: %s\n", tool, i, err.msg);
+            goto done;
+        }
+        tok = outs[ubatch - 1];
+    }
+    const uint32_t cap = 4096;
+    uint32_t n = 0;
+    lt = malloc(cap * sizeof *lt);
+    if (!lt || mk_backend_cuda_chunk_trace(b, lt, cap, &n, &err) != MK_OK ||
+        mk_program_compile(m, &cp, &p, &err) != MK_OK) {
+        fprintf(stderr, "mk %s: %s\n", tool, lt ? err.msg : "out of memory");
+        goto done;
+    }
+    first = malloc(p->n_instr * sizeof *first);
+    last = calloc(p->n_instr, sizeof *last);
+    if (!first || !last) goto done;
+    for (uint32_t i = 0; i < p->n_instr; i++) first[i] = -1.0;
+    for (uint32_t c = 0; c < n; c++) {
+        if (lt[c].ii >= p->n_instr) {
+            fprintf(stderr, "mk %s: launch %u names instruction %u of a program of %u\n", tool, c, lt[c].ii,
+                    p->n_instr);
+            goto done;
+        }
+        if (first[lt[c].ii] < 0) first[lt[c].ii] = lt[c].start_us;
+        last[lt[c].ii] = lt[c].end_us;
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "mk %s: cannot write %s: %s\n", tool, path, strerror(errno));
+        goto done;
+    }
+    fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"mk chunk step\"}}");
+    fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"stream\"}}");
+    for (uint32_t c = 0; c < n; c++) {
+        fprintf(f, ",\n{\"name\":\"");
+        mk_trace_json_str(f, p->labels[lt[c].ii]);
+        fprintf(f,
+                "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f,"
+                "\"args\":{\"op\":\"%s\",\"kernel\":\"%s\",\"instr\":%u}}",
+                mk_opcode_name(p->instrs[lt[c].ii].op), lt[c].start_us,
+                lt[c].end_us > lt[c].start_us ? lt[c].end_us - lt[c].start_us : 0.0,
+                mk_opcode_name(p->instrs[lt[c].ii].op), lt[c].kernel, lt[c].ii);
+    }
+    fprintf(f, "\n]}\n");
+    if (fclose(f) != 0) {
+        fprintf(stderr, "mk %s: cannot write %s: %s\n", tool, path, strerror(errno));
+        goto done;
+    }
+    struct mk_trace_op ops[MK_OP_COUNT];
+    memset(ops, 0, sizeof ops);
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        const uint32_t op = p->instrs[i].op;
+        if (op >= MK_OP_COUNT || first[i] < 0) continue;
+        ops[op].tasks += p->task_base[i + 1] - p->task_base[i];
+        ops[op].span_us += last[i] - first[i];
+        ops[op].bytes += mk_program_instr_weight_bytes(p, i);
+    }
+    printf("mk %s: chunk step %u (%u tokens at positions %u..%u) on the %s backend, %u kernel launches, %.1f us -> "
+           "%s\n",
+           tool, steps, ubatch, (steps - 1u) * ubatch, steps * ubatch - 1u, b->vt->name, n, n ? lt[n - 1].end_us : 0.0,
+           path);
+    mk_trace_print_ops(stdout, ops);
+    printf("(time: each instruction's launches, first start to last end, summed; tasks are the chunk program's)\n");
+    rc = 0;
+done:
+    free(first);
+    free(last);
+    free(lt);
+    mk_program_free(p);
+    b->vt->free(b);
+    return rc;
+}

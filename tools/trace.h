@@ -31,6 +31,13 @@ int mk_trace_run(const char *cmd, const struct mk_model *m, bool cpu, uint32_t t
                  uint32_t ctx, const struct mk_gpu_settings *gs, struct mk_program **p, struct mk_trace_task **tk,
                  uint32_t *n_tracks, char *where, size_t where_len);
 
+/* mk trace --ubatch N on a GPU backend: `steps` chunk steps of ubatch tokens from BOS, the last
+ * one's kernel launches timed by stream events, written as a Chrome trace (one track, a slice per
+ * launch named by its instruction) into path, and the per-op table on stdout. 0, or -1 after
+ * printing why (prefixed with tool). */
+int mk_trace_chunk_gpu(const char *tool, const struct mk_model *m, uint32_t ubatch, uint32_t steps, uint32_t ctx,
+                       const struct mk_gpu_settings *gs, const char *path);
+
 /* Per op kind of p: tasks, summed instruction spans and weight bytes (ops has MK_OP_COUNT entries);
  * returns the step's span (first start to last end) in us. */
 double mk_trace_ops(const struct mk_program *p, const struct mk_trace_task *tk, struct mk_trace_op *ops);
