@@ -82,6 +82,21 @@ static inline void mk_hq_relax(void) {
 #endif
 }
 
+/* One pause of a poll for an answer due within [spin_from, spin_to) ns of the start, el ns ago:
+ * sleep towards the window in pieces short enough that the core stays awake, spin across it,
+ * back off after it. */
+static void mk_hq_pause(uint64_t el, uint64_t spin_from, uint64_t spin_to, uint64_t *backoff) {
+    if (el < spin_from) {
+        const uint64_t left = spin_from - el;
+        mk_hq_sleep_ns(left < MK_HQ_SLEEP_MAX_NS ? left : MK_HQ_SLEEP_MAX_NS);
+    } else if (el < spin_to) {
+        for (int i = 0; i < 64; i++) mk_hq_relax();
+    } else {
+        mk_hq_sleep_ns(*backoff);
+        if (*backoff < MK_HQ_SLEEP_MAX_NS) *backoff *= 2;
+    }
+}
+
 static void mk_hq_poison(struct mk_hostqueue *q, const struct mk_error *e) {
     if (__atomic_load_n(&q->poisoned, __ATOMIC_ACQUIRE)) return;
     q->poison_err = *e;
@@ -166,15 +181,7 @@ static enum mk_status mk_hq_wait_done(struct mk_hostqueue *q, struct mk_hq_req *
             mk_hq_poison(q, &req->err);
             return MK_ERR_TIMEOUT;
         }
-        if (el < spin_from) {
-            uint64_t left = spin_from - el;
-            mk_hq_sleep_ns(left < MK_HQ_SLEEP_MAX_NS ? left : MK_HQ_SLEEP_MAX_NS);
-        } else if (el < spin_to) {
-            for (int i = 0; i < 64; i++) mk_hq_relax();
-        } else {
-            mk_hq_sleep_ns(backoff);
-            if (backoff < MK_HQ_SLEEP_MAX_NS) backoff *= 2;
-        }
+        mk_hq_pause(el, spin_from, spin_to, &backoff);
     }
 }
 
@@ -276,14 +283,8 @@ enum mk_status mk_hostqueue_submit(struct mk_hostqueue *q, const struct mk_step_
     uint64_t backoff = MK_HQ_SLEEP_MIN_NS;
     while (__atomic_load_n(&req.state, __ATOMIC_ACQUIRE) != MK_HQ_DONE) {
         const uint64_t el = mk_hq_now_ns() - t0;
-        if (el < spin_from) {
-            const uint64_t left = spin_from - el;
-            mk_hq_sleep_ns(left < MK_HQ_SLEEP_MAX_NS ? left : MK_HQ_SLEEP_MAX_NS);
-        } else if (el < spin_to) {
-            for (int i = 0; i < 64; i++) mk_hq_relax();
-        } else if (el < spin_to + MK_HQ_SUBMIT_BLOCK_NS) {
-            mk_hq_sleep_ns(backoff);
-            if (backoff < MK_HQ_SLEEP_MAX_NS) backoff *= 2;
+        if (el < spin_to + MK_HQ_SUBMIT_BLOCK_NS) {
+            mk_hq_pause(el, spin_from, spin_to, &backoff);
         } else {
             pthread_mutex_lock(&q->mu);
             while (__atomic_load_n(&req.state, __ATOMIC_ACQUIRE) != MK_HQ_DONE) pthread_cond_wait(&q->cv_done, &q->mu);

@@ -112,6 +112,7 @@ static int mk_soak_session(const struct mk_lm *lm, const struct mk_soak_params *
         snprintf(msg, cap, "session %u: create: %s", i, err.msg);
         return -1;
     }
+    l->s = s;
     uint32_t done = 0;
     int rc = 0;
     while (done < p->tokens) {
@@ -123,7 +124,6 @@ static int mk_soak_session(const struct mk_lm *lm, const struct mk_soak_params *
         enum mk_stop_reason why = MK_STOP_NONE;
         uint32_t n = 0;
         l->first = true;
-        l->s = s;
         if (mk_session_generate(s, (int32_t)(p->tokens - done), mk_soak_on_token, l, &why, &n) != MK_OK ||
             why == MK_STOP_NONE || why == MK_STOP_CANCELLED) {
             snprintf(msg, cap, "session %u: generate (%s): %s", i, mk_stop_reason_str(why), mk_session_last_error(s));

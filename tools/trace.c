@@ -215,11 +215,6 @@ int mk_trace_run(const char *tool, const struct mk_model *m, bool cpu, uint32_t 
     return mk_trace_run_gpu(tool, m, cp, steps, gs, p, tk, n_tracks, where, where_len);
 }
 
-/* A JSON string's body: the label as is, quotes and backslashes escaped. */
-static void mk_trace_json_str(FILE *f, const char *s) {
-    for (; *s; s++) fprintf(f, *s == '"' || *s == '\\' ? "\\%c" : "%c", *s);
-}
-
 int mk_trace_chunk_gpu(const char *tool, const struct mk_model *m, uint32_t ubatch, uint32_t steps, uint32_t ctx,
                        const struct mk_gpu_settings *gs, const char *path) {
     struct mk_error err = { 0 };
@@ -292,12 +287,10 @@ int mk_trace_chunk_gpu(const char *tool, const struct mk_model *m, uint32_t ubat
     fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"mk chunk step\"}}");
     fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"stream\"}}");
     for (uint32_t c = 0; c < n; c++) {
-        fprintf(f, ",\n{\"name\":\"");
-        mk_trace_json_str(f, p->labels[lt[c].ii]);
         fprintf(f,
-                "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f,"
+                ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":0,\"ts\":%.3f,\"dur\":%.3f,"
                 "\"args\":{\"op\":\"%s\",\"kernel\":\"%s\",\"instr\":%u}}",
-                mk_opcode_name(p->instrs[lt[c].ii].op), lt[c].start_us,
+                p->labels[lt[c].ii], mk_opcode_name(p->instrs[lt[c].ii].op), lt[c].start_us,
                 lt[c].end_us > lt[c].start_us ? lt[c].end_us - lt[c].start_us : 0.0,
                 mk_opcode_name(p->instrs[lt[c].ii].op), lt[c].kernel, lt[c].ii);
     }

@@ -143,16 +143,16 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
         }
         return;
     }
+    const float *q = mk_arena(c) + in->buf[0] + (uint64_t)kvh * g * hd;
+    const uint32_t kv_dim = c->a->kv_dim;
+    const uint64_t base = (uint64_t)layer * c->a->n_ctx * kv_dim + (uint64_t)kvh * hd;
+    const float *kb = (const float *)c->a->k_cache + base;
+    const float *vb = (const float *)c->a->v_cache + base;
     if (g <= MK_ATTN_WARPS_MAX_G && (hd == 64u || hd == 128u)) {
-        const uint32_t kv_dim = c->a->kv_dim;
-        const uint64_t base = (uint64_t)layer * c->a->n_ctx * kv_dim + (uint64_t)kvh * hd;
-        const float *q = mk_arena(c) + in->buf[0] + (uint64_t)kvh * g * hd;
         if (hd == 64u)
-            mk_attn_warps<2>(c, g, lo, hi, q, (const float *)c->a->k_cache + base, (const float *)c->a->v_cache + base,
-                             out, kvh * g, b, nb);
+            mk_attn_warps<2>(c, g, lo, hi, q, kb, vb, out, kvh * g, b, nb);
         else
-            mk_attn_warps<4>(c, g, lo, hi, q, (const float *)c->a->k_cache + base, (const float *)c->a->v_cache + base,
-                             out, kvh * g, b, nb);
+            mk_attn_warps<4>(c, g, lo, hi, q, kb, vb, out, kvh * g, b, nb);
         return;
     }
     const uint32_t tile = mk_layout_attn_tile(hd), stride = hd + 4u, stage = 2u * tile * stride;
@@ -163,11 +163,6 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
     float *ms = sc + mk_layout_align4(g * tile); /* (g) running maxima */
     float *ls = ms + mk_layout_align4(g);        /* (g) running sums of p */
     float *rs = ls + mk_layout_align4(g);        /* (g) this tile's rescale of the sums */
-    const float *q = mk_arena(c) + in->buf[0] + (uint64_t)kvh * g * hd;
-    const uint32_t kv_dim = c->a->kv_dim;
-    const uint64_t base = (uint64_t)layer * c->a->n_ctx * kv_dim + (uint64_t)kvh * hd;
-    const float *kb = (const float *)c->a->k_cache + base;
-    const float *vb = (const float *)c->a->v_cache + base;
     const float scale = 1.0f / sqrtf((float)hd);
     const uint32_t n_tiles = (hi - lo + tile - 1u) / tile;
     for (uint32_t k = 0; k + 1u < MK_ATTN_STAGES; k++) {

@@ -52,10 +52,10 @@ __device__ int32_t mk_sample_greedy(const struct mk_task_ctx *c) {
 }
 
 /* Radix selection of the k-th greatest key among n logits (v[i * stride]), 8 bits at a time from
- * the top, down to bit `last`: sel = {prefix, places left at it, keys at it}. Each warp adds its
+ * the top: sel = {the key, places left at it, keys equal to it}. Each warp adds its
  * lanes of one digit in a single atomic: logits crowd into a few digits, and one shared-memory
  * atomic per element made the selection take longer than the rest of the token. */
-__device__ void mk_sample_radix(const float *v, uint32_t stride, uint32_t n, uint32_t k, int last, uint32_t *hist,
+__device__ void mk_sample_radix(const float *v, uint32_t stride, uint32_t n, uint32_t k, uint32_t *hist,
                                 uint32_t *sel) {
     if (threadIdx.x == 0) {
         sel[0] = 0;
@@ -63,7 +63,7 @@ __device__ void mk_sample_radix(const float *v, uint32_t stride, uint32_t n, uin
         sel[2] = 0;
     }
     uint32_t mask = 0;
-    for (int shift = 24; shift >= last; shift -= 8) {
+    for (int shift = 24; shift >= 0; shift -= 8) {
         for (uint32_t i = threadIdx.x; i < 256u; i += MK_BLOCK_THREADS) hist[i] = 0;
         __syncthreads();
         const uint32_t prefix = sel[0];
@@ -119,7 +119,7 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
 
     uint32_t n_keys = MK_SAMPLE_MAX_CAND + 1u; /* sorted below; more: not a candidate set */
     if (k <= L) {
-        mk_sample_radix(tiles, 2u, L, k, 0, hist, sel);
+        mk_sample_radix(tiles, 2u, L, k, hist, sel);
         const uint32_t T = sel[0];
         if (threadIdx.x == 0) cnt[0] = 0;
         __syncthreads();
@@ -135,7 +135,7 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
         __syncthreads(); /* cnt is reused below */
     }
     if (n_keys > MK_SAMPLE_MAX_CAND || n_keys < k) {
-        mk_sample_radix(logits, 1u, V, k, 0, hist, sel);
+        mk_sample_radix(logits, 1u, V, k, hist, sel);
         const uint32_t T = sel[0], need_eq = sel[1], n_eq = sel[2];
         const uint32_t n_gt = k - need_eq;
         if (threadIdx.x == 0) {
