@@ -53,12 +53,12 @@ struct mk_cpu_exec {
     uint32_t n_threads; /* workers, the caller of step included (it is worker 0) */
     pthread_t *threads; /* (n_threads - 1) */
     uint32_t n_started;
-    float *arena;             /* (arena_floats) */
-    float *k_cache, *v_cache; /* (layer, n_ctx, kv_dim) */
-    bool owns_kv;             /* false: another executor's cache (mk_cpu_exec_create_shared_kv) */
-    uint32_t last_n_out;      /* output rows of the last step */
-    float *scratch;           /* (n_threads, scratch_floats) */
-    uint32_t scratch_floats;  /* ... of which the last row_floats are the worker's dequantized row */
+    float *arena;            /* (arena_floats) */
+    void *k_cache, *v_cache; /* kv_type (layer, n_ctx, kv_dim) */
+    bool owns_kv;            /* false: another executor's cache (mk_cpu_exec_create_shared_kv) */
+    uint32_t last_n_out;     /* output rows of the last step */
+    float *scratch;          /* (n_threads, scratch_floats) */
+    uint32_t scratch_floats; /* ... of which the last row_floats are the worker's dequantized row */
     uint32_t row_floats;
     uint32_t *counters; /* (n_counters) only grow */
     uint64_t work;      /* dynamic schedule: next global task index */
@@ -238,6 +238,7 @@ static struct mk_cpu_ctx mk_cpu_ctx_of(struct mk_cpu_exec *e, uint32_t id) {
         .arena = e->arena,
         .k_cache = e->k_cache,
         .v_cache = e->v_cache,
+        .kv_type = p->kv_type,
         .n_ctx = p->n_ctx,
         .cmd = &e->state.cmd,
         .scratch = e->scratch + (size_t)id * e->scratch_floats,
@@ -357,8 +358,9 @@ static enum mk_status mk_cpu_exec_make(const struct mk_program *prog, uint32_t n
     e->last_n_out = 1;
     for (uint32_t i = 0; i < prog->n_weights; i++)
         if (prog->weights[i].cols > e->row_floats) e->row_floats = prog->weights[i].cols;
+    if (2u * prog->kv_dim > e->row_floats) e->row_floats = 2u * prog->kv_dim;
     e->scratch_floats = mk_cpu_scratch_floats(prog) + e->row_floats;
-    size_t kv = (size_t)prog->n_layer * prog->n_ctx * prog->kv_dim;
+    size_t kv = (size_t)prog->n_layer * prog->n_ctx * prog->kv_dim, kv_elem = mk_kv_type_size(prog->kv_type);
     e->threads = calloc(n_threads, sizeof *e->threads);
     e->arena = mk_mem_alloc_big((size_t)prog->arena_floats * sizeof(float));
     e->owns_kv = !kv_owner;
@@ -366,14 +368,15 @@ static enum mk_status mk_cpu_exec_make(const struct mk_program *prog, uint32_t n
         e->k_cache = kv_owner->k_cache;
         e->v_cache = kv_owner->v_cache;
     } else {
-        e->k_cache = mk_mem_alloc_big(kv * sizeof(float));
-        e->v_cache = mk_mem_alloc_big(kv * sizeof(float));
+        e->k_cache = mk_mem_alloc_big(kv * kv_elem);
+        e->v_cache = mk_mem_alloc_big(kv * kv_elem);
     }
     e->scratch = mk_mem_alloc_big((size_t)n_threads * e->scratch_floats * sizeof(float));
     e->counters = calloc(prog->n_counters, sizeof *e->counters);
     if (!e->threads || !e->arena || !e->k_cache || !e->v_cache || !e->scratch || !e->counters) {
         mk_cpu_exec_free(e);
-        return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the cpu executor (KV cache %zu floats)", 2 * kv);
+        return mk_error_set(err, MK_ERR_NOMEM, "out of memory for the cpu executor (KV cache %zu bytes)",
+                            2 * kv * kv_elem);
     }
     for (uint32_t i = 1; i < n_threads; i++) {
         struct mk_cpu_worker *wk = malloc(sizeof *wk);
@@ -421,10 +424,13 @@ enum mk_status mk_cpu_exec_create_shared_kv(const struct mk_program *prog, uint3
                                             struct mk_cpu_exec *kv_owner, struct mk_cpu_exec **out,
                                             struct mk_error *err) {
     const struct mk_program *o = kv_owner->prog;
-    if (o->n_layer != prog->n_layer || o->n_ctx != prog->n_ctx || o->kv_dim != prog->kv_dim)
+    if (o->n_layer != prog->n_layer || o->n_ctx != prog->n_ctx || o->kv_dim != prog->kv_dim ||
+        o->kv_type != prog->kv_type)
         return mk_error_set(err, MK_ERR_INVALID_ARG,
-                            "cannot share a KV cache of (%u layers, %u positions, %u) with a program of (%u, %u, %u)",
-                            o->n_layer, o->n_ctx, o->kv_dim, prog->n_layer, prog->n_ctx, prog->kv_dim);
+                            "cannot share a KV cache of (%u layers, %u positions, %u, type %d) with a program of (%u, "
+                            "%u, %u, type %d)",
+                            o->n_layer, o->n_ctx, o->kv_dim, (int)o->kv_type, prog->n_layer, prog->n_ctx, prog->kv_dim,
+                            (int)prog->kv_type);
     return mk_cpu_exec_make(prog, n_threads, kv_owner, out, err);
 }
 
@@ -628,6 +634,7 @@ enum mk_status mk_backend_create_cpu(const struct mk_model *m, const struct mk_b
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_workers = threads;
     cp.n_ctx = bp->n_ctx;
+    cp.kv_type = bp->kv_type;
     enum mk_status st = mk_program_compile(m, &cp, &cb->prog, err);
     if (st == MK_OK) st = mk_cpu_exec_create(cb->prog, threads, &cb->exec, err);
     cp.ubatch = bp->ubatch ? bp->ubatch : MK_CPU_DEFAULT_UBATCH;

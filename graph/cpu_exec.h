@@ -11,12 +11,14 @@
 /* What one worker's task sees: host addresses of everything plus its own scratch. */
 struct mk_cpu_ctx {
     const struct mk_weight_ref *weights;
-    float *arena;             /* (arena_floats) */
-    float *k_cache, *v_cache; /* (layer, n_ctx, kv_dim) */
+    float *arena;            /* (arena_floats) */
+    void *k_cache, *v_cache; /* kv_type (layer, n_ctx, kv_dim) */
+    enum mk_kv_type kv_type;
     uint32_t n_ctx;
     const struct mk_step_cmd *cmd;
     float *scratch;  /* per worker: see mk_cpu_exec_create */
-    float *row;      /* per worker: (max weight cols) one dequantized weight row */
+    float *row;      /* per worker: (max weight cols, at least 2 kv_dim) one dequantized weight row, or
+                      * attention's K and V rows widened to f32 */
     uint32_t ubatch; /* the program's tokens per step (1: one-token program) */
 };
 

@@ -109,6 +109,14 @@ static void mk_cpu_qkv_epilogue(const struct mk_cpu_ctx *c, const struct mk_args
     }
 }
 
+/* Element i of a KV cache, rounded to nearest even as the GPU's __float2half_rn when the cache is f16. */
+static void mk_cpu_kv_store(const struct mk_cpu_ctx *c, void *cache, uint64_t i, float v) {
+    if (c->kv_type == MK_KV_F16)
+        ((uint16_t *)cache)[i] = mk_fp32_to_fp16(v);
+    else
+        ((float *)cache)[i] = v;
+}
+
 static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *wq = &c->weights[in->weight[1]], *wk = &c->weights[in->weight[2]],
                                *wv = &c->weights[in->weight[3]];
@@ -136,11 +144,19 @@ static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, ui
             if (r < q_dim)
                 c->arena[in->buf[1] + (uint64_t)i * q_dim + r] = o[r - lo];
             else if (r < q_dim + kv_dim)
-                c->k_cache[kv_row + r - q_dim] = o[r - lo];
+                mk_cpu_kv_store(c, c->k_cache, kv_row + r - q_dim, o[r - lo]);
             else
-                c->v_cache[kv_row + r - q_dim - kv_dim] = o[r - lo];
+                mk_cpu_kv_store(c, c->v_cache, kv_row + r - q_dim - kv_dim, o[r - lo]);
         }
     }
+}
+
+/* n elements of a KV cache from element i on, widened to f32 (the cache's own floats as they are). */
+static const float *mk_cpu_kv_row(const struct mk_cpu_ctx *c, const void *cache, uint64_t i, uint32_t n, float *buf) {
+    if (c->kv_type == MK_KV_F32) return (const float *)cache + i;
+    const uint16_t *h = (const uint16_t *)cache + i;
+    for (uint32_t d = 0; d < n; d++) buf[d] = mk_fp16_to_fp32(h[d]);
+    return buf;
 }
 
 /* Attention of q (kv head kvh) over split b of the layer's positions up to pos, as (o[hd], m, l). */
@@ -151,8 +167,9 @@ static void mk_cpu_attn_block(const struct mk_cpu_ctx *c, const struct mk_args_a
     float m = -INFINITY, l = 0.0f, scale = 1.0f / sqrtf((float)hd);
     for (uint32_t d = 0; d < hd; d++) o[d] = 0.0f;
     for (uint32_t j = lo; j < hi; j++) {
-        const float *k = c->k_cache + ((uint64_t)layer * c->n_ctx + (uint64_t)j) * kv_dim + (uint64_t)kvh * hd;
-        const float *v = c->v_cache + ((uint64_t)layer * c->n_ctx + (uint64_t)j) * kv_dim + (uint64_t)kvh * hd;
+        const uint64_t at = ((uint64_t)layer * c->n_ctx + (uint64_t)j) * kv_dim + (uint64_t)kvh * hd;
+        const float *k = mk_cpu_kv_row(c, c->k_cache, at, hd, c->row);
+        const float *v = mk_cpu_kv_row(c, c->v_cache, at, hd, c->row + hd);
         float s = 0.0f;
         for (uint32_t d = 0; d < hd; d++) s += q[d] * k[d];
         s *= scale;

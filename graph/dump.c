@@ -44,6 +44,12 @@ uint64_t mk_program_instr_weight_bytes(const struct mk_program *p, uint32_t i) {
 /* A weight index for JSON: -1 for none. */
 static int mk_dump_widx(uint32_t w) { return w == MK_NO_WEIGHT ? -1 : (int)w; }
 
+uint32_t mk_kv_type_size(enum mk_kv_type t) { return t == MK_KV_F16 ? 2u : 4u; }
+
+uint64_t mk_program_kv_bytes(const struct mk_program *p) {
+    return 2ull * p->n_layer * p->n_ctx * p->kv_dim * mk_kv_type_size(p->kv_type);
+}
+
 uint64_t mk_program_weight_bytes(const struct mk_program *p) {
     uint64_t b = 0;
     for (uint32_t i = 0; i < p->n_instr; i++) b += mk_program_instr_weight_bytes(p, i);
@@ -107,7 +113,8 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
         for (int k = 0; k < 2; k++) waits += p->instrs[i].wait[k].ctr != MK_NO_COUNTER;
     }
     uint64_t wbytes = mk_program_weight_bytes(p);
-    uint64_t kv_bytes = 2ull * p->n_layer * p->n_ctx * p->kv_dim * sizeof(float);
+    uint64_t kv_bytes = mk_program_kv_bytes(p);
+    const char *kv_name = p->kv_type == MK_KV_F16 ? "f16" : "f32";
     const char *sched = p->schedule == MK_SCHED_STATIC ? "static" : "dynamic";
     const uint32_t ubatch = p->ubatch > 1 ? p->ubatch : 1;
     if (json) {
@@ -136,9 +143,10 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
         }
         fprintf(f,
                 "],\"totals\":{\"instructions\":%u,\"tasks\":%u,\"counters\":%u,\"waits\":%u,\"barriers\":%u,"
-                "\"weight_bytes\":%" PRIu64 ",\"arena_bytes\":%" PRIu64 ",\"kv_cache_bytes\":%" PRIu64 "}}\n",
-                p->n_instr, p->n_tasks, p->n_counters, waits, barriers, wbytes, (uint64_t)p->arena_floats * 4,
-                kv_bytes);
+                "\"weight_bytes\":%" PRIu64 ",\"arena_bytes\":%" PRIu64 ",\"kv_cache_bytes\":%" PRIu64
+                ",\"kv_type\":\"%s\"}}\n",
+                p->n_instr, p->n_tasks, p->n_counters, waits, barriers, wbytes, (uint64_t)p->arena_floats * 4, kv_bytes,
+                kv_name);
         return;
     }
     fprintf(f, "program: ABI v%u, %u workers, %s schedule, context %u, %u token%s per step\n", MK_ABI_VERSION,
@@ -162,6 +170,7 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
     fprintf(f, "totals: %u instructions, %u tasks, %u counters, %u waits, %u barriers per %s\n", p->n_instr, p->n_tasks,
             p->n_counters, waits, barriers, per);
     fprintf(f,
-            "weights read per %s: %" PRIu64 " bytes (%.3f GB); arena %" PRIu64 " bytes; KV cache %" PRIu64 " bytes\n",
-            per, wbytes, wbytes / 1e9, (uint64_t)p->arena_floats * 4, kv_bytes);
+            "weights read per %s: %" PRIu64 " bytes (%.3f GB); arena %" PRIu64 " bytes; KV cache %" PRIu64
+            " bytes (%s)\n",
+            per, wbytes, wbytes / 1e9, (uint64_t)p->arena_floats * 4, kv_bytes, kv_name);
 }

@@ -530,6 +530,7 @@ enum mk_status mk_graph_lower(const struct mk_graph *g, const struct mk_compile_
     prog->n_ctx = p->n_ctx;
     prog->n_layer = c->n_layer;
     prog->kv_dim = c->n_head_kv * c->head_dim;
+    prog->kv_type = p->kv_type;
     prog->n_embd = c->n_embd;
     prog->vocab = c->n_vocab;
     for (uint32_t i = 0; i < n; i++)
@@ -587,6 +588,7 @@ struct mk_compile_params mk_compile_default_params(void) {
     p.n_workers = 4;
     p.n_ctx = 512;
     p.schedule = MK_SCHED_DYNAMIC;
+    p.kv_type = MK_KV_F16;
     return p;
 }
 
@@ -599,6 +601,9 @@ enum mk_status mk_program_compile(const struct mk_model *m, const struct mk_comp
         return mk_error_set(err, MK_ERR_UNSUPPORTED,
                             "compile: head_dim %u / rope dims %u must be even, rope <= head_dim, rope scale %g > 0",
                             m->cfg.head_dim, m->cfg.n_rot, (double)m->cfg.rope_freq_scale);
+    if (p->kv_type != MK_KV_F32 && p->kv_type != MK_KV_F16)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "compile: KV cache type %d (want f32 = 0 or f16 = 1)",
+                            (int)p->kv_type);
     if (p->ubatch > MK_UBATCH_MAX)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "compile: ubatch %u is over the limit of %u tokens per step",
                             p->ubatch, MK_UBATCH_MAX);

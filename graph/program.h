@@ -36,6 +36,7 @@ struct mk_compile_params {
                               * slower on the H100, see BENCHMARKS.md) */
     uint32_t ubatch;           /* most tokens per step (a chunk program, see megakernel/abi.h); 0 or 1:
                                 * the one-token program; a chunk program ignores fuse_attn_output */
+    enum mk_kv_type kv_type;   /* the KV cache's elements; default MK_KV_F16 */
 };
 struct mk_compile_params mk_compile_default_params(void);
 
@@ -50,7 +51,8 @@ struct mk_program {
     uint32_t n_weights;
     uint32_t arena_floats;
     uint32_t n_ctx, n_layer, kv_dim, n_embd, vocab;
-    uint32_t logits_off; /* arena offset of the (vocab) logits */
+    enum mk_kv_type kv_type; /* elements of the KV cache the program writes and reads */
+    uint32_t logits_off;     /* arena offset of the (vocab) logits */
     enum mk_schedule schedule;
     uint32_t n_workers;
     uint32_t *sched_offsets; /* (n_workers + 1), static schedule only */
@@ -73,6 +75,11 @@ enum mk_status mk_program_validate(const struct mk_program *p, struct mk_error *
 
 /* Human-readable (or JSON) listing with per-op tasks, bytes, counters, barriers and totals. */
 void mk_program_dump(const struct mk_program *p, FILE *f, bool json);
+
+/* Bytes of the program's K and V caches together. */
+uint64_t mk_program_kv_bytes(const struct mk_program *p);
+/* Bytes of one KV cache element of type t (4 or 2). */
+uint32_t mk_kv_type_size(enum mk_kv_type t);
 
 /* Weight bytes the program reads per step (each weight table entry once). */
 uint64_t mk_program_weight_bytes(const struct mk_program *p);

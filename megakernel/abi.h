@@ -19,8 +19,10 @@
  *    EMBED buf[1] (the step's tokens) and SAMPLE buf[3] (one token per output row). A program of
  *    one token per step is the same as in version 3.
  * 5: ATTN_PARTIAL tasks are (KV head, split) and a split's positions grow with pos (mk_attn_span),
- *    so a step's attention costs what its positions cost, not what n_ctx does. */
-#define MK_ABI_VERSION 5u
+ *    so a step's attention costs what its positions cost, not what n_ctx does.
+ * 6: the KV cache holds f16 or f32 elements (mk_kernel_args.kv_type): NORM_QKV_ROPE rounds k and v
+ *    to the cache's type, attention widens them back to f32. */
+#define MK_ABI_VERSION 6u
 
 #define MK_NO_COUNTER 0xffffffffu
 #define MK_NO_WEIGHT  0xffffffffu
@@ -324,6 +326,16 @@ enum mk_trace_mode {
     MK_TRACE_AT_FETCH = 1,    /* when the block took the task, before its waits (a tuning aid) */
 };
 
+#ifndef MK_KV_TYPE_DEFINED
+#define MK_KV_TYPE_DEFINED
+/* Elements of the KV cache (the values are ggml's type ids). f16, as llama.cpp's default, halves
+ * the bytes attention reads per position; f32 keeps k and v exactly as computed. */
+enum mk_kv_type {
+    MK_KV_F32 = 0,
+    MK_KV_F16 = 1,
+};
+#endif /* MK_KV_TYPE_DEFINED */
+
 /* Test only: what the megakernel does wrong on purpose (megakernel/fault.cuh). The values are
  * those of enum mk_fault_kind in graph/executor.h. */
 enum mk_kernel_fault {
@@ -343,8 +355,8 @@ struct mk_kernel_args {
     uint64_t weights;       /* const struct mk_weight_ref[] */
     uint64_t counters;      /* uint32_t[n_counters], zero at launch */
     uint64_t arena;         /* float[arena_floats] */
-    uint64_t k_cache;       /* float (layer, n_ctx, kv_dim) */
-    uint64_t v_cache;       /* float (layer, n_ctx, kv_dim) */
+    uint64_t k_cache;       /* kv_type (layer, n_ctx, kv_dim) */
+    uint64_t v_cache;       /* kv_type (layer, n_ctx, kv_dim) */
     uint64_t step_state;    /* struct mk_step_state */
     uint64_t mailbox;       /* struct mk_mailbox (device-mapped host memory), or 0 */
     uint64_t work;          /* uint64_t work counter for dynamic scheduling, zero at launch */
@@ -371,7 +383,7 @@ struct mk_kernel_args {
     uint32_t rope_freqs; /* ... and the weight index of the frequency divisors it applied, or MK_NO_WEIGHT */
     uint32_t fault_kind; /* test only: enum mk_kernel_fault the megakernel injects; 0 = none */
     uint32_t fault_step; /* ... at the start of this step, in its last block */
-    uint32_t reserved0;
+    uint32_t kv_type;    /* elements of k_cache and v_cache: MK_KV_F32 or MK_KV_F16 */
 };
 MK_STATIC_ASSERT(sizeof(struct mk_kernel_args) == 184, "mk_kernel_args is 184 bytes");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, watch) == 104, "mk_kernel_args.watch at 104");
@@ -381,5 +393,6 @@ MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, rope_pairs) == 152, "mk_kernel_
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, trace_mode) == 160, "mk_kernel_args.trace_mode at 160");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, rope_freqs) == 168, "mk_kernel_args.rope_freqs at 168");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, fault_kind) == 172, "mk_kernel_args.fault_kind at 172");
+MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, kv_type) == 180, "mk_kernel_args.kv_type at 180");
 
 #endif

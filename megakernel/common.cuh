@@ -319,6 +319,11 @@ __device__ __forceinline__ void mk_cp_async16(void *dst, const void *src, uint32
     uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
+/* 8 bytes (an f16 KV cache's four elements): cp.async.cg takes only 16. */
+__device__ __forceinline__ void mk_cp_async8(void *dst, const void *src) {
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
+}
 __device__ __forceinline__ void mk_cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void mk_cp_async_wait_stages(void) {
     asm volatile("cp.async.wait_group %0;" ::"n"(MK_QSTAGES - 1) : "memory");
@@ -327,6 +332,76 @@ __device__ __forceinline__ void mk_cp_async_wait_stages(void) {
 __device__ __forceinline__ void mk_cp_async_wait_attn(void) {
     asm volatile("cp.async.wait_group %0;" ::"n"(MK_ATTN_STAGES - 2) : "memory");
 }
+
+/* The two f16 halves of a word, low first, as f32 (no address taken: a cast through memory put
+ * the attention's rows on the stack). */
+__device__ __forceinline__ float2 mk_h2_to_f2(uint32_t u) {
+    return make_float2(__half2float(__ushort_as_half((unsigned short)(u & 0xffffu))),
+                       __half2float(__ushort_as_half((unsigned short)(u >> 16))));
+}
+
+/* KV cache elements (mk_kernel_args.kv_type: float or __half) widened to f32. Four at p: 16-byte
+ * aligned for f32, 8 for f16; p may point to shared or global memory. */
+__device__ __forceinline__ float4 mk_kv_ld4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 mk_kv_ld4(const __half *p) {
+    const uint2 u = *(const uint2 *)p;
+    const float2 a = mk_h2_to_f2(u.x), b = mk_h2_to_f2(u.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+/* ... the same from global memory past L1 (the cache is written by other blocks in the step) */
+__device__ __forceinline__ float4 mk_kv_ldcg4(const float *p) { return __ldcg((const float4 *)p); }
+__device__ __forceinline__ float4 mk_kv_ldcg4(const __half *p) {
+    const uint2 u = __ldcg((const uint2 *)p);
+    const float2 a = mk_h2_to_f2(u.x), b = mk_h2_to_f2(u.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+__device__ __forceinline__ float mk_kv_ld1(const float *p) { return *p; }
+__device__ __forceinline__ float mk_kv_ld1(const __half *p) { return __half2float(*p); }
+/* Rounds to nearest even as the CPU executor's mk_fp32_to_fp16. */
+__device__ __forceinline__ void mk_kv_st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void mk_kv_st(__half *p, float v) { *p = __float2half_rn(v); }
+
+/* VW consecutive elements of a K or V row as one lane holds them: loaded in one instruction
+ * (8 or 16 bytes of f32, 4 or 8 of f16) and widened when used. */
+template <typename KV, int VW> struct mk_kv_lane;
+template <> struct mk_kv_lane<float, 2> {
+    float2 v;
+    __device__ __forceinline__ void load(const float *p) { v = __ldcg((const float2 *)p); }
+    __device__ __forceinline__ void get(float *f) const {
+        f[0] = v.x;
+        f[1] = v.y;
+    }
+};
+template <> struct mk_kv_lane<float, 4> {
+    float4 v;
+    __device__ __forceinline__ void load(const float *p) { v = __ldcg((const float4 *)p); }
+    __device__ __forceinline__ void get(float *f) const {
+        f[0] = v.x;
+        f[1] = v.y;
+        f[2] = v.z;
+        f[3] = v.w;
+    }
+};
+template <> struct mk_kv_lane<__half, 2> {
+    uint32_t v;
+    __device__ __forceinline__ void load(const __half *p) { v = __ldcg((const unsigned int *)p); }
+    __device__ __forceinline__ void get(float *f) const {
+        const float2 a = mk_h2_to_f2(v);
+        f[0] = a.x;
+        f[1] = a.y;
+    }
+};
+template <> struct mk_kv_lane<__half, 4> {
+    uint2 v;
+    __device__ __forceinline__ void load(const __half *p) { v = __ldcg((const uint2 *)p); }
+    __device__ __forceinline__ void get(float *f) const {
+        const float2 a = mk_h2_to_f2(v.x), b = mk_h2_to_f2(v.y);
+        f[0] = a.x;
+        f[1] = a.y;
+        f[2] = b.x;
+        f[3] = b.y;
+    }
+};
 
 /* A warp's cursor: its k-th row of the segments (k = warp, warp + MK_BLOCK_WARPS, ...) and the
  * chunk of that row. */

@@ -207,7 +207,7 @@ __device__ __forceinline__ void mk_fetch_instr(const struct mk_kernel_args *a, u
     for (int i = 0; i < (int)(sizeof(struct mk_instr) / 16u); i++) d[i] = __ldg(src + i);
 }
 
-__device__ void mk_run_op(const struct mk_task_ctx *c) {
+__device__ __forceinline__ void mk_run_op(const struct mk_task_ctx *c) {
     switch (c->in->op) {
     case MK_OP_NOP: break;
     case MK_OP_EMBED: mk_op_embed(c); break;

@@ -232,6 +232,7 @@ struct mk_session_params mk_session_default_params(void) {
         .sampling = { .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = MK_SEED_RANDOM },
         .verbose = 0,
         .ignore_eog = 0,
+        .kv_type = MK_KV_F16,
     };
     return p;
 }
@@ -280,6 +281,9 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
     if (p->fault.kind < MK_FAULT_NONE || p->fault.kind > MK_FAULT_BAD_ADDRESS)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: fault.kind = %d (want 0 to 4)",
                             (int)p->fault.kind);
+    if (p->kv_type != MK_KV_F16 && p->kv_type != MK_KV_F32)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: kv_type = %d (want MK_KV_F16 or MK_KV_F32)",
+                            (int)p->kv_type);
     if (p->gpu.trace < 0 || p->gpu.trace > 2)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: gpu.trace = %d (want 0, 1 or 2)",
                             p->gpu.trace);
@@ -302,6 +306,7 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
         .verbose = p->verbose,
         .gpu = mk_api_gpu_settings(&p->gpu),
         .fault = p->fault,
+        .kv_type = p->kv_type,
     };
     enum mk_status st = mk_backend_create(lm->model, &bp, &s->backend, err);
     if (st != MK_OK) {

@@ -63,6 +63,7 @@ struct mk_cuda_backend {
     const struct mk_cuda *cu;
     int verbose;
     struct mk_gpu_settings gpu;
+    enum mk_kv_type kv_type; /* of the KV cache */
     mk_cu_device dev;
     mk_cu_context ctx;
     mk_cu_module mod;
@@ -281,6 +282,7 @@ static enum mk_status mk_cuda_compile(const struct mk_model *m, const struct mk_
     if (b->gpu.attn_block) cp.attn_block = b->gpu.attn_block;
     if (b->gpu.attn_splits) cp.attn_splits = b->gpu.attn_splits;
     cp.fuse_attn_output = b->gpu.fuse_attn_output;
+    cp.kv_type = b->kv_type;
     return mk_program_compile(m, &cp, out, err);
 }
 
@@ -414,7 +416,7 @@ static enum mk_status mk_cuda_upload_weights(struct mk_cuda_backend *b, struct m
         st = MK_ERR_CUDA;
         goto done;
     }
-    uint64_t kv = 2ull * p->n_layer * p->n_ctx * p->kv_dim * sizeof(float);
+    uint64_t kv = mk_program_kv_bytes(p);
     uint64_t other = (uint64_t)p->arena_floats * 4u + (uint64_t)p->n_instr * sizeof *p->instrs +
                      (uint64_t)p->n_counters * 4u + (uint64_t)p->n_tasks * 24u + (uint64_t)p->n_ctx * 512u +
                      (uint64_t)p->n_weights * sizeof *table;
@@ -460,7 +462,7 @@ done:
 static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_error *err) {
     const struct mk_program *p = b->prog;
     enum mk_status st;
-    size_t kv = (size_t)p->n_layer * p->n_ctx * p->kv_dim * sizeof(float);
+    size_t kv = (size_t)(mk_program_kv_bytes(p) / 2u);
     if ((st = mk_cuda_upload_weights(b, err)) != MK_OK) return st;
     if ((st = mk_cuda_upload(b, &b->d_instrs, p->instrs, (size_t)p->n_instr * sizeof *p->instrs, "instructions", err)))
         return st;
@@ -503,6 +505,7 @@ static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_
     a->n_workers = p->n_workers;
     a->n_ctx = p->n_ctx;
     a->kv_dim = p->kv_dim;
+    a->kv_type = (uint32_t)p->kv_type;
     a->n_layer = p->n_layer;
     a->vocab = p->vocab;
     a->fault_kind = (uint32_t)b->fault.kind;
@@ -1237,6 +1240,7 @@ static enum mk_status mk_cuda_backend_new(const struct mk_cuda *cu, const struct
     b->gpu = bp->gpu;
     b->watchdog_ms = bp->watchdog_ms;
     b->fault = bp->fault;
+    b->kv_type = bp->kv_type;
     b->ubatch_asked = bp->ubatch;
     b->base.vt = vt;
     b->base.kind = bp->kind;
@@ -1380,6 +1384,7 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     cp.n_workers = b->info.grid;
     cp.n_ctx = b->base.n_ctx;
     cp.ubatch = ubatch;
+    cp.kv_type = b->kv_type;
     enum mk_status st = mk_program_compile(m, &cp, &b->cprog, err);
     if (st == MK_OK) st = mk_cuda_check_program(b->cprog, err);
     if (st != MK_OK) {

@@ -90,6 +90,16 @@ struct mk_fault {
 };
 #endif /* MK_FAULT_DEFINED */
 
+#ifndef MK_KV_TYPE_DEFINED
+#define MK_KV_TYPE_DEFINED
+/* Elements of the KV cache (the values are ggml's type ids). f16, as llama.cpp's default, halves
+ * the bytes attention reads per position; f32 keeps k and v exactly as computed. */
+enum mk_kv_type {
+    MK_KV_F32 = 0,
+    MK_KV_F16 = 1,
+};
+#endif /* MK_KV_TYPE_DEFINED */
+
 /* ---- Models ---- */
 
 struct mk_lm; /* a loaded model and its tokenizer */
@@ -246,11 +256,12 @@ struct mk_session_params {
      * sticky CUDA error that ends CUDA for the whole process (new sessions are refused with it); an
      * error ends the kernel without a trap, so a new session works. */
     struct mk_fault fault;
-    uint32_t ubatch;  /* most tokens per step for prompts and speculation (like llama.cpp's micro-batch);
+    uint32_t ubatch;         /* most tokens per step for prompts and speculation (like llama.cpp's micro-batch);
                        * 0 = the backend's default (cpu 32, GPU 512, ref 1);
                        * 1 = one token per step */
-    int spec;         /* enum mk_spec; default MK_SPEC_OFF */
-    uint32_t n_draft; /* most tokens one speculation proposes; 0 = 8; at most ubatch - 1 are used */
+    int spec;                /* enum mk_spec; default MK_SPEC_OFF */
+    uint32_t n_draft;        /* most tokens one speculation proposes; 0 = 8; at most ubatch - 1 are used */
+    enum mk_kv_type kv_type; /* the KV cache's elements; default MK_KV_F16 (as llama.cpp's) */
 };
 struct mk_session_params mk_session_default_params(void);
 

@@ -24,6 +24,7 @@ struct mk_ref {
     float *logits;      /* (n_vocab) */
     float *key_cache;   /* (layer, ctx, kv_dim) */
     float *value_cache; /* (layer, ctx, kv_dim) */
+    bool kv_f16;        /* k and v go through f16 on their way into the cache, as in an f16 cache */
     int has_logits;
 };
 
@@ -115,6 +116,11 @@ static void mk_ref_forward(struct mk_ref *r, int32_t token, int32_t pos) {
         const float *ff = c->has_rope_freqs ? (const float *)m->rope_freqs.data : NULL;
         mk_ref_rope(r->q, c->n_head, hd, pos, c, ff);
         mk_ref_rope(k_here, c->n_head_kv, hd, pos, c, ff);
+        if (r->kv_f16)
+            for (size_t i = 0; i < kv_dim; i++) {
+                k_here[i] = mk_fp16_to_fp32(mk_fp32_to_fp16(k_here[i]));
+                v_here[i] = mk_fp16_to_fp32(mk_fp32_to_fp16(v_here[i]));
+            }
 
         for (uint32_t h = 0; h < c->n_head; h++) {
             const float *qh = r->q + (size_t)h * hd;
@@ -254,6 +260,7 @@ enum mk_status mk_backend_create_ref(const struct mk_model *m, const struct mk_b
     r->base.kind = MK_BACKEND_REF;
     r->base.n_ctx = n_ctx;
     r->m = m;
+    r->kv_f16 = p->kv_type == MK_KV_F16;
     const size_t q_dim = (size_t)c->n_head * c->head_dim;
     const size_t kv_dim = (size_t)c->n_head_kv * c->head_dim;
     const size_t cache = (size_t)c->n_layer * n_ctx * kv_dim;

@@ -44,7 +44,7 @@ static void check_chunk_program(const char *name, const struct mk_model *m, uint
     struct mk_program *one = compile(m, workers, sched, 1), *chunk = compile(m, workers, sched, U);
     struct mk_cpu_exec *e1 = NULL, *ec = NULL;
     struct mk_backend *ref = NULL;
-    struct mk_backend_params bp = { .kind = MK_BACKEND_REF, .n_ctx = N_CTX };
+    struct mk_backend_params bp = { .kind = MK_BACKEND_REF, .n_ctx = N_CTX, .kv_type = MK_KV_F16 };
     int32_t ids[70], outs[8];
     float *want = malloc((size_t)n * vocab * sizeof *want), *ref_logits = malloc(vocab * sizeof *ref_logits);
     int32_t want_tok[70];
@@ -67,7 +67,9 @@ static void check_chunk_program(const char *name, const struct mk_model *m, uint
         double e = mk_test_rel_err(want + (size_t)i * vocab, ref_logits, vocab);
         if (e > worst_ref) worst_ref = e;
     }
-    MK_CHECK_MSG(worst_ref < 1e-5, "%s: one-token program differs from the reference by %.3g", name, worst_ref);
+    /* The f16 cache: sums that differ in their last bits now and then round a k or v element to the
+     * neighbouring half (program_test says more), so the reference is close, the executors exact. */
+    MK_CHECK_MSG(worst_ref < 1e-3, "%s: one-token program differs from the reference by %.3g", name, worst_ref);
     double worst = 0;
     uint32_t steps = 0;
     for (uint32_t i = 0, k = 0; i < n; i += k, steps++) {
@@ -256,7 +258,7 @@ static void check_api(const char *name, const char *path) {
         MK_CHECK_MSG(all[k]->n == base.n && !memcmp(all[k]->ids, base.ids, base.n * sizeof base.ids[0]),
                      "%s: %s output differs from token-by-token greedy decoding", name, what[k]);
         double e = mk_test_rel_err(all[k]->logits, base.logits, vocab);
-        MK_CHECK_MSG(e < 1e-5, "%s: %s: final logits differ by %.3g", name, what[k], e);
+        MK_CHECK_MSG(e < (k == 0 ? 1e-3 : 1e-5), "%s: %s: final logits differ by %.3g", name, what[k], e);
     }
     /* To a full context: drafts are cut at its end. */
     session_run(lm, MK_BACKEND_CPU, 1, MK_SPEC_OFF, 64, prompt, 10, -1, &base_full);

@@ -74,7 +74,7 @@ block() { # FILE GUARD
     awk -v g="$2" '$0 == "#ifndef " g { on = 1 } on { print } on && $0 ~ "^#endif.*" g { exit }' "$1"
 }
 for pair in core/status.h:MK_STATUS_TYPES_DEFINED graph/executor.h:MK_BACKEND_KIND_DEFINED \
-    graph/executor.h:MK_FAULT_DEFINED; do
+    graph/executor.h:MK_FAULT_DEFINED megakernel/abi.h:MK_KV_TYPE_DEFINED; do
     file=${pair%%:*}
     guard=${pair#*:}
     a=$(block "$file" "$guard")

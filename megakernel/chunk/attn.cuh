@@ -54,7 +54,7 @@ __device__ __forceinline__ void mk_chunk_attn_body(const struct mk_kernel_args &
     const uint32_t span = (end + KT * splits - 1u) / (KT * splits) * KT, ps = min(end, blockIdx.z * span),
                    pe = min(end, ps + span);
     const uint64_t layer0 = (uint64_t)at.layer * a.n_ctx;
-    const float *kc = (const float *)a.k_cache + kvh * hd, *vc = (const float *)a.v_cache + kvh * hd;
+    const bool f16 = a.kv_type == MK_KV_F16;
     const float scale = 1.0f / sqrtf((float)hd);
     const uint32_t hd4 = hd / 4u;
     for (uint32_t p0 = ps; p0 < pe; p0 += KT) {
@@ -62,9 +62,11 @@ __device__ __forceinline__ void mk_chunk_attn_body(const struct mk_kernel_args &
         const uint32_t nk = min(KT, pe - p0);
         for (uint32_t k = threadIdx.x; k < KT * hd4; k += MK_BLOCK_THREADS) {
             const uint32_t j = k / hd4, d = 4u * (k % hd4);
-            const uint64_t off = (layer0 + p0 + min(j, nk - 1u)) * a.kv_dim + d;
-            *(float4 *)(ks + j * ld + d) = __ldcg((const float4 *)(kc + off));
-            *(float4 *)(vs + j * ld + d) = __ldcg((const float4 *)(vc + off));
+            const uint64_t off = (layer0 + p0 + min(j, nk - 1u)) * a.kv_dim + kvh * hd + d;
+            *(float4 *)(ks + j * ld + d) =
+                f16 ? mk_kv_ldcg4((const __half *)a.k_cache + off) : mk_kv_ldcg4((const float *)a.k_cache + off);
+            *(float4 *)(vs + j * ld + d) =
+                f16 ? mk_kv_ldcg4((const __half *)a.v_cache + off) : mk_kv_ldcg4((const float *)a.v_cache + off);
         }
         __syncthreads();
         float s[RW];

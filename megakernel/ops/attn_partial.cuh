@@ -4,33 +4,46 @@
 
 #include "megakernel/common.cuh"
 
-/* The K and V rows of positions t0 .. t0 + n into stage buffers with 16-byte asynchronous copies;
- * the caller commits the group. Rows n .. tile of the buffers keep stale data that nothing reads. */
-__device__ __forceinline__ void mk_attn_issue(float *ks, float *vs, const float *kb, const float *vb, uint32_t t0,
-                                              uint32_t n, uint32_t hd, uint32_t kv_dim) {
+/* The K and V rows of positions t0 .. t0 + n into stage buffers with asynchronous copies of four
+ * elements (16 bytes of f32, 8 of f16); the caller commits the group. Rows n .. tile of the buffers
+ * keep stale data that nothing reads. */
+template <typename KV>
+__device__ __forceinline__ void mk_attn_issue(KV *ks, KV *vs, const KV *kb, const KV *vb, uint32_t t0, uint32_t n,
+                                              uint32_t hd, uint32_t kv_dim) {
     const uint32_t q4 = hd / 4u, stride = hd + 4u;
     for (uint32_t i = threadIdx.x; i < n * q4; i += MK_BLOCK_THREADS) {
         const uint32_t j = i / q4, e = (i % q4) * 4u;
         const uint64_t off = (uint64_t)(t0 + j) * kv_dim + e;
-        mk_cp_async16(ks + j * stride + e, kb + off, 16u);
-        mk_cp_async16(vs + j * stride + e, vb + off, 16u);
+        if (sizeof(KV) == 4u) {
+            mk_cp_async16(ks + j * stride + e, kb + off, 16u);
+            mk_cp_async16(vs + j * stride + e, vb + off, 16u);
+        } else {
+            mk_cp_async8(ks + j * stride + e, kb + off);
+            mk_cp_async8(vs + j * stride + e, vb + off);
+        }
     }
 }
 
 /* Heads of this many query heads per KV head and head_dim = 32 * VW take mk_attn_warps. */
 #define MK_ATTN_WARPS_MAX_G 8
 
+/* Positions per warp batch of mk_attn_warps: 16 / VW rows of f32, 32 / VW of f16 (the same bytes
+ * in flight; 32 / VW rows of f32 spilled). */
+#ifndef MK_ATTN_F16_ROWS
+#define MK_ATTN_F16_ROWS 32
+#endif
+
 /* The split with no shared-memory tiles and no block barriers until the end: warp w takes the
- * batches w, w + 8, ... of U = 16 / VW positions, lane l holds dimensions l, l + 32, ... of
- * every row, a batch's K and V rows load into registers together (U x 2 rows in flight per warp), and
+ * batches w, w + 8, ... of U positions, lane l holds dimensions VW l .. VW l + VW - 1 of every
+ * row, a batch's K and V rows load into registers together (U x 2 rows in flight per warp), and
  * each warp keeps its own running (o, m, l) per query head; the warps' partials merge in shared
  * memory. The tiled path spent three barriers and a shared-memory round trip per 32 positions:
  * at position 4000 about 2.5 us a tile, a third of the read bandwidth. */
-template <int VW>
+template <int VW, typename KV>
 __device__ __forceinline__ void mk_attn_warps(const struct mk_task_ctx *c, uint32_t g, uint32_t lo, uint32_t hi,
-                                              const float *q, const float *kb, const float *vb, float *out, uint32_t h0,
+                                              const float *q, const KV *kb, const KV *vb, float *out, uint32_t h0,
                                               uint32_t b, uint32_t nb) {
-    constexpr int U = 16 / VW; /* positions per batch: 8 at head_dim 64, 4 at 128 */
+    constexpr int U = (sizeof(KV) == 4u ? 16 : MK_ATTN_F16_ROWS) / VW;
     constexpr int G = MK_ATTN_WARPS_MAX_G;
     constexpr uint32_t hd = 32u * VW;
     const uint32_t kv_dim = c->a->kv_dim, warp = threadIdx.x / 32u, lane = threadIdx.x % 32u;
@@ -42,23 +55,23 @@ __device__ __forceinline__ void mk_attn_warps(const struct mk_task_ctx *c, uint3
         l[h] = 0.0f;
 #pragma unroll
         for (int e = 0; e < VW; e++) {
-            qr[h][e] = (uint32_t)h < g ? __ldcg(q + h * hd + e * 32u + lane) : 0.0f;
+            qr[h][e] = (uint32_t)h < g ? __ldcg(q + h * hd + lane * VW + e) : 0.0f;
             o[h][e] = 0.0f;
         }
     }
-    float kc[U][VW], vc[U][VW];
+    mk_kv_lane<KV, VW> kr[U], vr[U];
     const uint32_t n_batches = (hi - lo + U - 1u) / U;
     for (uint32_t bi = warp; bi < n_batches; bi += MK_BLOCK_WARPS) {
         const uint32_t t0 = lo + bi * U;
 #pragma unroll
         for (int u = 0; u < U; u++) { /* past hi: row hi - 1 again, its score masked below */
-            const uint64_t off = (uint64_t)min(t0 + u, hi - 1u) * kv_dim + lane;
-#pragma unroll
-            for (int e = 0; e < VW; e++) {
-                kc[u][e] = __ldcg(kb + off + e * 32u);
-                vc[u][e] = __ldcg(vb + off + e * 32u);
-            }
+            const uint64_t off = (uint64_t)min(t0 + u, hi - 1u) * kv_dim + lane * VW;
+            kr[u].load(kb + off);
+            vr[u].load(vb + off);
         }
+        float kc[U][VW];
+#pragma unroll
+        for (int u = 0; u < U; u++) kr[u].get(kc[u]);
 #pragma unroll
         for (int h = 0; h < G; h++) {
             if ((uint32_t)h >= g) break;
@@ -79,9 +92,11 @@ __device__ __forceinline__ void mk_attn_warps(const struct mk_task_ctx *c, uint3
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const float p = expf(sc[u] - m_new);
+                float vv[VW];
+                vr[u].get(vv);
                 ps += p;
 #pragma unroll
-                for (int e = 0; e < VW; e++) acc[e] = fmaf(p, vc[u][e], acc[e]);
+                for (int e = 0; e < VW; e++) acc[e] = fmaf(p, vv[e], acc[e]);
             }
 #pragma unroll
             for (int e = 0; e < VW; e++) o[h][e] = acc[e];
@@ -97,7 +112,7 @@ __device__ __forceinline__ void mk_attn_warps(const struct mk_task_ctx *c, uint3
         if ((uint32_t)h >= g) break;
         float *row = ws + ((uint64_t)warp * g + h) * w2;
 #pragma unroll
-        for (int e = 0; e < VW; e++) row[e * 32u + lane] = o[h][e];
+        for (int e = 0; e < VW; e++) row[lane * VW + e] = o[h][e];
         if (lane == 0) {
             row[hd] = m[h];
             row[hd + 1u] = l[h];
@@ -123,31 +138,18 @@ __device__ __forceinline__ void mk_attn_warps(const struct mk_task_ctx *c, uint3
  * through MK_ATTN_STAGES tiles: the copies of the next tiles run while one is computed, so a long
  * split keeps its loads in flight instead of waiting a round trip per tile. Inlined like every
  * op: as a call (no spills in ptxas) it made the matvec tasks 25 % slower on the H100. */
-__device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
+template <typename KV>
+__device__ __forceinline__ void mk_attn_split(const struct mk_task_ctx *c, uint32_t lo, uint32_t hi) {
     const struct mk_instr *in = c->in;
     const struct mk_args_attn *at = &in->args.attn;
-    const uint32_t bs = at->block, nb = at->n_blocks, layer = at->layer, hd = at->head_dim;
+    const uint32_t nb = at->n_blocks, layer = at->layer, hd = at->head_dim;
     const uint32_t g = at->n_head / at->n_head_kv, kvh = c->t / nb, b = c->t % nb;
-    const int32_t pos = c->cmd->pos;
-    if (pos < 0 || (uint32_t)pos >= c->a->n_ctx) {
-        mk_device_fail(c->a, c->fail, MK_DEVERR_BAD_POS, (uint32_t)pos);
-        return;
-    }
-    uint32_t lo, hi;
-    mk_attn_span((uint32_t)pos, bs, nb, b, &lo, &hi);
     float *out = mk_arena(c) + in->buf[1]; /* (n_head, n_blocks, hd + 2) */
-    if (lo >= hi) {
-        for (uint32_t i = threadIdx.x; i < g * (hd + 2u); i += MK_BLOCK_THREADS) {
-            const uint32_t h = kvh * g + i / (hd + 2u), e = i % (hd + 2u);
-            out[((uint64_t)h * nb + b) * (hd + 2u) + e] = e == hd ? -INFINITY : 0.0f;
-        }
-        return;
-    }
     const float *q = mk_arena(c) + in->buf[0] + (uint64_t)kvh * g * hd;
     const uint32_t kv_dim = c->a->kv_dim;
     const uint64_t base = (uint64_t)layer * c->a->n_ctx * kv_dim + (uint64_t)kvh * hd;
-    const float *kb = (const float *)c->a->k_cache + base;
-    const float *vb = (const float *)c->a->v_cache + base;
+    const KV *kb = (const KV *)c->a->k_cache + base;
+    const KV *vb = (const KV *)c->a->v_cache + base;
     if (g <= MK_ATTN_WARPS_MAX_G && (hd == 64u || hd == 128u)) {
         if (hd == 64u)
             mk_attn_warps<2>(c, g, lo, hi, q, kb, vb, out, kvh * g, b, nb);
@@ -156,13 +158,14 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
         return;
     }
     const uint32_t tile = mk_layout_attn_tile(hd), stride = hd + 4u, stage = 2u * tile * stride;
-    float *qs = c->smem;                         /* (g, hd) */
-    float *os = qs + mk_layout_align4(g * hd);   /* (g, hd) running sums of p v */
-    float *st = os + mk_layout_align4(g * hd);   /* (MK_ATTN_STAGES, {K, V}, tile, hd + 4) */
-    float *sc = st + MK_ATTN_STAGES * stage;     /* (g, tile) scores, then weights */
-    float *ms = sc + mk_layout_align4(g * tile); /* (g) running maxima */
-    float *ls = ms + mk_layout_align4(g);        /* (g) running sums of p */
-    float *rs = ls + mk_layout_align4(g);        /* (g) this tile's rescale of the sums */
+    float *qs = c->smem;                            /* (g, hd) */
+    float *os = qs + mk_layout_align4(g * hd);      /* (g, hd) running sums of p v */
+    KV *st = (KV *)(os + mk_layout_align4(g * hd)); /* (MK_ATTN_STAGES, {K, V}, tile, hd + 4) KV elements, in
+                                                     * room for f32 ones */
+    float *sc = os + mk_layout_align4(g * hd) + MK_ATTN_STAGES * stage; /* (g, tile) scores, then weights */
+    float *ms = sc + mk_layout_align4(g * tile);                        /* (g) running maxima */
+    float *ls = ms + mk_layout_align4(g);                               /* (g) running sums of p */
+    float *rs = ls + mk_layout_align4(g);                               /* (g) this tile's rescale of the sums */
     const float scale = 1.0f / sqrtf((float)hd);
     const uint32_t n_tiles = (hi - lo + tile - 1u) / tile;
     for (uint32_t k = 0; k + 1u < MK_ATTN_STAGES; k++) {
@@ -187,19 +190,20 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
         {
             const uint32_t k2 = k + MK_ATTN_STAGES - 1u;
             if (k2 < n_tiles) {
-                float *s2 = st + (k2 % MK_ATTN_STAGES) * stage;
+                KV *s2 = st + (k2 % MK_ATTN_STAGES) * stage;
                 mk_attn_issue(s2, s2 + tile * stride, kb, vb, lo + k2 * tile, min(tile, hi - (lo + k2 * tile)), hd,
                               kv_dim);
             }
             mk_cp_async_commit();
         }
-        const float *ks = st + (k % MK_ATTN_STAGES) * stage, *vs = ks + tile * stride;
+        const KV *ks = st + (k % MK_ATTN_STAGES) * stage, *vs = ks + tile * stride;
         for (uint32_t i = threadIdx.x; i < g * n; i += MK_BLOCK_THREADS) {
             const uint32_t hq = i / n, j = i % n;
-            const float4 *kr = (const float4 *)(ks + j * stride), *qr = (const float4 *)(qs + hq * hd);
+            const KV *kr = ks + j * stride;
+            const float4 *qr = (const float4 *)(qs + hq * hd);
             float a0 = 0.0f, a1 = 0.0f;
             for (uint32_t e = 0; e < hd / 4u; e++) {
-                const float4 kv = kr[e], qv = qr[e];
+                const float4 kv = mk_kv_ld4(kr + 4u * e), qv = qr[e];
                 a0 = fmaf(qv.x, kv.x, a0);
                 a1 = fmaf(qv.y, kv.y, a1);
                 a0 = fmaf(qv.z, kv.z, a0);
@@ -236,10 +240,10 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
             float a0 = 0.0f, a1 = 0.0f;
             uint32_t j = 0;
             for (; j + 1u < n; j += 2u) {
-                a0 = fmaf(ph[j], vs[j * stride + d], a0);
-                a1 = fmaf(ph[j + 1u], vs[(j + 1u) * stride + d], a1);
+                a0 = fmaf(ph[j], mk_kv_ld1(vs + j * stride + d), a0);
+                a1 = fmaf(ph[j + 1u], mk_kv_ld1(vs + (j + 1u) * stride + d), a1);
             }
-            if (j < n) a0 = fmaf(ph[j], vs[j * stride + d], a0);
+            if (j < n) a0 = fmaf(ph[j], mk_kv_ld1(vs + j * stride + d), a0);
             os[i] = os[i] * rs[hq] + (a0 + a1);
         }
     }
@@ -249,6 +253,32 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
         out[((uint64_t)h * nb + b) * (hd + 2u) + e] = e < hd ? os[hq * hd + e] : e == hd ? ms[hq] : ls[hq];
     }
     __syncthreads(); /* os is read above by other threads than its writers */
+}
+
+__device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
+    const struct mk_instr *in = c->in;
+    const struct mk_args_attn *at = &in->args.attn;
+    const uint32_t nb = at->n_blocks, hd = at->head_dim;
+    const uint32_t g = at->n_head / at->n_head_kv, kvh = c->t / nb, b = c->t % nb;
+    const int32_t pos = c->cmd->pos;
+    if (pos < 0 || (uint32_t)pos >= c->a->n_ctx) {
+        mk_device_fail(c->a, c->fail, MK_DEVERR_BAD_POS, (uint32_t)pos);
+        return;
+    }
+    uint32_t lo, hi;
+    mk_attn_span((uint32_t)pos, at->block, nb, b, &lo, &hi);
+    if (lo >= hi) {
+        float *out = mk_arena(c) + in->buf[1]; /* (n_head, n_blocks, hd + 2) */
+        for (uint32_t i = threadIdx.x; i < g * (hd + 2u); i += MK_BLOCK_THREADS) {
+            const uint32_t h = kvh * g + i / (hd + 2u), e = i % (hd + 2u);
+            out[((uint64_t)h * nb + b) * (hd + 2u) + e] = e == hd ? -INFINITY : 0.0f;
+        }
+        return;
+    }
+    if (c->a->kv_type == MK_KV_F16)
+        mk_attn_split<__half>(c, lo, hi);
+    else
+        mk_attn_split<float>(c, lo, hi);
 }
 
 #endif

@@ -33,7 +33,7 @@ __device__ __forceinline__ void mk_gate_up_rows(const struct mk_wdesc *gw, const
     }
 }
 
-__device__ void mk_op_norm_gate_up_silu(const struct mk_task_ctx *c) {
+__device__ __forceinline__ void mk_op_norm_gate_up_silu(const struct mk_task_ctx *c) {
     const struct mk_instr *in = c->in;
     struct mk_wdesc gw = mk_weight(c, in->weight[1]);
     struct mk_wdesc uw = mk_weight(c, in->weight[2]);

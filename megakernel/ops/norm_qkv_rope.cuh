@@ -41,15 +41,21 @@ __device__ __forceinline__ void mk_qkv_rows(const struct mk_qkv *q, const float 
     }
 }
 
-/* Element i of the task's rows, to q in the arena or to the KV cache row of this step. */
-__device__ __forceinline__ void mk_qkv_store(const struct mk_qkv *q, uint32_t r, float v, float *qout, float *kc,
-                                             float *vc) {
-    if (r < q->q_dim)
+/* Element i of the task's rows, to q in the arena or to the KV cache row of this step (element
+ * offset cache_row, in the cache's type). */
+__device__ __forceinline__ void mk_qkv_store(const struct mk_task_ctx *c, const struct mk_qkv *q, uint32_t r, float v,
+                                             float *qout, uint64_t cache_row) {
+    if (r < q->q_dim) {
         qout[r] = v;
-    else if (r < q->q_dim + q->kv_dim)
-        kc[r - q->q_dim] = v;
+        return;
+    }
+    const bool is_k = r < q->q_dim + q->kv_dim;
+    const uint64_t i = cache_row + r - q->q_dim - (is_k ? 0u : q->kv_dim);
+    void *cache = (void *)(is_k ? c->a->k_cache : c->a->v_cache);
+    if (c->a->kv_type == MK_KV_F16)
+        mk_kv_st((__half *)cache + i, v);
     else
-        vc[r - q->q_dim - q->kv_dim] = v;
+        mk_kv_st((float *)cache + i, v);
 }
 
 /* cos, sin of pair k's angle pos * rope_scale * rope_base^(-2k/n_rot) / rope_freqs[k]: from the
@@ -98,14 +104,12 @@ __device__ void mk_qkv_epilogue(const struct mk_task_ctx *c, const struct mk_qkv
     }
     float *qout = mk_arena(c) + in->buf[1];
     const uint64_t cache_row = ((uint64_t)qa->layer * c->a->n_ctx + (uint32_t)pos) * q->kv_dim;
-    float *kc = (float *)c->a->k_cache + cache_row;
-    float *vc = (float *)c->a->v_cache + cache_row;
     const bool neox = (qa->flags & MK_QKV_NEOX) != 0;
     const uint32_t half = n_rot / 2u;
     for (uint32_t i = threadIdx.x; i < count; i += MK_BLOCK_THREADS) {
         const uint32_t r = r0 + i;
         if (r >= qk_dim) {
-            mk_qkv_store(q, r, res[i], qout, kc, vc);
+            mk_qkv_store(c, q, r, res[i], qout, cache_row);
             continue;
         }
         const uint32_t dim = (r < q->q_dim ? r : r - q->q_dim) % head_dim;
@@ -113,15 +117,15 @@ __device__ void mk_qkv_epilogue(const struct mk_task_ctx *c, const struct mk_qkv
         const bool rotated = dim < n_rot;
         const bool first = neox ? dim < half : dim % 2u == 0u;
         if (!rotated) {
-            mk_qkv_store(q, r, res[i], qout, kc, vc);
+            mk_qkv_store(c, q, r, res[i], qout, cache_row);
             continue;
         }
         if (!first) continue;
         const uint32_t off = neox ? half : 1u;
         float2 cs = mk_qkv_rope_cs(c, qa, neox ? dim : dim / 2u, pos);
         float a = res[i], b = res[i + off];
-        mk_qkv_store(q, r, a * cs.x - b * cs.y, qout, kc, vc);
-        mk_qkv_store(q, r + off, a * cs.y + b * cs.x, qout, kc, vc);
+        mk_qkv_store(c, q, r, a * cs.x - b * cs.y, qout, cache_row);
+        mk_qkv_store(c, q, r + off, a * cs.y + b * cs.x, qout, cache_row);
     }
 }
 
