@@ -33,6 +33,7 @@ struct mk_bench_spec_params {
     const char *path;
     enum mk_backend_kind kind;
     uint32_t threads, ctx, ubatch, n_draft, n;
+    enum mk_kv_type kv_type;
 };
 
 /* Runs both tasks (res[0] rewrite, res[1] story); MK_OK or the first failure in err. */

@@ -143,3 +143,22 @@ int mk_cli_chunk_flag(const char *cmd, int argc, char **argv, int *i, uint32_t *
     (*i)++;
     return 1;
 }
+
+const char mk_cli_kv_usage[] =
+    "    --kv-type f16|f32   elements of the KV cache (default f16, as llama.cpp's; f32 doubles its\n"
+    "                        memory and the attention's reads)\n";
+
+int mk_cli_kv_flag(const char *cmd, int argc, char **argv, int *i, enum mk_kv_type *kv) {
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (strcmp(a, "--kv-type")) return 0;
+    if (v && !strcmp(v, "f16"))
+        *kv = MK_KV_F16;
+    else if (v && !strcmp(v, "f32"))
+        *kv = MK_KV_F32;
+    else {
+        fprintf(stderr, "mk %s: --kv-type is 'f16' or 'f32', got '%s'\n", cmd, v ? v : "");
+        return -1;
+    }
+    (*i)++;
+    return 1;
+}

@@ -31,6 +31,13 @@ extern const char mk_cli_chunk_usage[];
  * 0 when it is something else, -1 after printing why its value is bad. */
 int mk_cli_chunk_flag(const char *cmd, int argc, char **argv, int *i, uint32_t *ubatch, int *spec, uint32_t *n_draft);
 
+/* Usage line of --kv-type. */
+extern const char mk_cli_kv_usage[];
+
+/* argv[*i] as --kv-type f16|f32 into *kv, *i moved past its value: 1 when it is that flag, 0 when
+ * it is something else, -1 after printing why its value is bad. */
+int mk_cli_kv_flag(const char *cmd, int argc, char **argv, int *i, enum mk_kv_type *kv);
+
 /* The MK_CUDA_* environment overrides into *s (flags parsed afterwards win); -1 after printing
  * why one is malformed. */
 int mk_cli_gpu_env(const char *cmd, struct mk_gpu_settings *s);

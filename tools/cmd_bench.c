@@ -37,6 +37,7 @@ struct mk_bench_opts {
     uint32_t n_prompt, ubatch, n_draft; /* pp<n_prompt> (0: none); chunk steps of up to ubatch */
     int spec;                           /* nonzero (MK_SPEC_LOOKUP): also the speculative-decoding tests */
     bool breakdown;                     /* per op kind time and bandwidth of one traced step */
+    enum mk_kv_type kv_type;
 };
 
 struct mk_bench_row {
@@ -46,6 +47,7 @@ struct mk_bench_row {
     char test[16];
     double p50_ms, p99_ms, mean_ms, dev_p50_ms;
     double cpu_ms; /* host CPU time (all threads of the process) per token */
+    enum mk_kv_type kv_type;
     double bw_gbs, bw_ratio, floor_ms;
     double device_bw_gbs;
     char note[64];
@@ -87,6 +89,7 @@ static void mk_bench_usage(FILE *f) {
                "  --breakdown adds, for the cpu and megakernel backends, the time and weight bandwidth\n"
                "  per op kind of one more step, run with per-task timestamps (mk trace writes the whole\n"
                "  step as a Perfetto trace).\n");
+    fputs(mk_cli_kv_usage, f);
     fputs(mk_cli_chunk_usage, f);
     fputs(mk_cli_gpu_usage, f);
 }
@@ -127,6 +130,7 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
     bp.kind = kind;
     bp.ubatch = o->ubatch;
     bp.n_ctx = o->ctx;
+    bp.kv_type = o->kv_type;
     bp.n_threads = o->threads;
     bp.gpu = o->gpu;
     struct mk_error err = { 0 };
@@ -237,6 +241,7 @@ static int mk_bench_soak(const struct mk_bench_opts *o) {
     p.session.backend = kind;
     p.session.n_threads = o->threads;
     p.session.n_ctx = o->ctx_given ? o->ctx : 0;
+    p.session.kv_type = o->kv_type;
     p.session.sampling.temperature = o->temp;
     p.latencies_path = o->latencies;
     mk_cli_gpu_params(&o->gpu, &p.session.gpu);
@@ -289,9 +294,10 @@ static void mk_bench_print(const struct mk_bench_row *r, bool json, bool *first)
                "\"ms_p50\":%.4f,\"ms_p99\":%.4f,\"ms_mean\":%.4f,\"host_cpu_ms\":%.4f,\"device_ms_p50\":%.4f,"
                "\"tokens_per_s\":%.2f,"
                "\"weight_gb_s\":%.1f,\"device_read_gb_s\":%.1f,\"ratio_to_read_bw\":%.3f,\"floor_ms\":%.4f,"
-               "\"note\":\"%s\"}",
+               "\"kv_type\":\"%s\",\"note\":\"%s\"}",
                *first ? "" : ",\n", r->model, r->size, r->backend, r->test, r->p50_ms, r->p99_ms, r->mean_ms, r->cpu_ms,
-               r->dev_p50_ms, 1e3 / r->mean_ms, r->bw_gbs, r->device_bw_gbs, r->bw_ratio, r->floor_ms, r->note);
+               r->dev_p50_ms, 1e3 / r->mean_ms, r->bw_gbs, r->device_bw_gbs, r->bw_ratio, r->floor_ms,
+               r->kv_type == MK_KV_F16 ? "f16" : "f32", r->note);
     } else {
         printf("| %-24s | %9.2f GB | %-10s | %-6s | %8.3f | %8.3f | %8.3f | %9.1f | %8.1f | %8.1f | %5.2f | %s |\n",
                r->model, r->size / 1e9, r->backend, r->test, r->p50_ms, r->p99_ms, r->cpu_ms, 1e3 / r->mean_ms,
@@ -304,7 +310,7 @@ static void mk_bench_print(const struct mk_bench_row *r, bool json, bool *first)
 /* The speculative-decoding rows: each task without and with speculation. */
 static int mk_bench_spec_rows(const char *path, enum mk_backend_kind kind, const struct mk_bench_opts *o,
                               const struct mk_bench_row *tg, bool *first) {
-    struct mk_bench_spec_params sp = { path, kind, o->threads, o->ctx, o->ubatch, o->n_draft, o->n };
+    struct mk_bench_spec_params sp = { path, kind, o->threads, o->ctx, o->ubatch, o->n_draft, o->n, o->kv_type };
     struct mk_bench_spec res[2];
     struct mk_error err = { 0 };
     if (mk_bench_spec_run(&sp, res, &err) != MK_OK) {
@@ -382,7 +388,7 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
             failed = 1;
             continue;
         }
-        struct mk_bench_row row = { 0 }, pp = { 0 };
+        struct mk_bench_row row = { .kv_type = o->kv_type }, pp = { .kv_type = o->kv_type };
         snprintf(row.model, sizeof row.model, "%s", base);
         if (mk_bench_one(m, base, kind, o, &row, &pp) != 0) {
             failed = 1;
@@ -425,7 +431,8 @@ int mk_cmd_bench(int argc, char **argv) {
                                .gpu = mk_gpu_default_settings(),
                                .n_prompt = 512,
                                .temp = 0.8f,
-                               .seed = 1000 };
+                               .seed = 1000,
+                               .kv_type = MK_KV_F16 };
     if (mk_cli_gpu_env("bench", &o.gpu)) return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -437,6 +444,9 @@ int mk_cmd_bench(int argc, char **argv) {
         if (g < 0) return 2;
         if (g) continue;
         g = mk_cli_chunk_flag("bench", argc, argv, &i, &o.ubatch, &o.spec, &o.n_draft);
+        if (g < 0) return 2;
+        if (g) continue;
+        g = mk_cli_kv_flag("bench", argc, argv, &i, &o.kv_type);
         if (g < 0) return 2;
         if (g) continue;
         if (!strcmp(a, "--breakdown")) {
@@ -512,6 +522,7 @@ int mk_cmd_bench(int argc, char **argv) {
     if (o.json)
         printf("[\n");
     else {
+        printf("KV cache %s\n\n", o.kv_type == MK_KV_F16 ? "f16" : "f32");
         printf("| %-24s | %12s | %-10s | %-6s | %8s | %8s | %8s | %9s | %8s | %8s | %5s | %s |\n", "model",
                "weights/tok", "backend", "test", "ms p50", "ms p99", "cpu ms", "tok/s", "GB/s", "read GB/s", "ratio",
                "note");

@@ -38,6 +38,7 @@ void mk_tool_print_usage(FILE *f, long long n_predict) {
             "  --ids              print the generated token ids, space-separated, instead of text\n"
             "  -v, --verbose      report backend choices and the prompt's token ids\n",
             n_predict);
+    fputs(mk_cli_kv_usage, f);
     fputs(mk_cli_chunk_usage, f);
     fputs(mk_cli_gpu_usage, f);
 }
@@ -111,6 +112,8 @@ int mk_tool_parse_flag(struct mk_tool_opts *o, int argc, char **argv, int *i) {
     int g = mk_cli_gpu_flag(o->cmd, argc, argv, i, &o->gpu);
     if (g) return g;
     g = mk_cli_chunk_flag(o->cmd, argc, argv, i, &o->sp.ubatch, &o->sp.spec, &o->sp.n_draft);
+    if (g) return g;
+    g = mk_cli_kv_flag(o->cmd, argc, argv, i, &o->sp.kv_type);
     if (g) return g;
     if (!strcmp(a, "--ids")) {
         o->print_ids = true;

@@ -152,6 +152,7 @@ static int mk_trace_run_gpu(const char *tool, const struct mk_model *m, struct m
     struct mk_backend_params bp = { 0 };
     bp.kind = MK_BACKEND_MEGAKERNEL;
     bp.n_ctx = cp.n_ctx;
+    bp.kv_type = cp.kv_type;
     bp.gpu = *gs;
     struct mk_backend *b = NULL;
     uint64_t *tr = NULL;
@@ -227,6 +228,7 @@ int mk_trace_chunk_gpu(const char *tool, const struct mk_model *m, uint32_t ubat
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_ctx = ctx;
     cp.ubatch = ubatch;
+    bp.kv_type = cp.kv_type;
     struct mk_backend *b = NULL;
     struct mk_program *p = NULL;
     struct mk_cuda_chunk_launch_time *lt = NULL;
