@@ -26,6 +26,11 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+/* Logits against the CPU executor, relative: 1e-3 on an f32 KV cache. On an f16 one the device's
+ * and the CPU's f32 sums differ in their last bits and now and then round a k or v element to the
+ * neighbouring half, which moves the logits by up to about 1e-3 on stories260K over 200 positions. */
+static double g_tol = 1e-3;
+
 static struct mk_backend_params params(enum mk_backend_kind kind, uint32_t n_ctx) {
     struct mk_backend_params p;
     memset(&p, 0, sizeof p);
@@ -215,7 +220,7 @@ static void test_stories(const struct mk_model *m) {
         double e = compare_backend(b, &t, &diff, &med, "stories260K");
         printf("RESULT stories260K %s: golden %s, first token diff %d, max rel logit err %.3g, median step %.1f us\n",
                b->vt->name, golden ? "yes" : "NO", diff, e, med / 1e3);
-        MK_CHECK(e < 1e-3);
+        MK_CHECK(e < g_tol);
         MK_CHECK(diff < 0);
         b->vt->free(b);
     }
@@ -259,7 +264,7 @@ static void test_hf_models(void) {
                 double e = compare_backend(b, &t, &diff, &med, names[i]);
                 printf("RESULT %s %s (rope table %s): first token diff %d, max rel logit err %.3g\n", names[i],
                        b->vt->name, table ? "on" : "off", diff, e);
-                MK_CHECK_MSG(e < 1e-3, "%s %s: logits differ from the CPU executor by %g", names[i], b->vt->name, e);
+                MK_CHECK_MSG(e < g_tol, "%s %s: logits differ from the CPU executor by %g", names[i], b->vt->name, e);
                 MK_CHECK(diff < 0);
                 b->vt->free(b);
             }
@@ -529,7 +534,7 @@ static double ref_margin(const float *ref, uint32_t vocab, int32_t pick, double 
     return ref[pick] - second;
 }
 
-/* Runs every GPU backend over the reference's tokens: logits within 1e-3 (relative) at every step,
+/* Runs every GPU backend over the reference's tokens: logits within g_tol (relative) at every step,
  * and greedy tokens equal unless they part at a near tie that rounding order can flip. */
 static void check_gpu_kinds(const struct mk_model *m, const struct trace *t, uint32_t n_ctx, const char *what) {
     for (int k = 0; k < N_GPU_KINDS; k++) {
@@ -540,13 +545,13 @@ static void check_gpu_kinds(const struct mk_model *m, const struct trace *t, uin
         double e = compare_backend(b, t, &diff, &med, what);
         printf("RESULT %s %s: tokens %s cpu for %u steps%s, max rel logit err %.3g, median step %.1f us\n", what,
                b->vt->name, diff < 0 ? "equal" : "part from", t->n, diff < 0 ? "" : " (see above)", e, med / 1e3);
-        MK_CHECK(e < 1e-3);
+        MK_CHECK(e < g_tol);
         if (diff >= 0) {
             double scale;
             double margin = ref_margin(t->logits + (size_t)diff * t->vocab, t->vocab, t->out[diff], &scale);
             printf("RESULT %s %s: parts at step %d, cpu top-2 margin %.3g (%.3g relative)\n", what, b->vt->name, diff,
                    margin, margin / (scale > 0 ? scale : 1));
-            MK_CHECK(margin <= 1e-3 * (scale > 1 ? scale : 1));
+            MK_CHECK(margin <= g_tol * (scale > 1 ? scale : 1));
         }
         b->vt->free(b);
     }
@@ -555,7 +560,7 @@ static void check_gpu_kinds(const struct mk_model *m, const struct trace *t, uin
 /* Chunk steps (megakernel/chunk.cu) against the CPU executor's one-token steps: the reference's
  * tokens fed in chunks of several sizes (every row an output row) with one-token steps between
  * them, so that the megakernel parks and comes back and each path reads KV rows the other wrote.
- * Every row's logits within 1e-3 and its token equal to the reference's unless they part at a
+ * Every row's logits within g_tol and its token equal to the reference's unless they part at a
  * near tie, as check_gpu_kinds allows. */
 static void check_chunks(const struct mk_model *m, const struct trace *t, uint32_t n_ctx, uint32_t ubatch,
                          const char *what) {
@@ -610,7 +615,7 @@ static void check_chunks(const struct mk_model *m, const struct trace *t, uint32
                     double margin = ref_margin(ref, t->vocab, t->out[pos + r], &scale);
                     printf("RESULT %s %s chunks: parts at position %u (row %u of %u), cpu top-2 margin %.3g\n", what,
                            b->vt->name, pos + r, r, k, margin);
-                    MK_CHECK(margin <= 1e-3 * (scale > 1 ? scale : 1));
+                    MK_CHECK(margin <= g_tol * (scale > 1 ? scale : 1));
                 }
             }
             pos += k;
@@ -620,7 +625,7 @@ static void check_chunks(const struct mk_model *m, const struct trace *t, uint32
                "max rel logit err %.3g, chunk steps %.2f ms in all\n",
                what, b->vt->name, ubatch, first_diff < 0 ? "equal" : "part from", t->n, n_chunks, n_single, worst,
                chunk_ms);
-        MK_CHECK(worst < 1e-3);
+        MK_CHECK(worst < g_tol);
         b->vt->free(b);
     }
     free(outs);
@@ -895,6 +900,7 @@ int main(int argc, char **argv) {
     }
     printf("INFO CUDA driver %d, KV cache %s\n", cu->driver_version,
            params(MK_BACKEND_CPU, 1).kv_type == MK_KV_F16 ? "f16" : "f32");
+    if (params(MK_BACKEND_CPU, 1).kv_type == MK_KV_F16) g_tol = 3e-3;
     const char *only = argc > 1 ? argv[1] : "all";
     int all = !strcmp(only, "all");
     if (all || !strcmp(only, "arch")) test_hf_models();

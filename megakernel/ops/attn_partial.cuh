@@ -24,6 +24,157 @@ __device__ __forceinline__ void mk_attn_issue(KV *ks, KV *vs, const KV *kb, cons
     }
 }
 
+/* The block's partial from each warp's (o, m, l) rows in ws (warps, g, hd + 2): out row (h, b)
+ * as the tiled path writes it. */
+__device__ __forceinline__ void mk_attn_merge_warps(float *ws, uint32_t g, uint32_t hd, float *out, uint32_t h0,
+                                                    uint32_t b, uint32_t nb) {
+    const uint32_t w2 = hd + 2u;
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < g * w2; i += MK_BLOCK_THREADS) {
+        const uint32_t h = i / w2, e = i % w2;
+        float mx = -INFINITY;
+        for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) mx = fmaxf(mx, ws[(w * g + h) * w2 + hd]);
+        float acc = 0.0f;
+        for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) {
+            const float *row = ws + (w * g + h) * w2;
+            if (row[hd] == -INFINITY) continue; /* a warp with no positions */
+            acc += row[e] * expf(row[hd] - mx); /* o, or at hd + 1 the sum l */
+        }
+        out[((uint64_t)(h0 + h) * nb + b) * w2 + e] = e == hd ? mx : acc;
+    }
+    __syncthreads(); /* ws is read above by other threads than its writers */
+}
+
+/* Query heads per KV head that mk_attn_rows takes. */
+#define MK_ATTN_ROWS_MAX_G 4
+/* Row groups each lane loads per batch of mk_attn_rows (16 bytes of K and of V each). */
+#ifndef MK_ATTN_ROWS_U
+#define MK_ATTN_ROWS_U 4
+#endif
+
+/* The split over an f16 cache, rows to lanes: a row's HD dimensions lie on HD / 8 lanes, 8 each
+ * (one 16-byte load of K and one of V), so a warp covers 32 * 8 / HD rows per load and a score
+ * takes log2(HD / 8) shuffles, not the 5 of a whole-warp sum: mk_attn_warps spent about 20
+ * shuffles a position at g = 4, which held the attention at a third of the read bandwidth
+ * whatever the element size. Each row group keeps its own running (o, m, l) per query head; they
+ * merge across the warp's row groups by shuffles, then across warps in shared memory. */
+template <int HD>
+__device__ __forceinline__ void mk_attn_rows(const struct mk_task_ctx *c, uint32_t g, uint32_t lo, uint32_t hi,
+                                             const float *q, const __half *kb, const __half *vb, float *out,
+                                             uint32_t h0, uint32_t b, uint32_t nb) {
+    constexpr int G = MK_ATTN_ROWS_MAX_G, U = MK_ATTN_ROWS_U;
+    constexpr uint32_t LPR = HD / 8u, R = 32u / LPR; /* lanes per row, rows per load */
+    const uint32_t kv_dim = c->a->kv_dim, warp = threadIdx.x / 32u, lane = threadIdx.x % 32u;
+    const uint32_t dg = lane % LPR, rg = lane / LPR;
+    const float scale = 1.0f / sqrtf((float)HD);
+    float qr[G][8], o[G][8], m[G], l[G];
+#pragma unroll
+    for (int h = 0; h < G; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            qr[h][e] = (uint32_t)h < g ? __ldcg(q + h * HD + dg * 8u + e) : 0.0f;
+            o[h][e] = 0.0f;
+        }
+    }
+    const uint32_t rows = U * R, n_batches = (hi - lo + rows - 1u) / rows;
+    for (uint32_t bi = warp; bi < n_batches; bi += MK_BLOCK_WARPS) {
+        const uint32_t t0 = lo + bi * rows + rg;
+        uint4 kr[U], vr[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) { /* past hi: row hi - 1 again, its score masked below */
+            const uint64_t off = (uint64_t)min(t0 + u * R, hi - 1u) * kv_dim + dg * 8u;
+            kr[u] = __ldcg((const uint4 *)(kb + off));
+            vr[u] = __ldcg((const uint4 *)(vb + off));
+        }
+        float kc[U][8];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const uint32_t w[4] = { kr[u].x, kr[u].y, kr[u].z, kr[u].w };
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float2 f = mk_h2_to_f2(w[i]);
+                kc[u][2 * i] = f.x;
+                kc[u][2 * i + 1] = f.y;
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < G; h++) {
+            if ((uint32_t)h >= g) break;
+            float sc[U], mx = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e += 2) {
+                    a0 = fmaf(qr[h][e], kc[u][e], a0);
+                    a1 = fmaf(qr[h][e + 1], kc[u][e + 1], a1);
+                }
+                float a = a0 + a1;
+#pragma unroll
+                for (uint32_t off = LPR / 2u; off > 0u; off /= 2u) a += __shfl_xor_sync(0xffffffffu, a, off);
+                sc[u] = t0 + u * R < hi ? a * scale : -INFINITY;
+                mx = fmaxf(mx, sc[u]);
+            }
+            const float m_new = fmaxf(m[h], mx);
+            if (m_new == -INFINITY) continue; /* this row group has no position yet */
+            const float r = expf(m[h] - m_new);
+            float acc[8], ps = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[e] = o[h][e] * r;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const float p = expf(sc[u] - m_new);
+                const uint32_t w[4] = { vr[u].x, vr[u].y, vr[u].z, vr[u].w };
+                ps += p;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float2 f = mk_h2_to_f2(w[i]);
+                    acc[2 * i] = fmaf(p, f.x, acc[2 * i]);
+                    acc[2 * i + 1] = fmaf(p, f.y, acc[2 * i + 1]);
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++) o[h][e] = acc[e];
+            l[h] = l[h] * r + ps;
+            m[h] = m_new;
+        }
+    }
+    /* The row groups' partials into row group 0: lanes LPR apart hold the same dimensions. */
+#pragma unroll
+    for (int h = 0; h < G; h++) {
+        if ((uint32_t)h >= g) break;
+#pragma unroll
+        for (uint32_t off = LPR; off < 32u; off *= 2u) {
+            const float m2 = __shfl_xor_sync(0xffffffffu, m[h], off), l2 = __shfl_xor_sync(0xffffffffu, l[h], off);
+            const float mx = fmaxf(m[h], m2);
+            const float a = m[h] == -INFINITY ? 0.0f : expf(m[h] - mx), b2 = m2 == -INFINITY ? 0.0f : expf(m2 - mx);
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float o2 = __shfl_xor_sync(0xffffffffu, o[h][e], off);
+                o[h][e] = o[h][e] * a + o2 * b2;
+            }
+            l[h] = l[h] * a + l2 * b2;
+            m[h] = mx;
+        }
+    }
+    float *ws = c->smem; /* (warps, g, hd + 2) */
+    const uint32_t w2 = HD + 2u;
+#pragma unroll
+    for (int h = 0; h < G; h++) {
+        if ((uint32_t)h >= g || rg != 0) break;
+        float *row = ws + ((uint64_t)warp * g + h) * w2;
+#pragma unroll
+        for (int e = 0; e < 8; e++) row[dg * 8u + e] = o[h][e];
+        if (lane == 0) {
+            row[HD] = m[h];
+            row[HD + 1u] = l[h];
+        }
+    }
+    mk_attn_merge_warps(ws, g, HD, out, h0, b, nb);
+}
+
 /* Heads of this many query heads per KV head and head_dim = 32 * VW take mk_attn_warps. */
 #define MK_ATTN_WARPS_MAX_G 8
 
@@ -118,20 +269,7 @@ __device__ __forceinline__ void mk_attn_warps(const struct mk_task_ctx *c, uint3
             row[hd + 1u] = l[h];
         }
     }
-    __syncthreads();
-    for (uint32_t i = threadIdx.x; i < g * w2; i += MK_BLOCK_THREADS) {
-        const uint32_t h = i / w2, e = i % w2;
-        float mx = -INFINITY;
-        for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) mx = fmaxf(mx, ws[(w * g + h) * w2 + hd]);
-        float acc = 0.0f;
-        for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) {
-            const float *row = ws + (w * g + h) * w2;
-            if (row[hd] == -INFINITY) continue; /* a warp with no positions */
-            acc += row[e] * expf(row[hd] - mx); /* o, or at hd + 1 the sum l */
-        }
-        out[((uint64_t)(h0 + h) * nb + b) * w2 + e] = e == hd ? mx : acc;
-    }
-    __syncthreads(); /* ws is read above by other threads than its writers */
+    mk_attn_merge_warps(ws, g, hd, out, h0, b, nb);
 }
 
 /* The K and V rows of the split are read once for all g query heads of the KV head and stream
@@ -150,6 +288,13 @@ __device__ __forceinline__ void mk_attn_split(const struct mk_task_ctx *c, uint3
     const uint64_t base = (uint64_t)layer * c->a->n_ctx * kv_dim + (uint64_t)kvh * hd;
     const KV *kb = (const KV *)c->a->k_cache + base;
     const KV *vb = (const KV *)c->a->v_cache + base;
+    if (sizeof(KV) == 2u && g <= MK_ATTN_ROWS_MAX_G && (hd == 64u || hd == 128u)) {
+        if (hd == 64u)
+            mk_attn_rows<64>(c, g, lo, hi, q, (const __half *)kb, (const __half *)vb, out, kvh * g, b, nb);
+        else
+            mk_attn_rows<128>(c, g, lo, hi, q, (const __half *)kb, (const __half *)vb, out, kvh * g, b, nb);
+        return;
+    }
     if (g <= MK_ATTN_WARPS_MAX_G && (hd == 64u || hd == 128u)) {
         if (hd == 64u)
             mk_attn_warps<2>(c, g, lo, hi, q, kb, vb, out, kvh * g, b, nb);
