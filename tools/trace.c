@@ -154,6 +154,8 @@ static int mk_trace_run_gpu(const char *tool, const struct mk_model *m, struct m
     bp.n_ctx = cp.n_ctx;
     bp.kv_type = cp.kv_type;
     bp.gpu = *gs;
+    /* mk bench --breakdown passes its untraced settings: the timestamps are the point here. */
+    if (bp.gpu.trace == MK_GPU_TRACE_OFF) bp.gpu.trace = MK_GPU_TRACE_AFTER_WAITS;
     struct mk_backend *b = NULL;
     uint64_t *tr = NULL;
     struct mk_cuda_backend_info info;
