@@ -81,6 +81,17 @@ if [ -n "$M" ]; then
     has "$T/out" "gpt2 (byte-level BPE), 50257 tokens, 50000 merges"
     run 0 "$MK" info "$M/llama-2-tiny-random.gguf"
     has "$T/out" "untied (output.weight, f16)"
+    # The KV cache type: f16 by default (half the bytes of f32), a bad one named with exit 2.
+    run 0 "$MK" dump -m "$M/stories260K-f32.gguf" --ctx 128
+    has "$T/out" "KV cache 81920 bytes (f16)"
+    run 0 "$MK" dump -m "$M/stories260K-f32.gguf" --ctx 128 --kv-type f32
+    has "$T/out" "KV cache 163840 bytes (f32)"
+    for c in dump bench trace; do
+        run 2 "$MK" "$c" -m "$M/stories260K-f32.gguf" --kv-type q8_0
+        has "$T/err" "--kv-type is 'f16' or 'f32', got 'q8_0'"
+    done
+    run 0 "$MK" run -m "$M/stories260K-f32.gguf" --backend cpu --temp 0 -n 12 --kv-type f32
+    has "$T/out" "Once upon a time, there was a little girl"
 fi
 
 if [ "$failures" != 0 ]; then

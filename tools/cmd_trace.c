@@ -10,7 +10,7 @@
 static void mk_trace_usage(FILE *f) {
     fprintf(f,
             "usage: mk trace -m FILE [-n 16] [--ctx 512] [-o mk_trace.json] [--backend megakernel|cpu]\n"
-            "                [--threads N] [--ubatch N] [--fetch] [GPU options]\n"
+            "                [--threads N] [--ubatch N] [--kv-type f16|f32] [--fetch] [GPU options]\n"
             "  Runs -n greedy decode steps from BOS with per-task timestamps on, and writes the last\n"
             "  step as a Chrome trace (open it in ui.perfetto.dev or chrome://tracing): one track per\n"
             "  GPU block (megakernel, the default) or CPU executor worker (cpu, --threads N), one slice\n"
@@ -31,11 +31,13 @@ int mk_cmd_trace(int argc, char **argv) {
     const char *path = NULL, *out = "mk_trace.json";
     uint32_t steps = 16, ctx = 512, threads = 0, ubatch = 1;
     bool fetch = false, cpu = false;
+    enum mk_kv_type kv = MK_KV_F16;
     struct mk_gpu_settings gs = mk_gpu_default_settings();
     if (mk_cli_gpu_env("trace", &gs)) return 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int g = mk_cli_gpu_flag("trace", argc, argv, &i, &gs);
+        if (g == 0) g = mk_cli_kv_flag("trace", argc, argv, &i, &kv);
         if (g < 0) return 2;
         if (g > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -98,10 +100,11 @@ int mk_cmd_trace(int argc, char **argv) {
         return 1;
     }
     if (ubatch > 1 && !cpu) {
-        rc = mk_trace_chunk_gpu("trace", m, ubatch, steps, ctx, &gs, out) == 0 ? 0 : 1;
+        rc = mk_trace_chunk_gpu("trace", m, ubatch, steps, ctx, kv, &gs, out) == 0 ? 0 : 1;
         goto done;
     }
-    if (mk_trace_run("trace", m, cpu, threads, ubatch, steps, ctx, &gs, &p, &tk, &n_tracks, where, sizeof where) != 0)
+    if (mk_trace_run("trace", m, cpu, threads, ubatch, steps, ctx, kv, &gs, &p, &tk, &n_tracks, where, sizeof where) !=
+        0)
         goto done;
     struct mk_trace_op ops[MK_OP_COUNT];
     const double span_us = mk_trace_ops(p, tk, ops);

@@ -210,16 +210,17 @@ done:
 }
 
 int mk_trace_run(const char *tool, const struct mk_model *m, bool cpu, uint32_t threads, uint32_t ubatch,
-                 uint32_t steps, uint32_t ctx, const struct mk_gpu_settings *gs, struct mk_program **p,
-                 struct mk_trace_task **tk, uint32_t *n_tracks, char *where, size_t where_len) {
+                 uint32_t steps, uint32_t ctx, enum mk_kv_type kv, const struct mk_gpu_settings *gs,
+                 struct mk_program **p, struct mk_trace_task **tk, uint32_t *n_tracks, char *where, size_t where_len) {
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_ctx = ctx;
+    cp.kv_type = kv;
     if (cpu) return mk_trace_run_cpu(tool, m, cp, threads, ubatch, steps, p, tk, n_tracks, where, where_len);
     return mk_trace_run_gpu(tool, m, cp, steps, gs, p, tk, n_tracks, where, where_len);
 }
 
 int mk_trace_chunk_gpu(const char *tool, const struct mk_model *m, uint32_t ubatch, uint32_t steps, uint32_t ctx,
-                       const struct mk_gpu_settings *gs, const char *path) {
+                       enum mk_kv_type kv, const struct mk_gpu_settings *gs, const char *path) {
     struct mk_error err = { 0 };
     struct mk_backend_params bp = { 0 };
     bp.kind = MK_BACKEND_MEGAKERNEL;
@@ -230,7 +231,8 @@ int mk_trace_chunk_gpu(const char *tool, const struct mk_model *m, uint32_t ubat
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_ctx = ctx;
     cp.ubatch = ubatch;
-    bp.kv_type = cp.kv_type;
+    cp.kv_type = kv;
+    bp.kv_type = kv;
     struct mk_backend *b = NULL;
     struct mk_program *p = NULL;
     struct mk_cuda_chunk_launch_time *lt = NULL;

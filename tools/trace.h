@@ -25,18 +25,19 @@ struct mk_trace_task {
 /* Runs `steps` greedy steps from BOS on the megakernel (timestamps from the device) or on a CPU
  * executor of `threads` workers (0: the cpu backend's default; with ubatch > 1, chunk steps of
  * ubatch tokens, so positions up to steps * ubatch), and gives the program and the
- * last step's tasks (*tk[t] for task t; free both), the number of tracks and where it ran. 0 on
+ * last step's tasks (*tk[t] for task t; free both), the number of tracks and where it ran; the KV
+ * cache of type kv. 0 on
  * success, else -1 after printing why (prefixed with cmd). */
 int mk_trace_run(const char *cmd, const struct mk_model *m, bool cpu, uint32_t threads, uint32_t ubatch, uint32_t steps,
-                 uint32_t ctx, const struct mk_gpu_settings *gs, struct mk_program **p, struct mk_trace_task **tk,
-                 uint32_t *n_tracks, char *where, size_t where_len);
+                 uint32_t ctx, enum mk_kv_type kv, const struct mk_gpu_settings *gs, struct mk_program **p,
+                 struct mk_trace_task **tk, uint32_t *n_tracks, char *where, size_t where_len);
 
 /* mk trace --ubatch N on a GPU backend: `steps` chunk steps of ubatch tokens from BOS, the last
  * one's kernel launches timed by stream events, written as a Chrome trace (one track, a slice per
  * launch named by its instruction) into path, and the per-op table on stdout. 0, or -1 after
  * printing why (prefixed with tool). */
 int mk_trace_chunk_gpu(const char *tool, const struct mk_model *m, uint32_t ubatch, uint32_t steps, uint32_t ctx,
-                       const struct mk_gpu_settings *gs, const char *path);
+                       enum mk_kv_type kv, const struct mk_gpu_settings *gs, const char *path);
 
 /* Per op kind of p: tasks, summed instruction spans and weight bytes (ops has MK_OP_COUNT entries);
  * returns the step's span (first start to last end) in us. */
