@@ -154,47 +154,55 @@ static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, ui
 /* n elements of a KV cache from element i on, widened to f32 (the cache's own floats as they are). */
 static const float *mk_cpu_kv_row(const struct mk_cpu_ctx *c, const void *cache, uint64_t i, uint32_t n, float *buf) {
     if (c->kv_type == MK_KV_F32) return (const float *)cache + i;
-    const uint16_t *h = (const uint16_t *)cache + i;
-    for (uint32_t d = 0; d < n; d++) buf[d] = mk_fp16_to_fp32(h[d]);
+    mk_fp16_to_fp32_row((const uint16_t *)cache + i, buf, n);
     return buf;
 }
 
-/* Attention of q (kv head kvh) over split b of the layer's positions up to pos, as (o[hd], m, l). */
-static void mk_cpu_attn_block(const struct mk_cpu_ctx *c, const struct mk_args_attn *a, const float *q, uint32_t kvh,
-                              uint32_t b, int32_t pos, float *o) {
+/* Attention of g query heads (head i's q at q + i hd) of KV head kvh over split b of the layer's
+ * positions up to pos, as (o[hd], m, l) at o + i o_stride. Each K and V row is widened once for
+ * all g heads; every head's arithmetic is the same as alone, in the same order. */
+static void mk_cpu_attn_block(const struct mk_cpu_ctx *c, const struct mk_args_attn *a, const float *q, uint32_t g,
+                              uint32_t kvh, uint32_t b, int32_t pos, float *o, uint64_t o_stride) {
     uint32_t layer = a->layer, hd = a->head_dim, kv_dim = a->n_head_kv * hd, lo, hi;
     mk_attn_span((uint32_t)pos, a->block, a->n_blocks, b, &lo, &hi);
-    float m = -INFINITY, l = 0.0f, scale = 1.0f / sqrtf((float)hd);
-    for (uint32_t d = 0; d < hd; d++) o[d] = 0.0f;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (uint32_t i = 0; i < g; i++) {
+        float *oi = o + i * o_stride;
+        for (uint32_t d = 0; d < hd; d++) oi[d] = 0.0f;
+        oi[hd] = -INFINITY; /* the running maximum m, then the sum l */
+        oi[hd + 1] = 0.0f;
+    }
     for (uint32_t j = lo; j < hi; j++) {
         const uint64_t at = ((uint64_t)layer * c->n_ctx + (uint64_t)j) * kv_dim + (uint64_t)kvh * hd;
         const float *k = mk_cpu_kv_row(c, c->k_cache, at, hd, c->row);
         const float *v = mk_cpu_kv_row(c, c->v_cache, at, hd, c->row + hd);
-        float s = 0.0f;
-        for (uint32_t d = 0; d < hd; d++) s += q[d] * k[d];
-        s *= scale;
-        if (s > m) {
-            /* Rescale what has been summed so far to the new maximum. */
-            float r = expf(m - s);
-            l *= r;
-            for (uint32_t d = 0; d < hd; d++) o[d] *= r;
-            m = s;
+        for (uint32_t i = 0; i < g; i++) {
+            const float *qi = q + (uint64_t)i * hd;
+            float *oi = o + i * o_stride, m = oi[hd], l = oi[hd + 1], s = 0.0f;
+            for (uint32_t d = 0; d < hd; d++) s += qi[d] * k[d];
+            s *= scale;
+            if (s > m) {
+                /* Rescale what has been summed so far to the new maximum. */
+                float r = expf(m - s);
+                l *= r;
+                for (uint32_t d = 0; d < hd; d++) oi[d] *= r;
+                m = s;
+            }
+            float e = expf(s - m);
+            l += e;
+            for (uint32_t d = 0; d < hd; d++) oi[d] += e * v[d];
+            oi[hd] = m;
+            oi[hd + 1] = l;
         }
-        float e = expf(s - m);
-        l += e;
-        for (uint32_t d = 0; d < hd; d++) o[d] += e * v[d];
     }
-    o[hd] = m;
-    o[hd + 1] = l;
 }
 
 /* Task t: split t % nb for each query head of KV head t / nb. */
 static void mk_cpu_attn_partial(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_args_attn *a = &in->args.attn;
     uint32_t nb = a->n_blocks, hd = a->head_dim, g = a->n_head / a->n_head_kv, kvh = t / nb, b = t % nb;
-    for (uint32_t h = kvh * g; h < (kvh + 1) * g; h++)
-        mk_cpu_attn_block(c, a, c->arena + in->buf[0] + (uint64_t)h * hd, kvh, b, c->cmd->pos,
-                          c->arena + in->buf[1] + ((uint64_t)h * nb + b) * (hd + 2));
+    mk_cpu_attn_block(c, a, c->arena + in->buf[0] + (uint64_t)kvh * g * hd, g, kvh, b, c->cmd->pos,
+                      c->arena + in->buf[1] + ((uint64_t)kvh * g * nb + b) * (hd + 2), (uint64_t)nb * (hd + 2));
 }
 
 /* Merges the first nb sequence blocks of head h's partials into out (hd floats). */
@@ -231,7 +239,8 @@ static void mk_cpu_attn_chunk(const struct mk_cpu_ctx *c, const struct mk_instr 
         int32_t pos = c->cmd->pos + (int32_t)i;
         uint32_t live = mk_attn_live((uint32_t)pos, bs, nb);
         const float *q = c->arena + in->buf[0] + (uint64_t)i * row + (uint64_t)h * hd;
-        for (uint32_t b = 0; b < live; b++) mk_cpu_attn_block(c, a, q, kvh, b, pos, part + (uint64_t)b * (hd + 2));
+        for (uint32_t b = 0; b < live; b++)
+            mk_cpu_attn_block(c, a, q, 1, kvh, b, pos, part + (uint64_t)b * (hd + 2), 0);
         mk_cpu_combine_head(part, live, hd, c->arena + in->buf[1] + (uint64_t)i * row + (uint64_t)h * hd);
     }
 }

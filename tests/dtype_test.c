@@ -175,6 +175,15 @@ static double half_value(uint16_t h) {
 }
 
 static void test_fp16(void) {
+    /* the row form (a table) gives the same bits as one by one, NaN payloads included */
+    static uint16_t all[0x10000];
+    static float row[0x10000];
+    for (uint32_t h = 0; h < 0x10000; h++) all[h] = (uint16_t)h;
+    mk_fp16_to_fp32_row(all, row, 0x10000);
+    for (uint32_t h = 0; h < 0x10000; h++)
+        if (f32_bits(row[h]) != f32_bits(mk_fp16_to_fp32((uint16_t)h)))
+            mk_test_fail("fp16 row %04x -> %08x, one by one %08x", h, f32_bits(row[h]),
+                         f32_bits(mk_fp16_to_fp32((uint16_t)h)));
     /* decoding: every one of the 65536 encodings */
     for (uint32_t h = 0; h < 0x10000; h++) {
         float got = mk_fp16_to_fp32((uint16_t)h);
