@@ -107,16 +107,21 @@ float mk_fp16_to_fp32(uint16_t h) { return mk_fp16_to_fp32_inline(h); }
 /* Every half as a float, filled once: a KV cache row widens at one load an element, where the
  * bit arithmetic (which gcc -O2 does not vectorize) made an f16 cache 2-3x slower than f32 in
  * the CPU executor's attention. */
-static float mk_fp16_table[1u << 16];
+static float mk_fp16_table_data[1u << 16];
 static pthread_once_t mk_fp16_table_once = PTHREAD_ONCE_INIT;
 
 static void mk_fp16_table_fill(void) {
-    for (uint32_t h = 0; h < (1u << 16); h++) mk_fp16_table[h] = mk_fp16_to_fp32_inline((uint16_t)h);
+    for (uint32_t h = 0; h < (1u << 16); h++) mk_fp16_table_data[h] = mk_fp16_to_fp32_inline((uint16_t)h);
+}
+
+const float *mk_fp16_table(void) {
+    pthread_once(&mk_fp16_table_once, mk_fp16_table_fill);
+    return mk_fp16_table_data;
 }
 
 void mk_fp16_to_fp32_row(const uint16_t *src, float *dst, int64_t n) {
-    pthread_once(&mk_fp16_table_once, mk_fp16_table_fill);
-    for (int64_t i = 0; i < n; i++) dst[i] = mk_fp16_table[src[i]];
+    const float *t = mk_fp16_table();
+    for (int64_t i = 0; i < n; i++) dst[i] = t[src[i]];
 }
 
 uint16_t mk_fp32_to_fp16(float f) {

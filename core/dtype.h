@@ -137,6 +137,8 @@ size_t mk_dtype_row_bytes(enum mk_dtype type, int64_t n);
 float mk_fp16_to_fp32(uint16_t h);
 /* n halves widened to floats; the loop vectorizes, where calls to mk_fp16_to_fp32 one by one do not. */
 void mk_fp16_to_fp32_row(const uint16_t *src, float *dst, int64_t n);
+/* The table behind it: entry h is half h as a float (filled on the first call). */
+const float *mk_fp16_table(void);
 uint16_t mk_fp32_to_fp16(float f); /* round to nearest even */
 float mk_bf16_to_fp32(uint16_t h);
 uint16_t mk_fp32_to_bf16(float f); /* round to nearest even, NaN stays NaN */

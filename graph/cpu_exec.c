@@ -239,6 +239,7 @@ static struct mk_cpu_ctx mk_cpu_ctx_of(struct mk_cpu_exec *e, uint32_t id) {
         .k_cache = e->k_cache,
         .v_cache = e->v_cache,
         .kv_type = p->kv_type,
+        .f16 = mk_fp16_table(),
         .n_ctx = p->n_ctx,
         .cmd = &e->state.cmd,
         .scratch = e->scratch + (size_t)id * e->scratch_floats,

@@ -154,7 +154,8 @@ static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, ui
 /* n elements of a KV cache from element i on, widened to f32 (the cache's own floats as they are). */
 static const float *mk_cpu_kv_row(const struct mk_cpu_ctx *c, const void *cache, uint64_t i, uint32_t n, float *buf) {
     if (c->kv_type == MK_KV_F32) return (const float *)cache + i;
-    mk_fp16_to_fp32_row((const uint16_t *)cache + i, buf, n);
+    const uint16_t *h = (const uint16_t *)cache + i;
+    for (uint32_t d = 0; d < n; d++) buf[d] = c->f16[h[d]];
     return buf;
 }
 
