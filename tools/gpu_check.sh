@@ -73,6 +73,9 @@ for w in $WHAT; do
         for k in error trap "bad address"; do
             run "cuda_test faults $k" 120 "$BIN/cuda_test" faults "$k"
         done
+        # The f32 KV cache (the default is f16) on its own attention path.
+        run "cuda_test stories, f32 KV cache" 300 env MK_TEST_KV=f32 "$BIN/cuda_test" stories
+        run "cuda_test chunk, f32 KV cache" 300 env MK_TEST_KV=f32 "$BIN/cuda_test" chunk
         # The optional ATTN_OUTPUT op (combine fused into the attention output) must agree too.
         run "cuda_test stories, fused attention output" 300 env MK_CUDA_FUSE_ATTN_OUTPUT=1 "$BIN/cuda_test" stories
         ;;
