@@ -55,6 +55,7 @@ struct mk_cpu_exec {
     uint32_t n_started;
     float *arena;            /* (arena_floats) */
     void *k_cache, *v_cache; /* kv_type (layer, n_ctx, kv_dim) */
+    const float *f16;        /* mk_fp16_table() for an f16 cache, else NULL */
     bool owns_kv;            /* false: another executor's cache (mk_cpu_exec_create_shared_kv) */
     uint32_t last_n_out;     /* output rows of the last step */
     float *scratch;          /* (n_threads, scratch_floats) */
@@ -239,7 +240,7 @@ static struct mk_cpu_ctx mk_cpu_ctx_of(struct mk_cpu_exec *e, uint32_t id) {
         .k_cache = e->k_cache,
         .v_cache = e->v_cache,
         .kv_type = p->kv_type,
-        .f16 = mk_fp16_table(),
+        .f16 = e->f16,
         .n_ctx = p->n_ctx,
         .cmd = &e->state.cmd,
         .scratch = e->scratch + (size_t)id * e->scratch_floats,
@@ -361,6 +362,7 @@ static enum mk_status mk_cpu_exec_make(const struct mk_program *prog, uint32_t n
         if (prog->weights[i].cols > e->row_floats) e->row_floats = prog->weights[i].cols;
     if (2u * prog->kv_dim > e->row_floats) e->row_floats = 2u * prog->kv_dim;
     e->scratch_floats = mk_cpu_scratch_floats(prog) + e->row_floats;
+    e->f16 = prog->kv_type == MK_KV_F16 ? mk_fp16_table() : NULL;
     size_t kv = (size_t)prog->n_layer * prog->n_ctx * prog->kv_dim, kv_elem = mk_kv_type_size(prog->kv_type);
     e->threads = calloc(n_threads, sizeof *e->threads);
     e->arena = mk_mem_alloc_big((size_t)prog->arena_floats * sizeof(float));

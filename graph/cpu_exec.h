@@ -14,7 +14,7 @@ struct mk_cpu_ctx {
     float *arena;            /* (arena_floats) */
     void *k_cache, *v_cache; /* kv_type (layer, n_ctx, kv_dim) */
     enum mk_kv_type kv_type;
-    const float *f16; /* mk_fp16_table(): an f16 cache's elements widen by lookup */
+    const float *f16; /* mk_fp16_table() for an f16 cache (its elements widen by lookup), else NULL */
     uint32_t n_ctx;
     const struct mk_step_cmd *cmd;
     float *scratch;  /* per worker: see mk_cpu_exec_create */

@@ -46,6 +46,8 @@ static int mk_dump_widx(uint32_t w) { return w == MK_NO_WEIGHT ? -1 : (int)w; }
 
 uint32_t mk_kv_type_size(enum mk_kv_type t) { return t == MK_KV_F16 ? 2u : 4u; }
 
+const char *mk_kv_type_name(enum mk_kv_type t) { return t == MK_KV_F16 ? "f16" : "f32"; }
+
 uint64_t mk_program_kv_bytes(const struct mk_program *p) {
     return 2ull * p->n_layer * p->n_ctx * p->kv_dim * mk_kv_type_size(p->kv_type);
 }
@@ -114,7 +116,7 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
     }
     uint64_t wbytes = mk_program_weight_bytes(p);
     uint64_t kv_bytes = mk_program_kv_bytes(p);
-    const char *kv_name = p->kv_type == MK_KV_F16 ? "f16" : "f32";
+    const char *kv_name = mk_kv_type_name(p->kv_type);
     const char *sched = p->schedule == MK_SCHED_STATIC ? "static" : "dynamic";
     const uint32_t ubatch = p->ubatch > 1 ? p->ubatch : 1;
     if (json) {

@@ -80,6 +80,8 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json);
 uint64_t mk_program_kv_bytes(const struct mk_program *p);
 /* Bytes of one KV cache element of type t (4 or 2). */
 uint32_t mk_kv_type_size(enum mk_kv_type t);
+/* "f16" or "f32", as --kv-type names them. */
+const char *mk_kv_type_name(enum mk_kv_type t);
 
 /* Weight bytes the program reads per step (each weight table entry once). */
 uint64_t mk_program_weight_bytes(const struct mk_program *p);

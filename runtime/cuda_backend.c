@@ -462,7 +462,7 @@ done:
 static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_error *err) {
     const struct mk_program *p = b->prog;
     enum mk_status st;
-    size_t kv = (size_t)(mk_program_kv_bytes(p) / 2u);
+    size_t kv = (size_t)(mk_program_kv_bytes(p) / 2u); /* each of K and V */
     if ((st = mk_cuda_upload_weights(b, err)) != MK_OK) return st;
     if ((st = mk_cuda_upload(b, &b->d_instrs, p->instrs, (size_t)p->n_instr * sizeof *p->instrs, "instructions", err)))
         return st;

@@ -31,6 +31,12 @@ static double now_ms(void) {
  * neighbouring half, which moves the logits by up to about 1e-3 on stories260K over 200 positions. */
 static double g_tol = 1e-3;
 
+/* The session's default f16 KV cache; MK_TEST_KV=f32 runs the whole test on an f32 one. */
+static enum mk_kv_type test_kv_type(void) {
+    const char *kv = getenv("MK_TEST_KV");
+    return kv && !strcmp(kv, "f32") ? MK_KV_F32 : MK_KV_F16;
+}
+
 static struct mk_backend_params params(enum mk_backend_kind kind, uint32_t n_ctx) {
     struct mk_backend_params p;
     memset(&p, 0, sizeof p);
@@ -40,9 +46,7 @@ static struct mk_backend_params params(enum mk_backend_kind kind, uint32_t n_ctx
     p.watchdog_ms = 0;
     p.device = 0;
     p.verbose = 1;
-    /* The session's default f16 KV cache; MK_TEST_KV=f32 runs the whole test on an f32 one. */
-    const char *kv = getenv("MK_TEST_KV");
-    p.kv_type = kv && !strcmp(kv, "f32") ? MK_KV_F32 : MK_KV_F16;
+    p.kv_type = test_kv_type();
     /* MK_CUDA_* tuning variables apply here as they do to the mk command. */
     struct mk_error err;
     p.gpu = mk_gpu_default_settings();
@@ -898,9 +902,8 @@ int main(int argc, char **argv) {
         printf("SKIP: %s\n", err.msg);
         return mk_test_failures ? 1 : 0;
     }
-    printf("INFO CUDA driver %d, KV cache %s\n", cu->driver_version,
-           params(MK_BACKEND_CPU, 1).kv_type == MK_KV_F16 ? "f16" : "f32");
-    if (params(MK_BACKEND_CPU, 1).kv_type == MK_KV_F16) g_tol = 3e-3;
+    printf("INFO CUDA driver %d, KV cache %s\n", cu->driver_version, mk_kv_type_name(test_kv_type()));
+    if (test_kv_type() == MK_KV_F16) g_tol = 3e-3;
     const char *only = argc > 1 ? argv[1] : "all";
     int all = !strcmp(only, "all");
     if (all || !strcmp(only, "arch")) test_hf_models();

@@ -89,8 +89,8 @@ static void run_executor(const struct mk_model *m, struct mk_backend *ref, const
     const double tol = kv == MK_KV_F16 ? 1e-3 : 1e-5;
     MK_CHECK_MSG(worst < tol, "%u threads: logits differ from the reference by %.3g (relative)", threads, worst);
     printf("executor %2u threads %-7s %-8s %s KV: %d golden ids, max logit error vs reference %.2e\n", threads,
-           sched == MK_SCHED_STATIC ? "static" : "dynamic", fuse ? "fused" : "split", kv == MK_KV_F16 ? "f16" : "f32",
-           n_golden, worst);
+           sched == MK_SCHED_STATIC ? "static" : "dynamic", fuse ? "fused" : "split", mk_kv_type_name(kv), n_golden,
+           worst);
     free(ref_logits);
     mk_cpu_exec_free(ex);
     mk_program_free(prog);

@@ -297,7 +297,7 @@ static void mk_bench_print(const struct mk_bench_row *r, bool json, bool *first)
                "\"kv_type\":\"%s\",\"note\":\"%s\"}",
                *first ? "" : ",\n", r->model, r->size, r->backend, r->test, r->p50_ms, r->p99_ms, r->mean_ms, r->cpu_ms,
                r->dev_p50_ms, 1e3 / r->mean_ms, r->bw_gbs, r->device_bw_gbs, r->bw_ratio, r->floor_ms,
-               r->kv_type == MK_KV_F16 ? "f16" : "f32", r->note);
+               mk_kv_type_name(r->kv_type), r->note);
     } else {
         printf("| %-24s | %9.2f GB | %-10s | %-6s | %8.3f | %8.3f | %8.3f | %9.1f | %8.1f | %8.1f | %5.2f | %s |\n",
                r->model, r->size / 1e9, r->backend, r->test, r->p50_ms, r->p99_ms, r->cpu_ms, 1e3 / r->mean_ms,
@@ -522,7 +522,7 @@ int mk_cmd_bench(int argc, char **argv) {
     if (o.json)
         printf("[\n");
     else {
-        printf("KV cache %s\n\n", o.kv_type == MK_KV_F16 ? "f16" : "f32");
+        printf("KV cache %s\n\n", mk_kv_type_name(o.kv_type));
         printf("| %-24s | %12s | %-10s | %-6s | %8s | %8s | %8s | %9s | %8s | %8s | %5s | %s |\n", "model",
                "weights/tok", "backend", "test", "ms p50", "ms p99", "cpu ms", "tok/s", "GB/s", "read GB/s", "ratio",
                "note");
