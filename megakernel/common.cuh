@@ -308,6 +308,9 @@ __device__ __forceinline__ struct mk_qseg mk_qseg_make(const struct mk_wdesc *w,
     return s;
 }
 
+/* K-quant rows on the tensor cores (it needs struct mk_qseg). */
+#include "megakernel/qmma.cuh"
+
 /* Bytes per chunk of a row of format t: whole blocks, a multiple of 16, at most MK_QSTAGE_BYTES. */
 __device__ __forceinline__ uint32_t mk_qchunk_bytes(uint32_t t) {
     uint32_t bb = mk_q_block_bytes(t), unit = bb;
@@ -704,9 +707,10 @@ __device__ __noinline__ void mk_qrows(const struct mk_qseg *all, uint32_t nall, 
         /* While the float chunks are on their way: x for the block formats, then their rows. */
         float *area = (float *)(stage + (nseg ? 4u * mk_layout_qstage_words() : 0u));
         const struct mk_xq8 xq = pre ? *pre : mk_block_quantize_x(xs, all[0].cols, area, nseg > 0);
+        mk_qmma_rows(all, nall, xq, res);
         for (uint32_t i = 0; i < nall; i++) {
             const struct mk_qseg *sg = &all[i];
-            if (!mk_layout_is_block_format(sg->dtype)) continue;
+            if (!mk_layout_is_block_format(sg->dtype) || mk_qmma_type(sg->dtype)) continue;
             const int R = mk_rows_per_warp(sg->n);
             for (uint32_t k = warp * (uint32_t)R; k < sg->n; k += MK_BLOCK_WARPS * (uint32_t)R) {
                 struct mk_rows4 rw;

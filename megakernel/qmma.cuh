@@ -1,0 +1,253 @@
+/* K-quant matvec rows on the tensor cores: 16 weight rows at a time against x's int8 levels (mma m16n8k32 s8). */
+#ifndef MK_QMMA_CUH
+#define MK_QMMA_CUH
+
+/* Included by common.cuh after struct mk_qseg. Why: the dp4a path (quant8.cuh) spends about 175
+ * instructions on 32 weights of one row (three levels of x, a dot, a combine and the scales per
+ * lane), so at one block of 8 warps per SM the K-quant products were bound by issue, not by memory
+ * (llama-1b Q4_K_M: 0.47-0.62 TB/s). One mma multiplies 16 rows by a 32-element group for all
+ * three levels of x (B's columns 0-2; Q6_K's two 16-element scales use columns 3-5 for the second
+ * half), exactly as the integer dots did, so results agree with the dp4a path to float rounding.
+ *
+ * Fragments (PTX ISA, mma.m16n8k32 .s8): lane = 4 g + c holds A bytes of rows g and g + 8 at k =
+ * 4c .. 4c + 3 and 16 + 4c .. 16 + 4c + 3, B bytes of column g at the same k, and C at rows g,
+ * g + 8, columns 2c, 2c + 1. The sum runs over k, so any order of k serves as long as A and B
+ * agree: lane c's k slots carry elements 8c .. 8c + 7 of the group, which are 8 neighbouring
+ * bytes (one 64-bit load) of a K-quant's nibbles and of x's levels. */
+
+#define MK_QMMA_ROWS 16u
+
+__device__ __forceinline__ bool mk_qmma_type(uint32_t t) {
+#ifdef MK_NO_QMMA
+    (void)t;
+    return false;
+#else
+    return t == MK_DEV_Q4_K || t == MK_DEV_Q5_K || t == MK_DEV_Q6_K;
+#endif
+}
+
+__device__ __forceinline__ void mk_mma_s8(int *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%10, %10, %10, %10};"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+
+/* x's quants and groups are in shared memory; generic loads of them cost an address-space check. */
+__device__ __forceinline__ uint2 mk_lds64(uint32_t a) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint4 mk_lds128(uint32_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+
+/* The value of a group's three level sums times its scale (quant8.cuh's d * mk_xq_combine). */
+__device__ __forceinline__ float mk_qmma_gsum(uint32_t grp, uint32_t G) {
+    const uint4 v = mk_lds128(grp + 16u * G);
+    const int s[3] = { (int)v.y, (int)v.z, (int)v.w };
+    return __uint_as_float(v.x) * mk_xq_combine(s);
+}
+
+/* Byte k (0..3) of w, unsigned. */
+__device__ __forceinline__ uint32_t mk_qmma_byte(uint32_t w, uint32_t k) { return (w >> (8u * k)) & 255u; }
+
+/* Q4_K (FIVE: Q5_K) rows pg (row g) and pg8 (row g + 8) over super-blocks sb0, sb0 + ks, ... < nsb:
+ * adds this lane's share of each row's dot to acc[0], acc[1] (the four lanes of a row sum later).
+ * xq, xg: shared addresses of x's quants and groups. */
+template <bool FIVE>
+__device__ __forceinline__ void mk_qmma_k45(const uint8_t *pg, const uint8_t *pg8, uint32_t sb0, uint32_t nsb,
+                                            uint32_t ks, uint32_t xq, uint32_t xg, float *acc) {
+    const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, c = lane & 3u;
+    const uint32_t BB = FIVE ? 176u : 144u, QS = FIVE ? 48u : 16u;
+    /* C column 2c holds level 0 (c = 0) or 2 (c = 1) and column 2c + 1 level 1 (c = 0) or none:
+     * t = 254 C[2c] + C[2c + 1] weighs 1/254 or 1/254^3; columns 4-7 are empty. */
+    const float tw = c == 0u ? 1.0f / MK_XQ_STEP : c == 1u ? 1.0f / (MK_XQ_STEP * MK_XQ_STEP * MK_XQ_STEP) : 0.0f;
+    const bool bl = g < 3u;
+    const uint32_t xqo = xq + 32u * (bl ? g : 0u) + 8u * c;
+    for (uint32_t sb = sb0; sb < nsb; sb += ks) {
+        const uint8_t *b0 = pg + (uint64_t)sb * BB, *b8 = pg8 + (uint64_t)sb * BB;
+        uint32_t h0[4], h8[4];
+        mk_w_aligned<true, 4>(b0, h0);
+        mk_w_aligned<true, 4>(b8, h8);
+        uint32_t q0[8], q8[8], e0[2] = { 0u, 0u }, e8[2] = { 0u, 0u };
+        MK_UNROLL
+        for (int p = 0; p < 4; p++) {
+            mk_w_aligned<true, 2>(b0 + QS + 32u * p + 8u * c, q0 + 2 * p);
+            mk_w_aligned<true, 2>(b8 + QS + 32u * p + 8u * c, q8 + 2 * p);
+        }
+        if (FIVE) {
+            mk_w_aligned<true, 2>(b0 + 16u + 8u * c, e0);
+            mk_w_aligned<true, 2>(b8 + 16u + 8u * c, e8);
+        }
+        /* 6-bit scales of sub-blocks 0-3 and 4-7, bytes of words; mins likewise. */
+        const uint32_t s0[2] = { h0[1] & 0x3f3f3f3fu, (h0[3] & 0x0f0f0f0fu) | ((h0[1] >> 2) & 0x30303030u) };
+        const uint32_t s8[2] = { h8[1] & 0x3f3f3f3fu, (h8[3] & 0x0f0f0f0fu) | ((h8[1] >> 2) & 0x30303030u) };
+        float v0 = 0.0f, v8 = 0.0f;
+        MK_UNROLL
+        for (int s = 0; s < 8; s++) {
+            const uint32_t G = 8u * sb + (uint32_t)s, p = (uint32_t)s >> 1, sh = 4u * ((uint32_t)s & 1u);
+            const uint2 bx = mk_lds64(xqo + 96u * G);
+            const uint32_t xb0 = bl ? bx.x : 0u, xb1 = bl ? bx.y : 0u;
+            uint32_t a[4] = { (q0[2 * p] >> sh) & 0x0f0f0f0fu, (q8[2 * p] >> sh) & 0x0f0f0f0fu,
+                              (q0[2 * p + 1] >> sh) & 0x0f0f0f0fu, (q8[2 * p + 1] >> sh) & 0x0f0f0f0fu };
+            if (FIVE) {
+                a[0] |= ((e0[0] >> s) & 0x01010101u) << 4;
+                a[1] |= ((e8[0] >> s) & 0x01010101u) << 4;
+                a[2] |= ((e0[1] >> s) & 0x01010101u) << 4;
+                a[3] |= ((e8[1] >> s) & 0x01010101u) << 4;
+            }
+            int d[4];
+            mk_mma_s8(d, a[0], a[1], a[2], a[3], xb0, xb1);
+            const float dx = __uint_as_float(mk_lds128(xg + 16u * G).x) * tw;
+            const int sc0 = (int)mk_qmma_byte(s0[s >> 2], (uint32_t)s & 3u);
+            const int sc8 = (int)mk_qmma_byte(s8[s >> 2], (uint32_t)s & 3u);
+            v0 += (float)((d[0] * 254 + d[1]) * sc0) * dx;
+            v8 += (float)((d[2] * 254 + d[3]) * sc8) * dx;
+        }
+        /* Mins: lane c takes sub-blocks 2c and 2c + 1 (the four lanes of a row sum later). */
+        const uint32_t m0w = c < 2u ? h0[2] & 0x3f3f3f3fu : ((h0[3] >> 4) & 0x0f0f0f0fu) | ((h0[2] >> 2) & 0x30303030u);
+        const uint32_t m8w = c < 2u ? h8[2] & 0x3f3f3f3fu : ((h8[3] >> 4) & 0x0f0f0f0fu) | ((h8[2] >> 2) & 0x30303030u);
+        float m0 = 0.0f, m8 = 0.0f;
+        MK_UNROLL
+        for (uint32_t e = 0; e < 2u; e++) {
+            const uint32_t s = 2u * c + e;
+            const float gs = mk_qmma_gsum(xg, 8u * sb + s);
+            m0 += (float)mk_qmma_byte(m0w, s & 3u) * gs;
+            m8 += (float)mk_qmma_byte(m8w, s & 3u) * gs;
+        }
+        const float2 d0 = __half22float2(*(const __half2 *)&h0[0]), d8 = __half22float2(*(const __half2 *)&h8[0]);
+        acc[0] += d0.x * v0 - d0.y * m0;
+        acc[1] += d8.x * v8 - d8.y * m8;
+    }
+}
+
+/* Q6_K rows pg, pg8 as mk_qmma_k45 does Q4_K. Each 32-element group has two 16-element scales: B's
+ * columns 0-2 carry x's levels for elements 0-15 (lanes c < 2) and columns 3-5 for 16-31. */
+__device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8, uint32_t sb0, uint32_t nsb,
+                                           uint32_t ks, uint32_t xq, uint32_t xg, float *acc) {
+    const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, c = lane & 3u;
+    /* Column j < 6: level j % 3 of half j / 3. */
+    const bool bl = (g < 3u && c < 2u) || (g >= 3u && g < 6u && c >= 2u);
+    const uint32_t xqo = xq + 32u * (g < 3u ? g : g < 6u ? g - 3u : 0u) + 8u * c;
+    const float lw[4] = { 1.0f, 1.0f / MK_XQ_STEP, 1.0f / (MK_XQ_STEP * MK_XQ_STEP), 0.0f };
+    const uint32_t j0 = 2u * c, j1 = 2u * c + 1u;
+    const float w0 = c < 3u ? lw[j0 % 3u] : 0.0f, w1 = c < 3u ? lw[j1 % 3u] : 0.0f;
+    const uint32_t hf0 = min(j0 / 3u, 1u), hf1 = min(j1 / 3u, 1u); /* scale half of each column */
+    for (uint32_t sb = sb0; sb < nsb; sb += ks) {
+        const uint8_t *b0 = pg + (uint64_t)sb * 210u, *b8 = pg8 + (uint64_t)sb * 210u;
+        uint32_t sc0[4], sc8[4];
+        mk_w_words<4>(b0 + 192u, sc0);
+        mk_w_words<4>(b8 + 192u, sc8);
+        float v0 = 0.0f, v8 = 0.0f;
+        MK_UNROLL
+        for (uint32_t n = 0; n < 2u; n++) {
+            uint32_t la0[2], lb0[2], hh0[2], la8[2], lb8[2], hh8[2];
+            mk_w_words<2>(b0 + 64u * n + 8u * c, la0);
+            mk_w_words<2>(b0 + 64u * n + 32u + 8u * c, lb0);
+            mk_w_words<2>(b0 + 128u + 32u * n + 8u * c, hh0);
+            mk_w_words<2>(b8 + 64u * n + 8u * c, la8);
+            mk_w_words<2>(b8 + 64u * n + 32u + 8u * c, lb8);
+            mk_w_words<2>(b8 + 128u + 32u * n + 8u * c, hh8);
+            MK_UNROLL
+            for (uint32_t kk = 0; kk < 4u; kk++) {
+                const uint32_t G = 8u * sb + 4u * n + kk;
+                const uint2 bx = mk_lds64(xqo + 96u * G);
+                const uint32_t xb0 = bl ? bx.x : 0u, xb1 = bl ? bx.y : 0u;
+                uint32_t a[4];
+                MK_UNROLL
+                for (int k = 0; k < 2; k++) {
+                    const uint32_t l0 = kk & 1u ? lb0[k] : la0[k], l8 = kk & 1u ? lb8[k] : la8[k];
+                    const uint32_t q0 = kk < 2u ? l0 & 0x0f0f0f0fu : (l0 >> 4) & 0x0f0f0f0fu;
+                    const uint32_t q8 = kk < 2u ? l8 & 0x0f0f0f0fu : (l8 >> 4) & 0x0f0f0f0fu;
+                    a[2 * k] = mk_q8_minus32(q0 | (((hh0[k] >> (2u * kk)) & 0x03030303u) << 4));
+                    a[2 * k + 1] = mk_q8_minus32(q8 | (((hh8[k] >> (2u * kk)) & 0x03030303u) << 4));
+                }
+                int d[4];
+                mk_mma_s8(d, a[0], a[1], a[2], a[3], xb0, xb1);
+                const float dx = __uint_as_float(mk_lds128(xg + 16u * G).x);
+                /* Scale i = 8n + 2kk + half: word (8n + 2kk) / 4, byte (2kk) % 4 + half. */
+                const uint32_t wi = (8u * n + 2u * kk) >> 2, bi = (2u * kk) & 3u;
+                const float f00 = (float)(int8_t)mk_qmma_byte(sc0[wi], bi + hf0) * w0;
+                const float f01 = (float)(int8_t)mk_qmma_byte(sc0[wi], bi + hf1) * w1;
+                const float f80 = (float)(int8_t)mk_qmma_byte(sc8[wi], bi + hf0) * w0;
+                const float f81 = (float)(int8_t)mk_qmma_byte(sc8[wi], bi + hf1) * w1;
+                v0 += ((float)d[0] * f00 + (float)d[1] * f01) * dx;
+                v8 += ((float)d[2] * f80 + (float)d[3] * f81) * dx;
+            }
+        }
+        acc[0] += mk_q_half(b0 + 208u) * v0;
+        acc[1] += mk_q_half(b8 + 208u) * v8;
+    }
+}
+
+/* res[seg.res0 + i] for every segment of all[0 .. nall) whose format mk_qmma_type takes, by the
+ * whole block: tiles of 16 rows across those segments, each tile's super-blocks split over up to
+ * MK_BLOCK_WARPS / tiles warps whose shares meet in shared memory in a fixed order. Every thread
+ * of the block calls it; it ends with res written (but not synchronised) when no tile was split. */
+__device__ __noinline__ void mk_qmma_rows(const struct mk_qseg *all, uint32_t nall, struct mk_xq8 x, float *res) {
+    __shared__ float part[MK_BLOCK_WARPS][MK_QMMA_ROWS];
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, g = lane >> 2, c = lane & 3u;
+    uint32_t nt = 0, nsb = 0;
+    for (uint32_t i = 0; i < nall; i++)
+        if (mk_qmma_type(all[i].dtype)) nt += (all[i].n + MK_QMMA_ROWS - 1u) / MK_QMMA_ROWS, nsb = all[i].cols / 256u;
+    if (nt == 0u) return;
+    const uint32_t ks = max(1u, min(MK_BLOCK_WARPS / nt, nsb)), items = nt * ks;
+    const uint32_t xq = (uint32_t)__cvta_generic_to_shared(x.q), xg = (uint32_t)__cvta_generic_to_shared(x.grp);
+    for (uint32_t it = warp; it < items; it += MK_BLOCK_WARPS) {
+        uint32_t tile = it / ks, si = 0;
+        for (;; si++) { /* the segment of this tile */
+            if (!mk_qmma_type(all[si].dtype)) continue;
+            const uint32_t t = (all[si].n + MK_QMMA_ROWS - 1u) / MK_QMMA_ROWS;
+            if (tile < t) break;
+            tile -= t;
+        }
+        const struct mk_qseg *sg = &all[si];
+        const uint32_t r0 = MK_QMMA_ROWS * tile;
+        const uint8_t *pg = sg->ptr + (uint64_t)(sg->row0 + min(r0 + g, sg->n - 1u)) * sg->row_bytes;
+        const uint8_t *pg8 = sg->ptr + (uint64_t)(sg->row0 + min(r0 + g + 8u, sg->n - 1u)) * sg->row_bytes;
+        float acc[2] = { 0.0f, 0.0f };
+        if (sg->dtype == MK_DEV_Q4_K)
+            mk_qmma_k45<false>(pg, pg8, it % ks, nsb, ks, xq, xg, acc);
+        else if (sg->dtype == MK_DEV_Q5_K)
+            mk_qmma_k45<true>(pg, pg8, it % ks, nsb, ks, xq, xg, acc);
+        else
+            mk_qmma_k6(pg, pg8, it % ks, nsb, ks, xq, xg, acc);
+        MK_UNROLL
+        for (int o = 1; o < 4; o <<= 1) {
+            acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], o);
+            acc[1] += __shfl_xor_sync(0xffffffffu, acc[1], o);
+        }
+        if (c != 0u) continue;
+        if (ks == 1u) {
+            if (r0 + g < sg->n) res[sg->res0 + r0 + g] = acc[0];
+            if (r0 + g + 8u < sg->n) res[sg->res0 + r0 + g + 8u] = acc[1];
+        } else {
+            part[warp][g] = acc[0];
+            part[warp][g + 8u] = acc[1];
+        }
+    }
+    if (ks == 1u) return;
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < nt * MK_QMMA_ROWS; i += MK_BLOCK_THREADS) {
+        uint32_t tile = i / MK_QMMA_ROWS, si = 0;
+        const uint32_t r = i % MK_QMMA_ROWS;
+        float sum = 0.0f;
+        for (uint32_t s = 0; s < ks; s++) sum += part[(i / MK_QMMA_ROWS) * ks + s][r]; /* item = warp here */
+        for (;; si++) {
+            if (!mk_qmma_type(all[si].dtype)) continue;
+            const uint32_t t = (all[si].n + MK_QMMA_ROWS - 1u) / MK_QMMA_ROWS;
+            if (tile < t) break;
+            tile -= t;
+        }
+        const uint32_t row = MK_QMMA_ROWS * tile + r;
+        if (row < all[si].n) res[all[si].res0 + row] = sum;
+    }
+    __syncthreads(); /* part is free for the next call */
+}
+
+#endif
