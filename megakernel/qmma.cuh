@@ -13,7 +13,11 @@
  * 4c .. 4c + 3 and 16 + 4c .. 16 + 4c + 3, B bytes of column g at the same k, and C at rows g,
  * g + 8, columns 2c, 2c + 1. The sum runs over k, so any order of k serves as long as A and B
  * agree: lane c's k slots carry elements 8c .. 8c + 7 of the group, which are 8 neighbouring
- * bytes (one 64-bit load) of a K-quant's nibbles and of x's levels. */
+ * bytes (one 64-bit load) of a K-quant's nibbles and of x's levels.
+ *
+ * The 32-element formats stay on dp4a: their lane-unit dot is already cheap (no sub-block scales
+ * to decode), and the same tiles measured slower on llama-1b (Q8_0 1.29 -> 2.14 ms, Q4_0 1.16 ->
+ * 1.72 ms per token, BENCHMARKS.md 2026-11-25). */
 
 #define MK_QMMA_ROWS 16u
 
