@@ -31,6 +31,9 @@ __device__ __forceinline__ bool mk_qmma_type(uint32_t t) {
 #endif
 }
 
+/* tests/qmma_host_test.cc compiles the tiles as host C++ (MK_QMMA_HOST) with a 32-thread model of
+ * the warp in place of the mma, the shared-memory loads and the block-level driver below. */
+#ifndef MK_QMMA_HOST
 __device__ __forceinline__ void mk_mma_s8(int *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                           uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -45,11 +48,15 @@ __device__ __forceinline__ uint2 mk_lds64(uint32_t a) {
     asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
     return v;
 }
+/* A word's two halves (a K-quant super-block's d and dmin) as floats. */
+__device__ __forceinline__ float2 mk_qmma_h2f(uint32_t w) { return __half22float2(*(const __half2 *)&w); }
 __device__ __forceinline__ uint4 mk_lds128(uint32_t a) {
     uint4 v;
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
     return v;
 }
+
+#endif
 
 /* The value of a group's three level sums times its scale (quant8.cuh's d * mk_xq_combine). */
 __device__ __forceinline__ float mk_qmma_gsum(uint32_t grp, uint32_t G) {
@@ -125,7 +132,7 @@ __device__ __forceinline__ void mk_qmma_k45(const uint8_t *pg, const uint8_t *pg
             m0 += (float)mk_qmma_byte(m0w, s & 3u) * gs;
             m8 += (float)mk_qmma_byte(m8w, s & 3u) * gs;
         }
-        const float2 d0 = __half22float2(*(const __half2 *)&h0[0]), d8 = __half22float2(*(const __half2 *)&h8[0]);
+        const float2 d0 = mk_qmma_h2f(h0[0]), d8 = mk_qmma_h2f(h8[0]);
         acc[0] += d0.x * v0 - d0.y * m0;
         acc[1] += d8.x * v8 - d8.y * m8;
     }
@@ -190,6 +197,7 @@ __device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8
     }
 }
 
+#ifndef MK_QMMA_HOST
 /* res[seg.res0 + i] for every segment of all[0 .. nall) whose format mk_qmma_type takes, by the
  * whole block: tiles of 16 rows across those segments, each tile's super-blocks split over up to
  * MK_BLOCK_WARPS / tiles warps whose shares meet in shared memory in a fixed order. Every thread
@@ -254,5 +262,6 @@ __device__ __noinline__ void mk_qmma_rows(const struct mk_qseg *all, uint32_t na
     }
     __syncthreads(); /* part is free for the next call */
 }
+#endif
 
 #endif

@@ -1,0 +1,224 @@
+/* The K-quant tensor-core tiles (megakernel/qmma.cuh), run on the host by 32 threads as one warp, against the int8 lane-unit dot. */
+#include <condition_variable>
+#include <math.h>
+#include <mutex>
+#include <stdio.h>
+#include <thread>
+#include <vector>
+
+#include "tests/cuda_host_shim.h"
+#define MK_QUANT_NO_CUDA_HEADERS
+#include "megakernel/quant8.cuh"
+
+/* The rest of the device vocabulary the tiles use. */
+struct mk_host_tid {
+    unsigned x;
+};
+static thread_local mk_host_tid threadIdx;
+struct uint2 {
+    uint32_t x, y;
+};
+struct uint4 {
+    uint32_t x, y, z, w;
+};
+struct float2 {
+    float x, y;
+};
+static inline float2 mk_qmma_h2f(uint32_t w) {
+    return float2{ mk_fp16_to_fp32((uint16_t)(w & 0xffffu)), mk_fp16_to_fp32((uint16_t)(w >> 16)) };
+}
+static inline float __uint_as_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint32_t min(uint32_t a, uint32_t b) { return a < b ? a : b; }
+
+/* Shared memory: x's quants and groups in one buffer, addressed by offset as ld.shared is. */
+static const uint8_t *g_smem;
+static uint2 mk_lds64(uint32_t a) {
+    uint2 v;
+    memcpy(&v, g_smem + a, 8);
+    return v;
+}
+static uint4 mk_lds128(uint32_t a) {
+    uint4 v;
+    memcpy(&v, g_smem + a, 16);
+    return v;
+}
+
+/* The warp: every lane deposits its fragments, then each reads what mma.m16n8k32 .s8 gives it, as
+ * the PTX ISA lays the fragments out (written here from the manual, not from qmma.cuh). */
+static struct {
+    std::mutex m;
+    std::condition_variable cv;
+    unsigned waiting = 0, generation = 0;
+    uint32_t a[32][4], b[32][2];
+} g_warp;
+
+static void warp_barrier(void) {
+    std::unique_lock<std::mutex> lk(g_warp.m);
+    const unsigned gen = g_warp.generation;
+    if (++g_warp.waiting == 32) {
+        g_warp.waiting = 0;
+        g_warp.generation++;
+        g_warp.cv.notify_all();
+    } else {
+        g_warp.cv.wait(lk, [&] { return g_warp.generation != gen; });
+    }
+}
+
+static int8_t byte_of(uint32_t w, int i) { return (int8_t)(uint8_t)(w >> (8 * i)); }
+
+static void mk_mma_s8(int *d, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    const unsigned lane = threadIdx.x & 31u;
+    g_warp.a[lane][0] = a0, g_warp.a[lane][1] = a1, g_warp.a[lane][2] = a2, g_warp.a[lane][3] = a3;
+    g_warp.b[lane][0] = b0, g_warp.b[lane][1] = b1;
+    warp_barrier();
+    int A[16][32], B[32][8];
+    for (int l = 0; l < 32; l++) {
+        const int g = l >> 2, c = l & 3;
+        for (int i = 0; i < 4; i++) {
+            A[g][4 * c + i] = byte_of(g_warp.a[l][0], i);
+            A[g + 8][4 * c + i] = byte_of(g_warp.a[l][1], i);
+            A[g][16 + 4 * c + i] = byte_of(g_warp.a[l][2], i);
+            A[g + 8][16 + 4 * c + i] = byte_of(g_warp.a[l][3], i);
+            B[4 * c + i][g] = byte_of(g_warp.b[l][0], i);
+            B[16 + 4 * c + i][g] = byte_of(g_warp.b[l][1], i);
+        }
+    }
+    const int g = (int)lane >> 2, c = (int)lane & 3;
+    const int rows[4] = { g, g, g + 8, g + 8 }, cols[4] = { 2 * c, 2 * c + 1, 2 * c, 2 * c + 1 };
+    for (int r = 0; r < 4; r++) {
+        int sum = 0;
+        for (int k = 0; k < 32; k++) sum += A[rows[r]][k] * B[k][cols[r]];
+        d[r] = sum;
+    }
+    warp_barrier(); /* the slots are refilled by the next mma */
+}
+
+#define MK_QMMA_HOST
+#include "megakernel/qmma.cuh"
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+static float rng_uniform() {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((uint32_t)(rng_state >> 33) >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+}
+
+/* x as mk_block_quantize_x writes it: per 32 inputs a scale, three int8 levels and their sums. */
+static void make_xq(const std::vector<float> &x, std::vector<uint8_t> &smem, uint32_t *xq, uint32_t *xg) {
+    const size_t ng = x.size() / 32;
+    *xq = 0;
+    *xg = (uint32_t)(96 * ng + 15) / 16 * 16;
+    smem.assign(*xg + 16 * ng, 0);
+    for (size_t g = 0; g < ng; g++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * g + i]));
+        struct mk_xgroup gr = {};
+        gr.d = amax / 127.0f;
+        for (int i = 0; i < 32; i++) {
+            int l[3];
+            mk_xq_levels(x[32 * g + i], gr.d, l);
+            for (int k = 0; k < 3; k++) {
+                smem[96 * g + 32 * k + i] = (uint8_t)(int8_t)l[k];
+                gr.s[k] += l[k];
+            }
+        }
+        memcpy(&smem[*xg + 16 * g], &gr, 16);
+    }
+}
+
+/* 16 rows of type t over n inputs: each row's tile result (summed over its four lanes and over
+ * ks slices of its super-blocks) and the sum of mk_q8_unit over the row, against the float dot. */
+static int check(uint32_t t, const char *name, uint32_t n, uint32_t ks, int c, double *worst) {
+    const size_t rb = mk_dtype_row_bytes((enum mk_dtype)t, n);
+    std::vector<uint8_t> rows(16 * rb + 64);
+    std::vector<float> w(n), x(n);
+    const float wscale[] = { 1.0f, 1e-4f, 1e3f, 1.0f }, xscale[] = { 1.0f, 30.0f, 1e-3f, 1.0f };
+    for (int r = 0; r < 16; r++) {
+        for (uint32_t i = 0; i < n; i++) w[i] = rng_uniform() * wscale[c] * (i % 97 == 0 ? 50.0f : 1.0f);
+        mk_quantize_row((enum mk_dtype)t, w.data(), rows.data() + r * rb, n);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        x[i] = rng_uniform() * xscale[c] * (c == 3 && i % 61 == 0 ? 400.0f : 1.0f);
+        if (c == 3 && i % 256 < 32) x[i] = 0.0f; /* groups of zeros: d = 0 */
+    }
+    std::vector<uint8_t> smem;
+    uint32_t xq, xg;
+    make_xq(x, smem, &xq, &xg);
+    g_smem = smem.data();
+    float acc[32][2] = {};
+    std::vector<std::thread> lanes;
+    for (unsigned lane = 0; lane < 32; lane++) {
+        lanes.emplace_back([&, lane] {
+            threadIdx.x = lane;
+            const uint8_t *pg = rows.data() + (lane >> 2) * rb, *pg8 = rows.data() + ((lane >> 2) + 8) * rb;
+            for (uint32_t s = 0; s < ks; s++) {
+                if (t == MK_DEV_Q6_K)
+                    mk_qmma_k6(pg, pg8, s, n / 256, ks, xq, xg, acc[lane]);
+                else if (t == MK_DEV_Q5_K)
+                    mk_qmma_k45<true>(pg, pg8, s, n / 256, ks, xq, xg, acc[lane]);
+                else
+                    mk_qmma_k45<false>(pg, pg8, s, n / 256, ks, xq, xg, acc[lane]);
+            }
+        });
+    }
+    for (auto &l : lanes) l.join();
+    std::vector<int8_t> q(smem.begin(), smem.begin() + xg);
+    std::vector<struct mk_xgroup> grp(n / 32);
+    memcpy(grp.data(), smem.data() + xg, 16 * grp.size());
+    struct mk_xq8 xv = { q.data(), grp.data() };
+    double xmax = 0.0;
+    for (uint32_t i = 0; i < n; i++) xmax = fmax(xmax, fabs((double)x[i]));
+    int bad = 0;
+    for (int r = 0; r < 16; r++) {
+        double lanes = 0.0, want = 0.0, mag = 0.0;
+        for (uint32_t u = 0; u < n / 32; u++) lanes += mk_q8_unit(t, rows.data() + r * rb, u, &xv);
+        mk_dequantize_row((enum mk_dtype)t, rows.data() + r * rb, w.data(), n);
+        for (uint32_t i = 0; i < n; i++) want += (double)w[i] * x[i], mag += fabs((double)w[i]);
+        mag *= xmax;
+        const int g = r % 8, h = r / 8;
+        double got = 0.0;
+        for (int c4 = 0; c4 < 4; c4++) got += acc[4 * g + c4][h];
+        /* Both against the float dot of the dequantized row, on the scale of sum |w| max |x| as
+         * quant_cuh_test bounds the lane-unit dot (measured here: lane units 7.3e-7, tiles 1.5e-6
+         * on q4_k, 9.8e-7 on q5_k, 7.8e-8 on q6_k). The tiles subtract the minimum once per
+         * super-block rather than per lane-unit, so that cancellation rounds larger parts; a wrong
+         * nibble, scale or fragment is off by 1e-2 and more. */
+        if (fabs(got - want) > *worst * mag) *worst = fabs(got - want) / mag;
+        if (!(fabs(got - want) <= 3e-6 * mag) || !(fabs(lanes - want) <= 1e-6 * mag)) {
+            if (bad < 3)
+                fprintf(
+                    stderr,
+                    "%s n %u ks %u case %d row %d: tile %.9g, lane units %.9g, float dot %.9g (sum |w| max |x| %.3g)\n",
+                    name, n, ks, c, r, got, lanes, want, mag);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+int main(void) {
+    const uint32_t types[] = { MK_DEV_Q4_K, MK_DEV_Q5_K, MK_DEV_Q6_K };
+    const char *names[] = { "q4_k", "q5_k", "q6_k" };
+    int failures = 0;
+    for (int i = 0; i < 3; i++) {
+        int bad = 0;
+        double worst = 0.0;
+        for (int c = 0; c < 4; c++) {
+            bad += check(types[i], names[i], 256, 1, c, &worst);
+            bad += check(types[i], names[i], 1024, 1, c, &worst);
+            bad += check(types[i], names[i], 1024, 3, c, &worst); /* super-blocks split over warps */
+        }
+        printf("%-5s tiles %s the float dot (worst %.2g of sum |w| max |x|)\n", names[i],
+               bad ? "DIFFER FROM" : "agree with", worst);
+        failures += bad != 0;
+    }
+    if (failures) {
+        fprintf(stderr, "qmma_host_test: %d type(s) differ\n", failures);
+        return 1;
+    }
+    printf("qmma_host_test: ok\n");
+    return 0;
+}
