@@ -198,6 +198,20 @@ __device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8
 }
 
 #ifndef MK_QMMA_HOST
+/* Tile `tile` of the segments mk_qmma_type takes, counted across them: its segment (*sg) and its
+ * index there. */
+__device__ __forceinline__ uint32_t mk_qmma_tile(const struct mk_qseg *all, uint32_t tile, const struct mk_qseg **sg) {
+    for (uint32_t si = 0;; si++) {
+        if (!mk_qmma_type(all[si].dtype)) continue;
+        const uint32_t t = (all[si].n + MK_QMMA_ROWS - 1u) / MK_QMMA_ROWS;
+        if (tile < t) {
+            *sg = &all[si];
+            return tile;
+        }
+        tile -= t;
+    }
+}
+
 /* res[seg.res0 + i] for every segment of all[0 .. nall) whose format mk_qmma_type takes, by the
  * whole block: tiles of 16 rows across those segments, each tile's super-blocks split over up to
  * MK_BLOCK_WARPS / tiles warps whose shares meet in shared memory in a fixed order. Every thread
@@ -212,15 +226,8 @@ __device__ __noinline__ void mk_qmma_rows(const struct mk_qseg *all, uint32_t na
     const uint32_t ks = max(1u, min(MK_BLOCK_WARPS / nt, nsb)), items = nt * ks;
     const uint32_t xq = (uint32_t)__cvta_generic_to_shared(x.q), xg = (uint32_t)__cvta_generic_to_shared(x.grp);
     for (uint32_t it = warp; it < items; it += MK_BLOCK_WARPS) {
-        uint32_t tile = it / ks, si = 0;
-        for (;; si++) { /* the segment of this tile */
-            if (!mk_qmma_type(all[si].dtype)) continue;
-            const uint32_t t = (all[si].n + MK_QMMA_ROWS - 1u) / MK_QMMA_ROWS;
-            if (tile < t) break;
-            tile -= t;
-        }
-        const struct mk_qseg *sg = &all[si];
-        const uint32_t r0 = MK_QMMA_ROWS * tile;
+        const struct mk_qseg *sg;
+        const uint32_t r0 = MK_QMMA_ROWS * mk_qmma_tile(all, it / ks, &sg);
         const uint8_t *pg = sg->ptr + (uint64_t)(sg->row0 + min(r0 + g, sg->n - 1u)) * sg->row_bytes;
         const uint8_t *pg8 = sg->ptr + (uint64_t)(sg->row0 + min(r0 + g + 8u, sg->n - 1u)) * sg->row_bytes;
         float acc[2] = { 0.0f, 0.0f };
@@ -247,18 +254,12 @@ __device__ __noinline__ void mk_qmma_rows(const struct mk_qseg *all, uint32_t na
     if (ks == 1u) return;
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < nt * MK_QMMA_ROWS; i += MK_BLOCK_THREADS) {
-        uint32_t tile = i / MK_QMMA_ROWS, si = 0;
         const uint32_t r = i % MK_QMMA_ROWS;
         float sum = 0.0f;
         for (uint32_t s = 0; s < ks; s++) sum += part[(i / MK_QMMA_ROWS) * ks + s][r]; /* item = warp here */
-        for (;; si++) {
-            if (!mk_qmma_type(all[si].dtype)) continue;
-            const uint32_t t = (all[si].n + MK_QMMA_ROWS - 1u) / MK_QMMA_ROWS;
-            if (tile < t) break;
-            tile -= t;
-        }
-        const uint32_t row = MK_QMMA_ROWS * tile + r;
-        if (row < all[si].n) res[all[si].res0 + row] = sum;
+        const struct mk_qseg *sg;
+        const uint32_t row = MK_QMMA_ROWS * mk_qmma_tile(all, i / MK_QMMA_ROWS, &sg) + r;
+        if (row < sg->n) res[sg->res0 + row] = sum;
     }
     __syncthreads(); /* part is free for the next call */
 }

@@ -9,6 +9,7 @@
 #include "tests/cuda_host_shim.h"
 #define MK_QUANT_NO_CUDA_HEADERS
 #include "megakernel/quant8.cuh"
+#include "tests/xq_host.h"
 
 /* The rest of the device vocabulary the tiles use. */
 struct mk_host_tid {
@@ -106,27 +107,15 @@ static float rng_uniform() {
     return (float)((uint32_t)(rng_state >> 33) >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
 }
 
-/* x as mk_block_quantize_x writes it: per 32 inputs a scale, three int8 levels and their sums. */
-static void make_xq(const std::vector<float> &x, std::vector<uint8_t> &smem, uint32_t *xq, uint32_t *xg) {
-    const size_t ng = x.size() / 32;
+/* x in one shared-memory image, quants then groups, as the tiles address it. */
+static void make_xq(const std::vector<float> &x, std::vector<int8_t> &q, std::vector<struct mk_xgroup> &grp,
+                    std::vector<uint8_t> &smem, uint32_t *xq, uint32_t *xg) {
+    mk_test_make_xq(x, q, grp); /* its exactness is quant_cuh_test's */
     *xq = 0;
-    *xg = (uint32_t)(96 * ng + 15) / 16 * 16;
-    smem.assign(*xg + 16 * ng, 0);
-    for (size_t g = 0; g < ng; g++) {
-        float amax = 0.0f;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * g + i]));
-        struct mk_xgroup gr = {};
-        gr.d = amax / 127.0f;
-        for (int i = 0; i < 32; i++) {
-            int l[3];
-            mk_xq_levels(x[32 * g + i], gr.d, l);
-            for (int k = 0; k < 3; k++) {
-                smem[96 * g + 32 * k + i] = (uint8_t)(int8_t)l[k];
-                gr.s[k] += l[k];
-            }
-        }
-        memcpy(&smem[*xg + 16 * g], &gr, 16);
-    }
+    *xg = (uint32_t)q.size() / 16 * 16;
+    smem.assign(*xg + 16 * grp.size(), 0);
+    memcpy(smem.data(), q.data(), *xg);
+    memcpy(smem.data() + *xg, grp.data(), 16 * grp.size());
 }
 
 /* 16 rows of type t over n inputs: each row's tile result (summed over its four lanes and over
@@ -144,9 +133,11 @@ static int check(uint32_t t, const char *name, uint32_t n, uint32_t ks, int c, d
         x[i] = rng_uniform() * xscale[c] * (c == 3 && i % 61 == 0 ? 400.0f : 1.0f);
         if (c == 3 && i % 256 < 32) x[i] = 0.0f; /* groups of zeros: d = 0 */
     }
+    std::vector<int8_t> q;
+    std::vector<struct mk_xgroup> grp;
     std::vector<uint8_t> smem;
     uint32_t xq, xg;
-    make_xq(x, smem, &xq, &xg);
+    make_xq(x, q, grp, smem, &xq, &xg);
     g_smem = smem.data();
     float acc[32][2] = {};
     std::vector<std::thread> lanes;
@@ -165,9 +156,6 @@ static int check(uint32_t t, const char *name, uint32_t n, uint32_t ks, int c, d
         });
     }
     for (auto &l : lanes) l.join();
-    std::vector<int8_t> q(smem.begin(), smem.begin() + xg);
-    std::vector<struct mk_xgroup> grp(n / 32);
-    memcpy(grp.data(), smem.data() + xg, 16 * grp.size());
     struct mk_xq8 xv = { q.data(), grp.data() };
     double xmax = 0.0;
     for (uint32_t i = 0; i < n; i++) xmax = fmax(xmax, fabs((double)x[i]));

@@ -7,6 +7,7 @@
 #include "tests/cuda_host_shim.h"
 #define MK_QUANT_NO_CUDA_HEADERS
 #include "megakernel/quant8.cuh"
+#include "tests/xq_host.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint32_t rng_next() {
@@ -105,37 +106,7 @@ static int check_dot4(uint32_t t, const struct mk_dtype_info *info) {
     return bad;
 }
 
-/* x as the device's activation quantizer writes it (megakernel/common.cuh, mk_block_quantize_x):
- * per group the scale, the three int8 levels and their sums. */
 static int xq_bad; /* elements whose three levels miss x by more than float rounding allows */
-
-static void make_xq(const std::vector<float> &x, std::vector<int8_t> &q, std::vector<struct mk_xgroup> &grp) {
-    const size_t ng = x.size() / 32;
-    q.assign(96 * ng + 64, 0);
-    grp.assign(ng, mk_xgroup{});
-    for (size_t g = 0; g < ng; g++) {
-        float amax = 0.0f;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * g + i]));
-        grp[g].d = amax / 127.0f;
-        for (int i = 0; i < 32; i++) {
-            int l[3];
-            mk_xq_levels(x[32 * g + i], grp[g].d, l);
-            for (int k = 0; k < 3; k++) {
-                q[96 * g + 32 * k + i] = (int8_t)l[k];
-                grp[g].s[k] += l[k];
-            }
-            /* x' = d (q1 + q2 / 254 + q3 / 254^2) is within half a third-level step (6.1e-8 of the
-             * group's largest value) of x, plus the rounding of the first residual (half an ulp of x). */
-            const double xr = (double)grp[g].d * (l[0] + (l[1] + l[2] / 254.0) / 254.0);
-            if (fabs(xr - x[32 * g + i]) > 6.2e-8 * amax + 6e-8 * fabs(x[32 * g + i])) {
-                if (xq_bad < 5)
-                    fprintf(stderr, "x %.9g written as %.9g (levels %d %d %d, d %.9g)\n", (double)x[32 * g + i], xr,
-                            l[0], l[1], l[2], (double)grp[g].d);
-                xq_bad++;
-            }
-        }
-    }
-}
 
 /* The int8 dot (mk_q8_unit, what the GPU runs for block formats) against the float dot of the
  * dequantized row, row by row: it must agree to float precision, for rows and inputs of very
@@ -158,7 +129,7 @@ static int check_q8(uint32_t t, const struct mk_dtype_info *info) {
         }
         mk_quantize_row((enum mk_dtype)t, w.data(), row.data(), n);
         mk_dequantize_row((enum mk_dtype)t, row.data(), vals.data(), n);
-        make_xq(x, xq, grp);
+        xq_bad += mk_test_make_xq(x, xq, grp);
         struct mk_xq8 xv = { xq.data(), grp.data() };
         /* The bound is float rounding's on the terms the int8 dot forms: a group's scaled sum and,
          * for formats with a minimum, the minimum times the group's sum, which can cancel. Measured
