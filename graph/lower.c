@@ -105,9 +105,10 @@ static uint32_t mk_lower_tile_rows(const struct mk_compile_params *p, uint32_t r
 struct mk_lower_ops_ctx {
     const struct mk_llama_config *c;
     uint32_t q_dim, kv_dim, attn_block, n_blocks;
-    uint32_t *voff; /* (n_values) arena offset of each placed root value */
-    int kv_buf0;    /* KV cache of layer l is buffer kv_buf0 + l */
-    int scratch;    /* next scratch buffer id */
+    uint32_t *voff;  /* (n_values) arena offset of each placed root value */
+    uint32_t *xqoff; /* (n_values) its int8-level copy (abi.h, MK_XQ_*), or MK_NO_BUF */
+    int kv_buf0;     /* KV cache of layer l is buffer kv_buf0 + l */
+    int scratch;     /* next scratch buffer id */
     uint32_t lm_tiles_off, lm_tiles;
 };
 
@@ -255,6 +256,26 @@ static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_l
     return x;
 }
 
+static bool mk_lower_is_block_format(enum mk_dtype t) {
+    const struct mk_dtype_info *di = mk_dtype_get(t);
+    return di && di->block_size > 1;
+}
+
+/* Whether a live block-format MATVEC_RESIDUAL reads value v of n elements: then the op producing
+ * v also writes its int8-level copy, so that the matvec's tasks do not each quantize it again
+ * (one-token programs; the groups of 32 are whole in the producer's tiles). */
+static bool mk_lower_wants_xq(const struct mk_lower *L, int v, uint64_t n) {
+    if (L->ubatch > 1 || n % MK_XQ_GROUP) return false;
+    const struct mk_graph *g = L->g;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct mk_node *m = &g->nodes[i];
+        if (!m->dead && m->op == MK_NODE_MATVEC_RESIDUAL && m->in[0] >= 0 &&
+            mk_lower_root(g, m->in[0]) == mk_lower_root(g, v) && mk_lower_is_block_format(m->w[0]->type))
+            return true;
+    }
+    return false;
+}
+
 static struct mk_lower_instr *mk_lower_matvec(struct mk_lower *L, struct mk_lower_ops_ctx *k, const struct mk_node *n) {
     const struct mk_compile_params *p = L->p;
     struct mk_lower_instr *x;
@@ -264,6 +285,8 @@ static struct mk_lower_instr *mk_lower_matvec(struct mk_lower *L, struct mk_lowe
     x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
     x->ins.buf[0] = OFF(n->in[0]);
     x->ins.buf[1] = OFF(n->out);
+    /* The int8-level copy shares the value's buffer id: it has the same writer and readers. */
+    if (mk_lower_is_block_format(n->w[0]->type)) x->ins.buf[2] = k->xqoff[BUF(n->in[0])];
     x->ins.args.matvec.rows_per_task = rpt;
     mk_lower_access(x, BUF(n->in[0]), BUF(n->out), BUF(n->out), -1);
     return x;
@@ -273,12 +296,19 @@ static struct mk_lower_instr *mk_lower_gate_up(struct mk_lower *L, struct mk_low
                                                const struct mk_node *n) {
     const struct mk_compile_params *p = L->p;
     struct mk_lower_instr *x;
-    uint32_t rows = (uint32_t)n->w[1]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
+    uint32_t rows = (uint32_t)n->w[1]->rows;
+    const bool xq = mk_lower_wants_xq(L, n->out, rows);
+    uint32_t rpt = mk_lower_tile_rows(p, rows, xq ? MK_XQ_GROUP : 2);
     x = mk_lower_emit(L, MK_OP_NORM_GATE_UP_SILU, mk_lower_div_up(rows, rpt), n->label);
     if (!x) return NULL;
     for (int w = 0; w < 3; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
     x->ins.buf[0] = OFF(n->in[0]);
     x->ins.buf[1] = OFF(n->out);
+    if (xq) {
+        uint32_t *xo = &k->xqoff[BUF(n->out)];
+        if (*xo == MK_NO_BUF) *xo = mk_lower_alloc(L, MK_XQ_FLOATS(rows));
+        x->ins.buf[2] = *xo;
+    }
     x->ins.args.gate_up = (struct mk_args_norm_matvec){ .rows_per_task = rpt, .eps = n->eps };
     mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), -1);
     return x;
@@ -337,7 +367,13 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
     k.kv_buf0 = (int)g->n_values;
     k.scratch = k.kv_buf0 + (int)c->n_layer;
     k.voff = calloc(g->n_values ? g->n_values : 1, sizeof *k.voff);
-    if (!k.voff) return mk_error_set(err, MK_ERR_NOMEM, "out of memory lowering the graph");
+    k.xqoff = malloc((g->n_values ? g->n_values : 1) * sizeof *k.xqoff);
+    if (!k.voff || !k.xqoff) {
+        free(k.voff);
+        free(k.xqoff);
+        return mk_error_set(err, MK_ERR_NOMEM, "out of memory lowering the graph");
+    }
+    for (uint32_t v = 0; v < g->n_values; v++) k.xqoff[v] = MK_NO_BUF;
     enum mk_status st = mk_lower_place(L, k.voff, err);
     for (uint32_t i = 0; i < g->n_nodes && st == MK_OK; i++) {
         const struct mk_node *n = &g->nodes[i];
@@ -358,6 +394,7 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
     }
     L->n_buf = (uint32_t)k.scratch;
     free(k.voff);
+    free(k.xqoff);
     return st;
 }
 

@@ -167,6 +167,14 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         RD(in->buf[0], U * w0->cols);
         RD(in->buf[1], U * w0->rows);
         WR(in->buf[1], U * w0->rows);
+        if (in->buf[2] != MK_NO_BUF) {
+            const struct mk_dtype_info *di = mk_dtype_get(w0->dtype);
+            if (U > 1 || !di || di->block_size < 2 || w0->cols % MK_XQ_GROUP)
+                FAIL("instr %u (%s): an int8-level input (buf2 = %u) needs a one-token program and a block-format "
+                     "weight of whole groups (type %u, %u cols)",
+                     i, lab, in->buf[2], w0->dtype, w0->cols);
+            RD(in->buf[2], MK_XQ_FLOATS(w0->cols));
+        }
         break;
     }
     case MK_OP_NORM_GATE_UP_SILU: {
@@ -176,6 +184,13 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
             FAIL("instr %u (%s): gate/up/norm shapes or tiles disagree", i, lab);
         RD(in->buf[0], U * w1->cols);
         WR(in->buf[1], U * w1->rows);
+        if (in->buf[2] != MK_NO_BUF) {
+            if (U > 1 || w1->rows % MK_XQ_GROUP || rpt % MK_XQ_GROUP)
+                FAIL("instr %u (%s): an int8-level output (buf2 = %u) needs a one-token program and whole groups of "
+                     "%u in %u rows, %u per task",
+                     i, lab, in->buf[2], MK_XQ_GROUP, w1->rows, rpt);
+            WR(in->buf[2], MK_XQ_FLOATS(w1->rows));
+        }
         break;
     }
     case MK_OP_NORM_LM_HEAD: {

@@ -21,8 +21,10 @@
  * 5: ATTN_PARTIAL tasks are (KV head, split) and a split's positions grow with pos (mk_attn_span),
  *    so a step's attention costs what its positions cost, not what n_ctx does.
  * 6: the KV cache holds f16 or f32 elements (mk_kernel_args.kv_type): NORM_QKV_ROPE rounds k and v
- *    to the cache's type, attention widens them back to f32. */
-#define MK_ABI_VERSION 6u
+ *    to the cache's type, attention widens them back to f32.
+ * 7: NORM_GATE_UP_SILU may write, and MATVEC_RESIDUAL may read, the int8-level copy of the FFN
+ *    hidden vector (buf[2], MK_XQ_*), so that a block-format FFN-down quantizes its input once. */
+#define MK_ABI_VERSION 7u
 
 #define MK_NO_COUNTER 0xffffffffu
 #define MK_NO_WEIGHT  0xffffffffu
@@ -53,7 +55,9 @@ enum mk_opcode {
      * elems_per_task elements of n_embd. token comes from the step state. */
     MK_OP_EMBED = 1,
     /* args.matvec: out[buf1 + r] += dot(weight0[r], in[buf0 .. buf0+cols)) for this task's rows.
-     * Used for attention-output and FFN-down with the residual add fused. */
+     * Used for attention-output and FFN-down with the residual add fused. buf2 (block-format
+     * weights only, else MK_NO_BUF): the int8-level copy of the input that its producer wrote
+     * (see MK_XQ_GROUP); an executor that fills those copies may read it instead of buf0. */
     MK_OP_MATVEC_RESIDUAL = 2,
     /* args.qkv: RMSNorm of x (buf0, n = weight1.cols) with weight0 and eps, then rows r of
      * [wq; wk; wv] (weight1, weight2, weight3) against it (rows_per_task is even). Rows [0, q_dim)
@@ -78,7 +82,9 @@ enum mk_opcode {
      * sum_b o_b e^(m_b-M) / sum_b l_b e^(m_b-M). buf0 = partials. One head per task. */
     MK_OP_ATTN_COMBINE = 5,
     /* args.gate_up: RMSNorm of x (buf0) with weight0 and eps; hb[buf1 + r] =
-     * silu(gate_r . xn) * (up_r . xn) with gate = weight1, up = weight2. */
+     * silu(gate_r . xn) * (up_r . xn) with gate = weight1, up = weight2. buf2 (or MK_NO_BUF):
+     * where the task also writes its rows of hb as int8 levels (MK_XQ_GROUP; rows_per_task is then
+     * a multiple of it). Executors that never read such copies may leave it unwritten. */
     MK_OP_NORM_GATE_UP_SILU = 6,
     /* args.lm_head: RMSNorm of x (buf0) with weight0 and eps; logits[buf1 + r] = weight1[r] . xn
      * for this task's rows, and the task's (max logit, lowest index reaching it) to buf2 + 2*t as
@@ -104,6 +110,15 @@ enum mk_opcode {
     MK_OP_ATTN_CHUNK = 11,
 };
 #define MK_OP_COUNT 12u
+
+/* The int8-level copy of an activation vector of n floats (n a multiple of MK_XQ_GROUP), for the
+ * integer dots of block-format weights (megakernel/quant8.cuh): for each group of 32 inputs,
+ * x = d * (q1 + q2 / 254 + q3 / 254^2) elementwise, with the (n / 32, 3, 32) int8 levels q1, q2,
+ * q3 from the start of the buffer, then per group (float d, int32 sums of q1, q2 and q3) from
+ * float MK_XQ_GROUPS_OFF(n). MK_XQ_FLOATS(n) arena floats in all. */
+#define MK_XQ_GROUP         32u
+#define MK_XQ_GROUPS_OFF(n) (3u * (n) / 4u)
+#define MK_XQ_FLOATS(n)     (MK_XQ_GROUPS_OFF(n) + (n) / 8u)
 
 #ifdef __CUDACC__
 #define MK_ABI_FN static __host__ __device__ __forceinline__

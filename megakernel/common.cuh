@@ -604,6 +604,52 @@ __device__ __noinline__ struct mk_xq8 mk_block_quantize_x(float *xs, uint32_t n,
     return x;
 }
 
+/* The int8-level copy (abi.h, MK_XQ_*) of the n_all-element vector at v, rows [r0, r0 + count) of
+ * it, which this block just wrote (both multiples of 32): written to the copy at xq once here, so
+ * that the matvec tasks reading the vector need not each run mk_block_quantize_x on it. The same
+ * levels as theirs, bit for bit: the same floats, groups and passes. */
+__device__ __noinline__ void mk_block_store_xq(const float *v, uint32_t r0, uint32_t count, uint32_t n_all, float *xq) {
+    __syncthreads(); /* the block's writes of v are visible to all its threads */
+    int8_t *q = (int8_t *)xq + 3u * r0;
+    struct mk_xgroup *grp = (struct mk_xgroup *)(xq + MK_XQ_GROUPS_OFF(n_all)) + r0 / 32u;
+    for (uint32_t base = 0; base < count; base += 4u * MK_BLOCK_THREADS) {
+        const uint32_t i = base + 4u * threadIdx.x;
+        const float4 x = i < count ? __ldcg((const float4 *)(v + r0 + i)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        uint32_t word[3];
+        int s[3];
+        float d;
+        mk_xq_pack(x, word, s, &d);
+        if (i < count) mk_xq_store(i, word, s, d, q, grp);
+    }
+}
+
+/* The int8-level copy of an n-element vector (arena, written by another op during this kernel) into
+ * shared memory: its quants at q (3 n bytes), its groups at grp (n / 2 bytes). */
+__device__ __noinline__ struct mk_xq8 mk_block_load_xq(const float *xq, uint32_t n, int8_t *q, float *grp) {
+    const uint4 *src = (const uint4 *)xq, *gsrc = (const uint4 *)(xq + MK_XQ_GROUPS_OFF(n));
+    const uint32_t nq = 3u * n / 16u, ng = n / 32u;
+    /* Every load of a thread in flight before its stores: the copy is one round trip to L2. */
+    for (uint32_t base = 0; base < nq + ng; base += 8u * MK_BLOCK_THREADS) {
+        uint4 v[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint32_t i = base + (uint32_t)k * MK_BLOCK_THREADS + threadIdx.x;
+            if (i < nq + ng) v[k] = __ldcg(i < nq ? src + i : gsrc + (i - nq));
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint32_t i = base + (uint32_t)k * MK_BLOCK_THREADS + threadIdx.x;
+            if (i < nq)
+                ((uint4 *)q)[i] = v[k];
+            else if (i < nq + ng)
+                ((uint4 *)grp)[i - nq] = v[k];
+        }
+    }
+    __syncthreads();
+    struct mk_xq8 x = { q, (const struct mk_xgroup *)grp };
+    return x;
+}
+
 /* Passes of four inputs per thread whose loads mk_block_prep keeps in flight at once: an input of
  * up to 8192 floats (with 256 threads) is one round trip to L2. */
 #define MK_PREP_PASSES 8

@@ -9,6 +9,7 @@
 #include "graph/cpu_exec.h"
 #include "graph/program.h"
 #include "runtime/backend.h"
+#include "core/gen.h"
 #include "core/model.h"
 #include "tests/test_util.h"
 
@@ -267,8 +268,96 @@ static void test_kv_types(const struct mk_model *m) {
     mk_program_free(p32);
 }
 
+/* The int8-level copy of the FFN hidden vector (abi.h, MK_XQ_*): a one-token program whose
+ * FFN-down is a block format has each gate/up task write it, in whole groups, and the FFN-down
+ * read it; float formats and chunk programs have none, and the validator refuses copies that break
+ * those rules. */
+static void check_xq_program(const char *name, const struct mk_model *m, uint32_t workers, uint32_t ubatch,
+                             bool block) {
+    struct mk_error err = { 0 };
+    struct mk_compile_params cp = mk_compile_default_params();
+    cp.n_workers = workers;
+    cp.n_ctx = 64;
+    cp.ubatch = ubatch;
+    struct mk_program *p = NULL;
+    if (mk_program_compile(m, &cp, &p, &err) != MK_OK) {
+        MK_CHECK_MSG(0, "%s: compile for %u workers, ubatch %u: %s", name, workers, ubatch, err.msg);
+        return;
+    }
+    MK_CHECK_MSG(mk_program_validate(p, &err) == MK_OK, "%s: rejected: %s", name, err.msg);
+    const bool want = block && ubatch <= 1;
+    uint32_t copies = 0, readers = 0, gate_up = UINT32_MAX, down = UINT32_MAX;
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        const struct mk_instr *in = &p->instrs[i];
+        if (in->op == MK_OP_NORM_GATE_UP_SILU) {
+            gate_up = i;
+            if (in->buf[2] == MK_NO_BUF) continue;
+            copies++;
+            MK_CHECK_MSG(in->args.gate_up.rows_per_task % MK_XQ_GROUP == 0, "%s: instr %u tiles %u rows", name, i,
+                         in->args.gate_up.rows_per_task);
+        } else if (in->op == MK_OP_MATVEC_RESIDUAL) {
+            /* The FFN-down reads what the last gate/up wrote; other matvecs read no copy. */
+            const bool ffn_down = gate_up != UINT32_MAX && in->buf[0] == p->instrs[gate_up].buf[1];
+            if (ffn_down) down = i;
+            if (in->buf[2] == MK_NO_BUF) continue;
+            readers++;
+            MK_CHECK_MSG(ffn_down && in->buf[2] == p->instrs[gate_up].buf[2],
+                         "%s: instr %u reads an int8 copy at %u that the gate/up (at %u) did not write", name, i,
+                         in->buf[2], gate_up == UINT32_MAX ? MK_NO_BUF : p->instrs[gate_up].buf[2]);
+        }
+    }
+    MK_CHECK_MSG(copies == (want ? m->cfg.n_layer : 0) && readers == copies,
+                 "%s, %u workers, ubatch %u: %u gate/up copies and %u readers, want %u", name, workers, ubatch, copies,
+                 readers, want ? m->cfg.n_layer : 0);
+    if (want && gate_up != UINT32_MAX && down != UINT32_MAX) {
+        struct mk_instr saved = p->instrs[gate_up];
+        p->instrs[gate_up].args.gate_up.rows_per_task += 2; /* still covers the rows, in split groups */
+        expect_invalid(p, "an int8 copy in split groups", "whole groups");
+        p->instrs[gate_up] = saved;
+        saved = p->instrs[down];
+        p->instrs[down].buf[2] = p->arena_floats - 8;
+        expect_invalid(p, "an int8 copy past the arena", "past the arena");
+        p->instrs[down] = saved;
+        MK_CHECK_MSG(mk_program_validate(p, &err) == MK_OK, "%s: restored program rejected: %s", name, err.msg);
+    } else if (!block && down != UINT32_MAX) {
+        struct mk_instr saved = p->instrs[down];
+        p->instrs[down].buf[2] = p->instrs[down].buf[0];
+        expect_invalid(p, "an int8 copy for float weights", "block-format");
+        p->instrs[down] = saved;
+    }
+    mk_program_free(p);
+}
+
+static void test_xq_copies(void) {
+    char tmp[1024], path[1100];
+    if (!mk_test_make_tmp_dir(tmp, sizeof tmp, "mk_program_test")) {
+        MK_CHECK_MSG(0, "no temporary directory");
+        return;
+    }
+    static const char *const dtypes[] = { "f32", "Q4_K_M", "q8_0" };
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
+        struct mk_gen_params gp = mk_gen_default_params();
+        gp.dtype = dtypes[i];
+        snprintf(path, sizeof path, "%s/tiny-%s.gguf", tmp, dtypes[i]);
+        struct mk_error err = { 0 };
+        struct mk_model *m = NULL;
+        if (mk_gen_write(path, &gp, &err) != MK_OK || mk_model_load(path, &m, &err) != MK_OK) {
+            MK_CHECK_MSG(0, "tiny %s: %s", dtypes[i], err.msg);
+            continue;
+        }
+        const uint32_t workers[] = { 1, 7, 132 };
+        for (size_t w = 0; w < 3; w++) {
+            check_xq_program(dtypes[i], m, workers[w], 1, i > 0);
+            check_xq_program(dtypes[i], m, workers[w], 8, i > 0);
+        }
+        mk_model_free(m);
+    }
+    mk_test_remove_tree(tmp);
+}
+
 int main(void) {
     test_attn_span();
+    test_xq_copies();
     const char *dir = mk_test_models_dir("stories260K-f32.gguf");
     if (!dir) {
         printf("SKIP: models dir not found (set MK_MODELS_DIR)\n");

@@ -55,7 +55,7 @@ __device__ void mk_op_attn_output(const struct mk_task_ctx *c) {
         }
     }
     __syncthreads();
-    mk_matvec_residual_tile(c, &w, xs, ao->rows_per_task, ms + mk_layout_align4(2u * nh * nb));
+    mk_matvec_residual_tile(c, &w, xs, ao->rows_per_task, ms + mk_layout_align4(2u * nh * nb), NULL);
 }
 
 #endif

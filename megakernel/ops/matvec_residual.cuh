@@ -23,9 +23,10 @@ __device__ __forceinline__ void mk_matvec_residual_rows(const struct mk_wdesc *w
 }
 
 /* out[buf1 + r] += W[r] . xs for the task's rows_per_task rows; xs (w.cols floats, shared
- * memory) is ready. Block formats use `scratch` (shared memory: results, then the stages). */
+ * memory) is ready, or for block formats `pre` (x as int8 levels, see mk_qrows). Block formats use
+ * `scratch` (shared memory: results, then the stages). */
 __device__ void mk_matvec_residual_tile(const struct mk_task_ctx *c, const struct mk_wdesc *w, float *xs,
-                                        uint32_t rows_per_task, float *scratch) {
+                                        uint32_t rows_per_task, float *scratch, const struct mk_xq8 *pre) {
     const struct mk_instr *in = c->in;
     uint32_t r0 = c->t * rows_per_task;
     if (r0 >= w->rows) return;
@@ -33,7 +34,7 @@ __device__ void mk_matvec_residual_tile(const struct mk_task_ctx *c, const struc
     float *out = mk_arena(c) + in->buf[1];
     if (mk_layout_is_block_format(w->dtype)) {
         struct mk_qseg seg = mk_qseg_make(w, r0, count, 0u);
-        mk_qrows(&seg, 1u, xs, scratch, (uint8_t *)(scratch + mk_layout_align4(rows_per_task)), NULL);
+        mk_qrows(&seg, 1u, xs, scratch, (uint8_t *)(scratch + mk_layout_align4(rows_per_task)), pre);
         for (uint32_t i = threadIdx.x; i < count; i += MK_BLOCK_THREADS)
             out[r0 + i] = __ldcg(out + r0 + i) + scratch[i];
         return;
@@ -52,10 +53,19 @@ __device__ void mk_matvec_residual_tile(const struct mk_task_ctx *c, const struc
 }
 
 __device__ void mk_op_matvec_residual(const struct mk_task_ctx *c) {
-    struct mk_wdesc w = mk_weight(c, c->in->weight[0]);
-    float *xs = c->smem;
-    mk_block_load(xs, mk_arena(c) + c->in->buf[0], w.cols);
-    mk_matvec_residual_tile(c, &w, xs, c->in->args.matvec.rows_per_task, xs + mk_layout_align4(w.cols));
+    const struct mk_instr *in = c->in;
+    struct mk_wdesc w = mk_weight(c, in->weight[0]);
+    const uint32_t rpt = in->args.matvec.rows_per_task;
+    float *xs = c->smem, *scratch = xs + mk_layout_align4(w.cols);
+    if (in->buf[2] != MK_NO_BUF && mk_layout_is_block_format(w.dtype)) {
+        /* The producer wrote x as int8 levels: its quants over xs, its groups where the stages go. */
+        const struct mk_xq8 xq =
+            mk_block_load_xq(mk_arena(c) + in->buf[2], w.cols, (int8_t *)xs, scratch + mk_layout_align4(rpt));
+        mk_matvec_residual_tile(c, &w, xs, rpt, scratch, &xq);
+        return;
+    }
+    mk_block_load(xs, mk_arena(c) + in->buf[0], w.cols);
+    mk_matvec_residual_tile(c, &w, xs, rpt, scratch, NULL);
 }
 
 #endif

@@ -56,16 +56,18 @@ __device__ __forceinline__ void mk_op_norm_gate_up_silu(const struct mk_task_ctx
             float gate = res[i];
             hb[r0 + i] = gate / (1.0f + expf(-gate)) * res[count + i];
         }
-        return;
-    }
-    const bool vec = gw.vec && uw.vec;
-    const uint32_t warp = threadIdx.x >> 5;
-    if (count >= 2u * MK_BLOCK_WARPS) {
-        for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u)
-            mk_gate_up_rows(&gw, &uw, vec, xs, hb, r0, count, g, 2);
     } else {
-        for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS) mk_gate_up_rows(&gw, &uw, vec, xs, hb, r0, count, g, 1);
+        const bool vec = gw.vec && uw.vec;
+        const uint32_t warp = threadIdx.x >> 5;
+        if (count >= 2u * MK_BLOCK_WARPS) {
+            for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u)
+                mk_gate_up_rows(&gw, &uw, vec, xs, hb, r0, count, g, 2);
+        } else {
+            for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS)
+                mk_gate_up_rows(&gw, &uw, vec, xs, hb, r0, count, g, 1);
+        }
     }
+    if (in->buf[2] != MK_NO_BUF) mk_block_store_xq(hb, r0, count, gw.rows, mk_arena(c) + in->buf[2]);
 }
 
 #endif
