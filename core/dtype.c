@@ -54,6 +54,11 @@ const struct mk_dtype_info *mk_dtype_get(uint32_t type) {
     return &mk_infos[type];
 }
 
+bool mk_dtype_is_block(uint32_t type) {
+    const struct mk_dtype_info *di = mk_dtype_get(type);
+    return di && di->block_size > 1;
+}
+
 const char *mk_dtype_ggml_name(uint32_t type) {
     if (type >= sizeof(mk_ggml_names) / sizeof(mk_ggml_names[0])) return NULL;
     return mk_ggml_names[type];

@@ -2,6 +2,7 @@
 #ifndef MK_DTYPE_H
 #define MK_DTYPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -127,6 +128,8 @@ extern const int8_t mk_iq4nl_values[16];
 
 /* Info for a ggml type id mk supports; NULL for any other id (known to ggml or not). */
 const struct mk_dtype_info *mk_dtype_get(uint32_t type);
+/* Whether type is a supported block format (blocks of 32 or 256 elements, not plain floats). */
+bool mk_dtype_is_block(uint32_t type);
 /* Name of any ggml type id, including ones mk does not support ("q4_0", ...), or NULL. */
 const char *mk_dtype_ggml_name(uint32_t type);
 /* Parses "f32", "q4_k", ... into a dtype; returns 0 on success, -1 when unknown. */

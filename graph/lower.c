@@ -256,11 +256,6 @@ static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_l
     return x;
 }
 
-static bool mk_lower_is_block_format(enum mk_dtype t) {
-    const struct mk_dtype_info *di = mk_dtype_get(t);
-    return di && di->block_size > 1;
-}
-
 /* Whether a live block-format MATVEC_RESIDUAL reads value v of n elements: then the op producing
  * v also writes its int8-level copy, so that the matvec's tasks do not each quantize it again
  * (one-token programs; the groups of 32 are whole in the producer's tiles). */
@@ -270,7 +265,7 @@ static bool mk_lower_wants_xq(const struct mk_lower *L, int v, uint64_t n) {
     for (uint32_t i = 0; i < g->n_nodes; i++) {
         const struct mk_node *m = &g->nodes[i];
         if (!m->dead && m->op == MK_NODE_MATVEC_RESIDUAL && m->in[0] >= 0 &&
-            mk_lower_root(g, m->in[0]) == mk_lower_root(g, v) && mk_lower_is_block_format(m->w[0]->type))
+            mk_lower_root(g, m->in[0]) == mk_lower_root(g, v) && mk_dtype_is_block(m->w[0]->type))
             return true;
     }
     return false;
@@ -286,7 +281,7 @@ static struct mk_lower_instr *mk_lower_matvec(struct mk_lower *L, struct mk_lowe
     x->ins.buf[0] = OFF(n->in[0]);
     x->ins.buf[1] = OFF(n->out);
     /* The int8-level copy shares the value's buffer id: it has the same writer and readers. */
-    if (mk_lower_is_block_format(n->w[0]->type)) x->ins.buf[2] = k->xqoff[BUF(n->in[0])];
+    if (mk_dtype_is_block(n->w[0]->type)) x->ins.buf[2] = k->xqoff[BUF(n->in[0])];
     x->ins.args.matvec.rows_per_task = rpt;
     mk_lower_access(x, BUF(n->in[0]), BUF(n->out), BUF(n->out), -1);
     return x;

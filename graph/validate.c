@@ -168,8 +168,7 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         RD(in->buf[1], U * w0->rows);
         WR(in->buf[1], U * w0->rows);
         if (in->buf[2] != MK_NO_BUF) {
-            const struct mk_dtype_info *di = mk_dtype_get(w0->dtype);
-            if (U > 1 || !di || di->block_size < 2 || w0->cols % MK_XQ_GROUP)
+            if (U > 1 || !mk_dtype_is_block(w0->dtype) || w0->cols % MK_XQ_GROUP)
                 FAIL("instr %u (%s): an int8-level input (buf2 = %u) needs a one-token program and a block-format "
                      "weight of whole groups (type %u, %u cols)",
                      i, lab, in->buf[2], w0->dtype, w0->cols);
