@@ -581,17 +581,15 @@ __device__ __forceinline__ void mk_xq_store(uint32_t i, const uint32_t *word, co
     }
 }
 
-/* x for the int8 dots from xs (n floats, n a multiple of 32): the groups' scales and sums at
- * `area`, the quants over xs itself, or after the groups with `keep` (when float formats of the
- * same op still read xs). In place, each pass of 1024 elements writes its 3072 bytes of quants only
- * after every thread read its floats, and they cover floats this or earlier passes read. */
-__device__ __noinline__ struct mk_xq8 mk_block_quantize_x(float *xs, uint32_t n, float *area, bool keep) {
-    struct mk_xgroup *grp = (struct mk_xgroup *)area;
-    int8_t *q = keep ? (int8_t *)(area + n / 8u) : (int8_t *)xs;
+/* The quantizer's passes over the n floats at src (shared memory, n a multiple of 32) into quants
+ * at q and group scales and sums at grp (shared or global memory). q may overlay src: each pass of
+ * 1024 elements writes its 3072 bytes of quants only after every thread read its floats, and they
+ * cover floats this or earlier passes read. */
+__device__ __noinline__ void mk_block_xq_passes(const float *src, uint32_t n, int8_t *q, struct mk_xgroup *grp) {
     for (uint32_t base = 0; base < n; base += 4u * MK_BLOCK_THREADS) {
         const uint32_t i = base + 4u * threadIdx.x;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (i < n) v = *(const float4 *)(xs + i);
+        if (i < n) v = *(const float4 *)(src + i);
         uint32_t word[3];
         int s[3];
         float d;
@@ -600,27 +598,28 @@ __device__ __noinline__ struct mk_xq8 mk_block_quantize_x(float *xs, uint32_t n,
         if (i < n) mk_xq_store(i, word, s, d, q, grp);
     }
     __syncthreads();
+}
+
+/* x for the int8 dots from xs (n floats, n a multiple of 32): the groups' scales and sums at
+ * `area`, the quants over xs itself, or after the groups with `keep` (when float formats of the
+ * same op still read xs). */
+__device__ __forceinline__ struct mk_xq8 mk_block_quantize_x(float *xs, uint32_t n, float *area, bool keep) {
+    struct mk_xgroup *grp = (struct mk_xgroup *)area;
+    int8_t *q = keep ? (int8_t *)(area + n / 8u) : (int8_t *)xs;
+    mk_block_xq_passes(xs, n, q, grp);
     struct mk_xq8 x = { q, grp };
     return x;
 }
 
-/* The int8-level copy (abi.h, MK_XQ_*) of the n_all-element vector at v, rows [r0, r0 + count) of
- * it, which this block just wrote (both multiples of 32): written to the copy at xq once here, so
- * that the matvec tasks reading the vector need not each run mk_block_quantize_x on it. The same
- * levels as theirs, bit for bit: the same floats, groups and passes. */
-__device__ __noinline__ void mk_block_store_xq(const float *v, uint32_t r0, uint32_t count, uint32_t n_all, float *xq) {
-    __syncthreads(); /* the block's writes of v are visible to all its threads */
-    int8_t *q = (int8_t *)xq + 3u * r0;
-    struct mk_xgroup *grp = (struct mk_xgroup *)(xq + MK_XQ_GROUPS_OFF(n_all)) + r0 / 32u;
-    for (uint32_t base = 0; base < count; base += 4u * MK_BLOCK_THREADS) {
-        const uint32_t i = base + 4u * threadIdx.x;
-        const float4 x = i < count ? __ldcg((const float4 *)(v + r0 + i)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        uint32_t word[3];
-        int s[3];
-        float d;
-        mk_xq_pack(x, word, s, &d);
-        if (i < count) mk_xq_store(i, word, s, d, q, grp);
-    }
+/* The int8-level copy (abi.h, MK_XQ_*) of the n_all-element vector whose rows [r0, r0 + count)
+ * this block just computed (both multiples of 32), from their values in shared memory at vs:
+ * written to the copy at xq once here, so that the matvec tasks reading the vector need not each
+ * quantize it. The same levels as theirs, bit for bit: the same floats, groups and passes. */
+__device__ __forceinline__ void mk_block_store_xq(const float *vs, uint32_t r0, uint32_t count, uint32_t n_all,
+                                                  float *xq) {
+    __syncthreads(); /* vs from all the block's threads */
+    mk_block_xq_passes(vs, count, (int8_t *)xq + 3u * r0,
+                       (struct mk_xgroup *)(xq + MK_XQ_GROUPS_OFF(n_all)) + r0 / 32u);
 }
 
 /* The int8-level copy of an n-element vector (arena, written by another op during this kernel) into

@@ -91,9 +91,11 @@ MK_LAYOUT_FN uint32_t mk_layout_smem_words(const struct mk_instr *in, const stru
     case MK_OP_NORM_GATE_UP_SILU: {
         int blocks =
             mk_layout_is_block_format(w[in->weight[1]].dtype) + mk_layout_is_block_format(w[in->weight[2]].dtype);
-        return mk_layout_align4(w[in->weight[1]].cols) + mk_layout_qextra_words(blocks > 0,
-                                                                                2u * in->args.gate_up.rows_per_task,
-                                                                                w[in->weight[1]].cols, blocks < 2);
+        /* res is there either way: float formats keep their rows of hb in it for the int8-level copy. */
+        const uint32_t rpt = in->args.gate_up.rows_per_task;
+        return mk_layout_align4(w[in->weight[1]].cols) +
+               (blocks > 0 ? mk_layout_qextra_words(1, 2u * rpt, w[in->weight[1]].cols, blocks < 2)
+                           : mk_layout_align4(rpt));
     }
     case MK_OP_NORM_LM_HEAD:
         return mk_layout_align4(w[in->weight[1]].cols) +

@@ -5,8 +5,8 @@
 #include "megakernel/common.cuh"
 
 __device__ __forceinline__ void mk_gate_up_rows(const struct mk_wdesc *gw, const struct mk_wdesc *uw, bool vec,
-                                                const float *xs, float *hb, uint32_t r0, uint32_t count, uint32_t g,
-                                                const int R) {
+                                                const float *xs, float *hb, float *hs, uint32_t r0, uint32_t count,
+                                                uint32_t g, const int R) {
     /* R rows of gate then the same R rows of up, in one pass over xs. */
     const uint8_t *rows[4];
     float acc[4];
@@ -27,7 +27,7 @@ __device__ __forceinline__ void mk_gate_up_rows(const struct mk_wdesc *gw, const
         for (int r = 0; r < R; r++) {
             if (g + (uint32_t)r < count) {
                 float gate = acc[r], up = acc[R + r];
-                hb[r0 + g + r] = gate / (1.0f + expf(-gate)) * up;
+                hs[g + r] = hb[r0 + g + r] = gate / (1.0f + expf(-gate)) * up;
             }
         }
     }
@@ -54,20 +54,21 @@ __device__ __forceinline__ void mk_op_norm_gate_up_silu(const struct mk_task_ctx
         mk_qrows(seg, 2u, xs, res, stage, pre ? &xq : NULL);
         for (uint32_t i = threadIdx.x; i < count; i += MK_BLOCK_THREADS) {
             float gate = res[i];
-            hb[r0 + i] = gate / (1.0f + expf(-gate)) * res[count + i];
+            res[i] = hb[r0 + i] = gate / (1.0f + expf(-gate)) * res[count + i]; /* in place: its own i */
         }
     } else {
         const bool vec = gw.vec && uw.vec;
         const uint32_t warp = threadIdx.x >> 5;
         if (count >= 2u * MK_BLOCK_WARPS) {
             for (uint32_t g = warp * 2u; g < count; g += MK_BLOCK_WARPS * 2u)
-                mk_gate_up_rows(&gw, &uw, vec, xs, hb, r0, count, g, 2);
+                mk_gate_up_rows(&gw, &uw, vec, xs, hb, res, r0, count, g, 2);
         } else {
             for (uint32_t g = warp; g < count; g += MK_BLOCK_WARPS)
-                mk_gate_up_rows(&gw, &uw, vec, xs, hb, r0, count, g, 1);
+                mk_gate_up_rows(&gw, &uw, vec, xs, hb, res, r0, count, g, 1);
         }
     }
-    if (in->buf[2] != MK_NO_BUF) mk_block_store_xq(hb, r0, count, gw.rows, mk_arena(c) + in->buf[2]);
+    /* res holds the task's rows of hb either way: quantized from shared memory, not read back. */
+    if (in->buf[2] != MK_NO_BUF) mk_block_store_xq(res, r0, count, gw.rows, mk_arena(c) + in->buf[2]);
 }
 
 #endif
