@@ -138,23 +138,28 @@ __device__ __forceinline__ void mk_qmma_k45(const uint8_t *pg, const uint8_t *pg
     }
 }
 
-/* Q6_K rows pg, pg8 as mk_qmma_k45 does Q4_K. Each 32-element group has two 16-element scales: B's
- * columns 0-2 carry x's levels for elements 0-15 (lanes c < 2) and columns 3-5 for 16-31. */
+/* Q6_K rows pg, pg8 as mk_qmma_k45 does Q4_K. Each 32-element group has two 16-element scales, so
+ * B's columns are (level, half): 0 (0, 0), 1 (1, 0), 2 (0, 1), 3 (1, 1), 4 (2, 0), 6 (2, 1), 5 and
+ * 7 empty. Lane c's C columns 2c, 2c + 1 then share one half (c & 1) and combine as Q4_K's do
+ * (t = 254 C[2c] + C[2c + 1]): one scale and one conversion per row and group, where a column per
+ * level and half took four scales and four conversions. |t| <= 255 * 16 * 32 * 127 < 2^24 and t
+ * times an int8 scale stays below 2^31. */
 __device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8, uint32_t sb0, uint32_t nsb,
                                            uint32_t ks, uint32_t xq, uint32_t xg, float *acc) {
     const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, c = lane & 3u;
-    /* Column j < 6: level j % 3 of half j / 3. */
-    const bool bl = (g < 3u && c < 2u) || (g >= 3u && g < 6u && c >= 2u);
-    const uint32_t xqo = xq + 32u * (g < 3u ? g : g < 6u ? g - 3u : 0u) + 8u * c;
-    const float lw[4] = { 1.0f, 1.0f / MK_XQ_STEP, 1.0f / (MK_XQ_STEP * MK_XQ_STEP), 0.0f };
-    const uint32_t j0 = 2u * c, j1 = 2u * c + 1u;
-    const float w0 = c < 3u ? lw[j0 % 3u] : 0.0f, w1 = c < 3u ? lw[j1 % 3u] : 0.0f;
-    const uint32_t hf0 = min(j0 / 3u, 1u), hf1 = min(j1 / 3u, 1u); /* scale half of each column */
+    /* Column g's level and half; the lane's k slots are elements 8c .. 8c + 7, in half c / 2. */
+    const uint32_t lev = g == 4u || g == 6u ? 2u : g & 1u, half = g == 2u || g == 3u || g == 6u ? 1u : 0u;
+    const bool bl = g != 5u && g != 7u && half == c >> 1;
+    const uint32_t xqo = xq + 32u * lev + 8u * c;
+    const float tw = c < 2u ? 1.0f / MK_XQ_STEP : 1.0f / (MK_XQ_STEP * MK_XQ_STEP * MK_XQ_STEP);
+    const uint32_t hs = 8u * (c & 1u); /* the lane's half: byte 2kk + 1 of a scale word */
     for (uint32_t sb = sb0; sb < nsb; sb += ks) {
         const uint8_t *b0 = pg + (uint64_t)sb * 210u, *b8 = pg8 + (uint64_t)sb * 210u;
         uint32_t sc0[4], sc8[4];
         mk_w_words<4>(b0 + 192u, sc0);
         mk_w_words<4>(b8 + 192u, sc8);
+        MK_UNROLL
+        for (int i = 0; i < 4; i++) sc0[i] >>= hs, sc8[i] >>= hs;
         float v0 = 0.0f, v8 = 0.0f;
         MK_UNROLL
         for (uint32_t n = 0; n < 2u; n++) {
@@ -181,15 +186,12 @@ __device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8
                 }
                 int d[4];
                 mk_mma_s8(d, a[0], a[1], a[2], a[3], xb0, xb1);
-                const float dx = __uint_as_float(mk_lds128(xg + 16u * G).x);
-                /* Scale i = 8n + 2kk + half: word (8n + 2kk) / 4, byte (2kk) % 4 + half. */
+                const float dx = __uint_as_float(mk_lds128(xg + 16u * G).x) * tw;
+                /* Scale 8n + 2kk + half: byte (2kk) % 4 of word (8n + 2kk) / 4, shifted by half. */
                 const uint32_t wi = (8u * n + 2u * kk) >> 2, bi = (2u * kk) & 3u;
-                const float f00 = (float)(int8_t)mk_qmma_byte(sc0[wi], bi + hf0) * w0;
-                const float f01 = (float)(int8_t)mk_qmma_byte(sc0[wi], bi + hf1) * w1;
-                const float f80 = (float)(int8_t)mk_qmma_byte(sc8[wi], bi + hf0) * w0;
-                const float f81 = (float)(int8_t)mk_qmma_byte(sc8[wi], bi + hf1) * w1;
-                v0 += ((float)d[0] * f00 + (float)d[1] * f01) * dx;
-                v8 += ((float)d[2] * f80 + (float)d[3] * f81) * dx;
+                const int s0 = (int)(int8_t)mk_qmma_byte(sc0[wi], bi), s8 = (int)(int8_t)mk_qmma_byte(sc8[wi], bi);
+                v0 += (float)((d[0] * 254 + d[1]) * s0) * dx;
+                v8 += (float)((d[2] * 254 + d[3]) * s8) * dx;
             }
         }
         acc[0] += mk_q_half(b0 + 208u) * v0;
