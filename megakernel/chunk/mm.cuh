@@ -76,6 +76,15 @@ __device__ __forceinline__ void mk_mm_fetch_w(const struct mk_wdesc *w, uint32_t
     }
 }
 
+/* 8 neighbouring bf16 weights from k of row `row` of a bf16 matrix, as they are (0 past the end):
+ * a bf16 weight is its own hi half, so the wide kernels store it without decoding or splitting. */
+__device__ __forceinline__ uint4 mk_mm_fetch_raw(const struct mk_wdesc *w, uint32_t row, uint32_t k) {
+    if (row < w->rows && k + 8u <= w->cols && w->vec) return __ldg((const uint4 *)(mk_row(w, row) + 2ull * k));
+    float v[8];
+    mk_mm_fetch_w<false>(w, row, k, v);
+    return make_uint4(mk_mm_pack(v[0], v[1]), mk_mm_pack(v[2], v[3]), mk_mm_pack(v[4], v[5]), mk_mm_pack(v[6], v[7]));
+}
+
 /* The matrix of a stack that holds row r, with r made relative to it. */
 __device__ __forceinline__ struct mk_wdesc mk_mm_which(const struct mk_mm_mats *mm, uint32_t *r) {
     if (mm->n_mats < 2u || *r < mm->m[0].rows) return mm->m[0];
@@ -125,6 +134,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
         mm.exact = mm.exact && mm.m[q].dtype == MK_DEV_BF16;
         if (!SILU || q == 0) mm.rows += mm.m[q].rows;
     }
+    if (BN == 128u && !mm.exact) __trap(); /* the wide kernels' weights are bf16 (see RAW below) */
     /* SILU: the block's BN rows are BN / 2 gate rows from n0 and the same rows of up. */
     const uint32_t N = mm.rows, K = mm.m[0].cols;
     const uint32_t n0 = blockIdx.x * (SILU ? BN / 2u : BN), m0 = blockIdx.y * BM;
@@ -157,10 +167,19 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     const bool xin = m0 + lr < l->m;
 
     const bool xvec = ((l->x_off | l->ldx) & 3u) == 0; /* 16-byte loads of x */
+    /* The wide kernels take bf16 weights only (the host launches them when every matrix is bf16):
+     * their weights go to the hi tile as loaded, and the lo tile, which exact skips, stays unwritten. */
+    constexpr bool RAW = BN == 128u;
     float wv[FW][8], xv[8];
+    uint4 wr[FW];
     auto fetch = [&](uint32_t k0) {
 #pragma unroll
-        for (int f = 0; f < FW; f++) mk_mm_fetch_w<BN == 64u>(&lw[f], lrow[f], k0 + lk, wv[f]);
+        for (int f = 0; f < FW; f++) {
+            if (RAW)
+                wr[f] = mk_mm_fetch_raw(&lw[f], lrow[f], k0 + lk);
+            else
+                mk_mm_fetch_w<BN == 64u>(&lw[f], lrow[f], k0 + lk, wv[f]);
+        }
         if (xvec && k0 + lk + 8u <= K) {
             const float4 u = __ldcg((const float4 *)(xrow + k0 + lk)), v = __ldcg((const float4 *)(xrow + k0 + lk) + 1);
             const float z = xin ? 1.0f : 0.0f;
@@ -183,6 +202,10 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 #pragma unroll
         for (int f = 0; f < FW; f++) {
             const uint32_t r = lr + 64u * (uint32_t)f;
+            if (RAW) {
+                *(uint4 *)(st + 2u * XH + r * LD + lk) = wr[f];
+                continue;
+            }
             mk_mm_split<4>(wv[f], hi, lo);
             *(uint4 *)(st + 2u * XH + r * LD + lk) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
             *(uint4 *)(st + 2u * XH + WH + r * LD + lk) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
@@ -228,7 +251,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
                     mk_mma_bf16(acc[i][j], ah[i], bh + 2 * j);
                     mk_mma_bf16(acc[i][j], al[i], bh + 2 * j);
                 }
-            if (!mm.exact) {
+            if (!RAW && !mm.exact) {
 #pragma unroll
                 for (int j = 0; j < NJ; j += 2)
                     mk_ldsm_x4(bl + 2 * j, st + 2u * XH + WH + b_off + (uint32_t)j * 8u * LD + kk);
