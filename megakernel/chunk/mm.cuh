@@ -163,8 +163,9 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
             lw[f] = mk_mm_which(&mm, &lrow[f]);
         }
     }
-    const float *xrow = x + (uint64_t)min(m0 + lr, l->m - 1u) * l->ldx; /* in bounds even where unused */
-    const bool xin = m0 + lr < l->m;
+    /* Token rows past m repeat row m - 1: only their own output rows, which are never stored, see
+     * them. */
+    const float *xrow = x + (uint64_t)min(m0 + lr, l->m - 1u) * l->ldx;
 
     const bool xvec = ((l->x_off | l->ldx) & 3u) == 0; /* 16-byte loads of x */
     /* The wide kernels take bf16 weights only (the host launches them when every matrix is bf16):
@@ -182,16 +183,15 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
         }
         if (xvec && k0 + lk + 8u <= K) {
             const float4 u = __ldcg((const float4 *)(xrow + k0 + lk)), v = __ldcg((const float4 *)(xrow + k0 + lk) + 1);
-            const float z = xin ? 1.0f : 0.0f;
-            xv[0] = u.x * z, xv[1] = u.y * z, xv[2] = u.z * z, xv[3] = u.w * z;
-            xv[4] = v.x * z, xv[5] = v.y * z, xv[6] = v.z * z, xv[7] = v.w * z;
+            xv[0] = u.x, xv[1] = u.y, xv[2] = u.z, xv[3] = u.w;
+            xv[4] = v.x, xv[5] = v.y, xv[6] = v.z, xv[7] = v.w;
             return;
         }
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const uint32_t e = k0 + lk + (uint32_t)j;
             const float f = __ldcg(xrow + min(e, K - 1u));
-            xv[j] = xin && e < K ? f : 0.0f;
+            xv[j] = e < K ? f : 0.0f;
         }
     };
     auto store = [&](__nv_bfloat16 *st) {
