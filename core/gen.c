@@ -173,6 +173,8 @@ static enum mk_dtype mk_gen_mix_layer_type(uint32_t ftype, enum mk_dtype t, cons
     return t;
 }
 
+static enum mk_dtype mk_gen_fallback(enum mk_dtype t, int64_t cols);
+
 enum mk_dtype mk_gen_tensor_type(struct mk_gen_format f, const char *name, uint32_t n_dims, int64_t cols,
                                  struct mk_gen_model_shape shape) {
     if (n_dims < 2) return MK_DTYPE_F32;
@@ -191,7 +193,11 @@ enum mk_dtype mk_gen_tensor_type(struct mk_gen_format f, const char *name, uint3
             t = mk_gen_mix_layer_type(f.ftype, t, name, (int)layer, (int)shape.n_layer, shape.n_gqa);
         }
     }
-    /* As llama.cpp's tensor_type_fallback: a smaller block of about as many bits, then f16. */
+    return mk_gen_fallback(t, cols);
+}
+
+/* As llama.cpp's tensor_type_fallback: a smaller block of about as many bits, then f16. */
+static enum mk_dtype mk_gen_fallback(enum mk_dtype t, int64_t cols) {
     if (cols % mk_dtype_get(t)->block_size) {
         switch (t) {
         case MK_DTYPE_IQ4_XS: t = MK_DTYPE_IQ4_NL; break;
@@ -205,6 +211,25 @@ enum mk_dtype mk_gen_tensor_type(struct mk_gen_format f, const char *name, uint3
         if (cols % mk_dtype_get(t)->block_size) t = MK_DTYPE_F16;
     }
     return t;
+}
+
+struct mk_gen_quantize_params mk_gen_quantize_default_params(void) {
+    return (struct mk_gen_quantize_params){ .output_type = -1, .token_embd_type = -1 };
+}
+
+enum mk_dtype mk_gen_quantize_type(const struct mk_gen_quantize_params *p, struct mk_gen_format f, const char *name,
+                                   uint32_t n_dims, int64_t cols, struct mk_gen_model_shape shape) {
+    if (n_dims < 2) return MK_DTYPE_F32;
+    const bool embd = !strcmp(name, "token_embd.weight");
+    const bool head = !strcmp(name, "output.weight") || (!shape.has_output && embd);
+    /* As llama-quantize: the embedding's own choice first, then the head's (which a tied embedding
+     * is), then the overrides. */
+    if (embd && p->token_embd_type >= 0) return mk_gen_fallback((enum mk_dtype)p->token_embd_type, cols);
+    if (head && p->output_type >= 0) return mk_gen_fallback((enum mk_dtype)p->output_type, cols);
+    for (uint32_t i = 0; i < p->n_overrides; i++)
+        if (p->overrides[i].part && strstr(name, p->overrides[i].part))
+            return mk_gen_fallback(p->overrides[i].type, cols);
+    return mk_gen_tensor_type(f, name, n_dims, cols, shape);
 }
 
 /* ---- values ---- */
@@ -790,12 +815,21 @@ static uint64_t mk_gen_kv_uint(const struct mk_gguf *g, const char *key, uint64_
     }
 }
 
-enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, const char *dtype, bool progress,
+enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, struct mk_gen_quantize_params p,
                                     struct mk_error *err) {
+    const char *dtype = p.dtype;
+    const bool progress = p.progress;
     struct mk_gen_format fmt;
     if (mk_gen_parse_format(dtype, &fmt) != 0)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "unknown dtype '%s' (%s)", dtype ? dtype : "(null)",
                             mk_gen_format_names);
+    for (uint32_t i = 0; i < p.n_overrides; i++)
+        if (!p.overrides || !p.overrides[i].part || !p.overrides[i].part[0] || !mk_dtype_get(p.overrides[i].type))
+            return mk_error_set(err, MK_ERR_INVALID_ARG, "override %u: no tensor name part or no such type", i);
+    if ((p.output_type >= 0 && !mk_dtype_get((enum mk_dtype)p.output_type)) ||
+        (p.token_embd_type >= 0 && !mk_dtype_get((enum mk_dtype)p.token_embd_type)))
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "output type %d or token embedding type %d is no type",
+                            p.output_type, p.token_embd_type);
     struct stat si, so;
     if (stat(in_path, &si) == 0 && stat(out_path, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "%s: output and input are the same file", out_path);
@@ -850,7 +884,7 @@ enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, c
                               (unsigned long long)i);
             goto fail;
         }
-        types[i] = mk_gen_tensor_type(fmt, key, t->n_dims, (int64_t)t->ne[0], shape);
+        types[i] = mk_gen_quantize_type(&p, fmt, key, t->n_dims, (int64_t)t->ne[0], shape);
         uint64_t rows = t->ne[0] ? t->n_elements / t->ne[0] : 0;
         MK_GEN_TRY(mk_gguf_writer_add_tensor(w, key, types[i], t->n_dims, t->ne));
         s.progress.total += rows * mk_dtype_row_bytes(types[i], (int64_t)t->ne[0]);

@@ -88,10 +88,38 @@ void mk_gen_tensor_values(uint64_t seed, const char *name, int64_t cols, uint64_
  * with a synthetic SentencePiece vocab: <unk>, <s>, </s>, 256 byte tokens, then letter pieces. */
 enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, struct mk_error *err);
 
-/* Rewrites in_path into out_path with every 2-D weight in format dtype (see mk_gen_tensor_type),
- * 1-D tensors as F32, all metadata copied and general.file_type updated. Streams row by row;
- * tensors already in their target format are copied byte for byte. */
-enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, const char *dtype, bool progress,
+/* A matrix type chosen by hand over a format's rules, as llama-quantize's --tensor-type: every
+ * matrix whose name contains `part` ("ffn_down", "blk.3.attn_v"; a plain substring, not a regular
+ * expression) gets `type`, the first matching override winning. */
+struct mk_gen_override {
+    const char *part;
+    enum mk_dtype type;
+};
+
+/* How mk_gen_quantize_file rewrites a file (mk_gen_quantize_default_params: dtype NULL, no
+ * overrides, no head or embedding choice, no progress). */
+struct mk_gen_quantize_params {
+    const char *dtype; /* the format: a --dtype value (see mk_gen_parse_format) */
+    const struct mk_gen_override *overrides;
+    uint32_t n_overrides;
+    int output_type;     /* an enum mk_dtype for the head (output.weight, or a tied token_embd.weight), as
+                          * llama-quantize's --output-tensor-type; -1: the format's rule */
+    int token_embd_type; /* an enum mk_dtype for token_embd.weight (--token-embedding-type); -1: none */
+    bool progress;       /* a progress line on a terminal's stderr */
+};
+struct mk_gen_quantize_params mk_gen_quantize_default_params(void);
+
+/* The format a tensor gets under p's choices over f's rules: token_embd_type for token_embd.weight,
+ * output_type for the head, else the first override that matches a matrix, else
+ * mk_gen_tensor_type's rules; a row length the chosen type's block does not divide falls back as
+ * there. 1-D tensors stay F32. */
+enum mk_dtype mk_gen_quantize_type(const struct mk_gen_quantize_params *p, struct mk_gen_format f, const char *name,
+                                   uint32_t n_dims, int64_t cols, struct mk_gen_model_shape shape);
+
+/* Rewrites in_path into out_path with every 2-D weight in the type mk_gen_quantize_type gives it,
+ * 1-D tensors as F32, all metadata copied and general.file_type that of p.dtype. Streams row by
+ * row; tensors already in their target format are copied byte for byte. */
+enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, struct mk_gen_quantize_params p,
                                     struct mk_error *err);
 
 #ifdef __cplusplus

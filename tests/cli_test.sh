@@ -68,6 +68,22 @@ grep -E '^  blk\.0\.ffn_norm\.weight +f32 ' "$T/out" >/dev/null || fail "ffn_nor
 run 1 "$MK" quantize "$T/h.gguf" "$T/h.gguf" --dtype q8_0
 has "$T/err" "same file"
 
+# Per-tensor choices, as llama-quantize's options: f16 gates, one q8_0 attn_v, a q8_0 (tied) head.
+run 0 "$MK" quantize "$T/t.gguf" "$T/o.gguf" --dtype q4_0 --tensor-type ffn_gate=f16 --tensor-type=blk.1.attn_v=q8_0 \
+    --output-tensor-type q8_0
+run 0 "$MK" info "$T/o.gguf"
+grep -E '^  blk\.0\.ffn_gate\.weight +f16 ' "$T/out" >/dev/null || fail "--tensor-type ffn_gate=f16 did not make ffn_gate f16"
+grep -E '^  blk\.1\.attn_v\.weight +q8_0 ' "$T/out" >/dev/null || fail "blk.1.attn_v is not q8_0"
+grep -E '^  blk\.0\.attn_v\.weight +q4_0 ' "$T/out" >/dev/null || fail "blk.0.attn_v is not q4_0"
+grep -E '^  token_embd\.weight +q8_0 ' "$T/out" >/dev/null || fail "--output-tensor-type q8_0 missed the tied head"
+run 2 "$MK" quantize "$T/t.gguf" "$T/o2.gguf" --dtype q4_0 --tensor-type ffn_gate
+has "$T/err" "want PART=TYPE"
+run 2 "$MK" quantize "$T/t.gguf" "$T/o2.gguf" --dtype q4_0 --tensor-type ffn_gate=q9
+has "$T/err" "unknown type 'q9'"
+run 2 "$MK" quantize "$T/t.gguf" "$T/o2.gguf" --dtype q4_0 --token-embedding-type
+has "$T/err" "--token-embedding-type needs a value"
+[ -e "$T/o2.gguf" ] && fail "a refused 'mk quantize' left $T/o2.gguf behind"
+
 # Real files, when the models directory is there.
 sh_models stories260K-f32.gguf
 if [ -n "$M" ]; then

@@ -356,6 +356,13 @@ static void test_generated(void) {
     check_tiny_file(tmp_path("seed8.gguf"), "f32", SEED + 1);
 }
 
+/* mk_gen_quantize_file to one format, with no per-tensor choices. */
+static enum mk_status quantize(const char *in, const char *out, const char *dtype, struct mk_error *err) {
+    struct mk_gen_quantize_params p = mk_gen_quantize_default_params();
+    p.dtype = dtype;
+    return mk_gen_quantize_file(in, out, p, err);
+}
+
 static void test_quantize(void) {
     char name[64];
     struct mk_error err = { 0 };
@@ -363,7 +370,7 @@ static void test_quantize(void) {
     snprintf(src, sizeof src, "%s", tmp_path("tiny-f32.gguf"));
     for (size_t i = 0; i < N_DTYPES; i++) {
         snprintf(name, sizeof name, "requant-%s.gguf", dtypes[i]);
-        enum mk_status st = mk_gen_quantize_file(src, tmp_path(name), dtypes[i], false, &err);
+        enum mk_status st = quantize(src, tmp_path(name), dtypes[i], &err);
         if (st != MK_OK) fprintf(stderr, "quantize %s: %s\n", dtypes[i], err.msg);
         MK_CHECK(st == MK_OK);
         if (st != MK_OK) continue;
@@ -391,7 +398,7 @@ static void test_quantize(void) {
         mk_model_free(b);
     }
     /* bf16 back to f32 is exact; a file already in the target format is copied byte for byte. */
-    MK_CHECK(mk_gen_quantize_file(tmp_path("tiny-bf16.gguf"), tmp_path("bf16-f32.gguf"), "f32", false, &err) == MK_OK);
+    MK_CHECK(quantize(tmp_path("tiny-bf16.gguf"), tmp_path("bf16-f32.gguf"), "f32", &err) == MK_OK);
     struct mk_model *a = NULL, *b = NULL;
     if (mk_model_load(tmp_path("bf16-f32.gguf"), &a, &err) == MK_OK &&
         mk_model_load(tmp_path("tiny-bf16.gguf"), &b, &err) == MK_OK) {
@@ -405,15 +412,14 @@ static void test_quantize(void) {
     }
     mk_model_free(a);
     mk_model_free(b);
-    MK_CHECK(mk_gen_quantize_file(tmp_path("tiny-q4_k_m.gguf"), tmp_path("copy.gguf"), "q4_k_m", false, &err) == MK_OK);
+    MK_CHECK(quantize(tmp_path("tiny-q4_k_m.gguf"), tmp_path("copy.gguf"), "q4_k_m", &err) == MK_OK);
     MK_CHECK(same_file(tmp_path("tiny-q4_k_m.gguf"), tmp_path("copy.gguf")));
 
     /* Errors name the file; nothing is left behind. */
-    MK_CHECK(mk_gen_quantize_file(src, src, "q8_0", false, &err) == MK_ERR_INVALID_ARG);
-    MK_CHECK(mk_gen_quantize_file(tmp_path("none.gguf"), tmp_path("out.gguf"), "q8_0", false, &err) == MK_ERR_IO &&
+    MK_CHECK(quantize(src, src, "q8_0", &err) == MK_ERR_INVALID_ARG);
+    MK_CHECK(quantize(tmp_path("none.gguf"), tmp_path("out.gguf"), "q8_0", &err) == MK_ERR_IO &&
              strstr(err.msg, "none.gguf"));
-    MK_CHECK(mk_gen_quantize_file(src, tmp_path("out.gguf"), "iq3_s", false, &err) == MK_ERR_INVALID_ARG &&
-             strstr(err.msg, "iq3_s"));
+    MK_CHECK(quantize(src, tmp_path("out.gguf"), "iq3_s", &err) == MK_ERR_INVALID_ARG && strstr(err.msg, "iq3_s"));
     MK_CHECK(access(tmp_path("out.gguf"), F_OK) != 0);
 }
 
@@ -427,7 +433,7 @@ static void test_quantize_stories(void) {
     char in[1100];
     snprintf(in, sizeof in, "%s/stories260K-f32.gguf", dir);
     struct mk_error err = { 0 };
-    enum mk_status st = mk_gen_quantize_file(in, tmp_path("stories-q4_k_m.gguf"), "q4_k_m", false, &err);
+    enum mk_status st = quantize(in, tmp_path("stories-q4_k_m.gguf"), "q4_k_m", &err);
     if (st != MK_OK) fprintf(stderr, "quantize stories: %s\n", err.msg);
     MK_CHECK(st == MK_OK);
     struct mk_model *a = NULL, *b = NULL;
@@ -449,6 +455,82 @@ static void test_quantize_stories(void) {
     mk_model_free(b);
 }
 
+/* Per-tensor choices over a format (llama-quantize's --tensor-type, --output-tensor-type and
+ * --token-embedding-type), by mk_gen_quantize_type, then through a file. */
+static void test_quantize_overrides(void) {
+    struct mk_gen_format f;
+    MK_ASSERT(mk_gen_parse_format("q4_k_m", &f) == 0);
+    const struct mk_gen_model_shape tied = { .n_layer = 16, .n_gqa = 4, .has_output = false };
+    const struct mk_gen_model_shape untied = { .n_layer = 16, .n_gqa = 4, .has_output = true };
+    const struct mk_gen_override ov[] = { { "blk.3.ffn", MK_DTYPE_Q8_0 },
+                                          { "ffn_gate", MK_DTYPE_F16 },
+                                          { "ffn_up", MK_DTYPE_BF16 },
+                                          { "attn_v", MK_DTYPE_Q6_K } };
+    struct mk_gen_quantize_params p = mk_gen_quantize_default_params();
+    MK_CHECK(p.dtype == NULL && p.n_overrides == 0 && p.output_type == -1 && p.token_embd_type == -1 && !p.progress);
+    /* No choices: the format's rules. */
+    MK_CHECK(mk_gen_quantize_type(&p, f, "blk.0.ffn_down.weight", 2, 8192, tied) == MK_DTYPE_Q6_K);
+    MK_CHECK(mk_gen_quantize_type(&p, f, "token_embd.weight", 2, 2048, tied) == MK_DTYPE_Q6_K);
+    p.overrides = ov;
+    p.n_overrides = 4;
+    /* The first match wins: blk.3's gate is q8_0, the other layers' f16. */
+    MK_CHECK(mk_gen_quantize_type(&p, f, "blk.3.ffn_gate.weight", 2, 2048, tied) == MK_DTYPE_Q8_0);
+    MK_CHECK(mk_gen_quantize_type(&p, f, "blk.2.ffn_gate.weight", 2, 2048, tied) == MK_DTYPE_F16);
+    MK_CHECK(mk_gen_quantize_type(&p, f, "blk.2.ffn_up.weight", 2, 2048, tied) == MK_DTYPE_BF16);
+    MK_CHECK(mk_gen_quantize_type(&p, f, "blk.2.ffn_down.weight", 2, 8192, tied) == MK_DTYPE_Q4_K);
+    MK_CHECK(mk_gen_quantize_type(&p, f, "blk.3.attn_v.weight", 2, 2048, tied) == MK_DTYPE_Q6_K);
+    /* A row length the chosen block does not divide falls back; norms stay f32. */
+    MK_CHECK(mk_gen_quantize_type(&p, f, "blk.2.attn_v.weight", 2, 64, tied) == MK_DTYPE_Q8_0);
+    MK_CHECK(mk_gen_quantize_type(&p, f, "blk.2.ffn_gate.weight", 1, 2048, tied) == MK_DTYPE_F32);
+    /* Head and embedding: the embedding's choice first (a tied embedding is the head), then the
+     * head's, ahead of any override. */
+    const struct mk_gen_override embd_ov = { "token_embd", MK_DTYPE_Q4_0 };
+    p.overrides = &embd_ov;
+    p.n_overrides = 1;
+    MK_CHECK(mk_gen_quantize_type(&p, f, "token_embd.weight", 2, 2048, tied) == MK_DTYPE_Q4_0);
+    p.output_type = MK_DTYPE_Q8_0;
+    MK_CHECK(mk_gen_quantize_type(&p, f, "token_embd.weight", 2, 2048, tied) == MK_DTYPE_Q8_0);
+    MK_CHECK(mk_gen_quantize_type(&p, f, "token_embd.weight", 2, 2048, untied) == MK_DTYPE_Q4_0);
+    MK_CHECK(mk_gen_quantize_type(&p, f, "output.weight", 2, 2048, untied) == MK_DTYPE_Q8_0);
+    p.token_embd_type = MK_DTYPE_IQ4_NL;
+    MK_CHECK(mk_gen_quantize_type(&p, f, "token_embd.weight", 2, 2048, tied) == MK_DTYPE_IQ4_NL);
+    MK_CHECK(mk_gen_quantize_type(&p, f, "token_embd.weight", 2, 2048, untied) == MK_DTYPE_IQ4_NL);
+
+    /* Through a file: the tiny q8_0 model into q4_k_m with f16 gates, a q4_0 head. */
+    struct mk_error err;
+    mk_error_clear(&err);
+    struct mk_gen_params gp = mk_gen_default_params();
+    gp.preset = "tiny";
+    gp.dtype = "q8_0";
+    MK_ASSERT(mk_gen_write(tmp_path("ov-src.gguf"), &gp, &err) == MK_OK);
+    const struct mk_gen_override gates = { "ffn_gate", MK_DTYPE_F16 };
+    struct mk_gen_quantize_params q = mk_gen_quantize_default_params();
+    q.dtype = "q4_k_m";
+    q.overrides = &gates;
+    q.n_overrides = 1;
+    q.output_type = MK_DTYPE_Q4_0;
+    MK_CHECK(mk_gen_quantize_file(tmp_path("ov-src.gguf"), tmp_path("ov.gguf"), q, &err) == MK_OK);
+    struct mk_gguf *g = NULL;
+    if (mk_gguf_open(tmp_path("ov.gguf"), &g, &err) == MK_OK) {
+        const struct mk_gguf_tensor *t;
+        MK_CHECK((t = mk_gguf_find_tensor(g, "blk.1.ffn_gate.weight")) && t->type == MK_DTYPE_F16);
+        MK_CHECK((t = mk_gguf_find_tensor(g, "blk.1.ffn_up.weight")) && t->type == MK_DTYPE_Q4_K);
+        MK_CHECK((t = mk_gguf_find_tensor(g, "token_embd.weight")) && t->type == MK_DTYPE_Q4_0);
+        MK_CHECK((t = mk_gguf_find_tensor(g, "blk.1.ffn_norm.weight")) && t->type == MK_DTYPE_F32);
+        mk_gguf_close(g);
+    } else {
+        mk_test_fail("FAIL: %s", err.msg);
+    }
+    /* Bad choices are refused with the file untouched. */
+    const struct mk_gen_override bad = { "", MK_DTYPE_F16 };
+    q.overrides = &bad;
+    MK_CHECK(mk_gen_quantize_file(tmp_path("ov-src.gguf"), tmp_path("ov-bad.gguf"), q, &err) == MK_ERR_INVALID_ARG);
+    q.n_overrides = 0;
+    q.output_type = 4; /* ggml id 4 (the removed q4_2): no type */
+    MK_CHECK(mk_gen_quantize_file(tmp_path("ov-src.gguf"), tmp_path("ov-bad.gguf"), q, &err) == MK_ERR_INVALID_ARG);
+    MK_CHECK(access(tmp_path("ov-bad.gguf"), F_OK) != 0);
+}
+
 int main(void) {
     if (!mk_test_make_tmp_dir(tmp_dir, sizeof tmp_dir, "gen_test.")) {
         perror("mkdtemp");
@@ -459,6 +541,7 @@ int main(void) {
     test_generated();
     test_quantize();
     test_quantize_stories();
+    test_quantize_overrides();
     for (size_t i = 0; i < MK_DTYPE_COUNT; i++) {
         const enum mk_dtype t = mk_dtype_all[i];
         if (worst[t % 32].rms_rel > 0)

@@ -138,7 +138,9 @@ static void test_requantized(void) {
         snprintf(dst, sizeof dst, "%s/stories260K-%s.gguf", dirbuf, types[ti]);
         struct mk_error err;
         mk_error_clear(&err);
-        if (mk_gen_quantize_file(src, dst, types[ti], false, &err) != MK_OK) {
+        struct mk_gen_quantize_params qp = mk_gen_quantize_default_params();
+        qp.dtype = types[ti];
+        if (mk_gen_quantize_file(src, dst, qp, &err) != MK_OK) {
             mk_test_fail("FAIL: quantizing to %s: %s", types[ti], err.msg);
             continue;
         }
