@@ -817,11 +817,9 @@ static uint64_t mk_gen_kv_uint(const struct mk_gguf *g, const char *key, uint64_
 
 enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, struct mk_gen_quantize_params p,
                                     struct mk_error *err) {
-    const char *dtype = p.dtype;
-    const bool progress = p.progress;
     struct mk_gen_format fmt;
-    if (mk_gen_parse_format(dtype, &fmt) != 0)
-        return mk_error_set(err, MK_ERR_INVALID_ARG, "unknown dtype '%s' (%s)", dtype ? dtype : "(null)",
+    if (mk_gen_parse_format(p.dtype, &fmt) != 0)
+        return mk_error_set(err, MK_ERR_INVALID_ARG, "unknown dtype '%s' (%s)", p.dtype ? p.dtype : "(null)",
                             mk_gen_format_names);
     for (uint32_t i = 0; i < p.n_overrides; i++)
         if (!p.overrides || !p.overrides[i].part || !p.overrides[i].part[0] || !mk_dtype_get(p.overrides[i].type))
@@ -875,7 +873,7 @@ enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, s
     if (!wrote_ftype) MK_GEN_TRY(mk_gguf_writer_kv_u32(w, "general.file_type", fmt.ftype));
 
     s.w = w;
-    s.progress = (struct mk_gen_progress){ .on = progress && isatty(2), .label = "mk quantize", .last_permille = -1 };
+    s.progress = (struct mk_gen_progress){ .on = p.progress && isatty(2), .label = "mk quantize", .last_permille = -1 };
     for (uint64_t i = 0; i < n_t; i++) {
         const struct mk_gguf_tensor *t = mk_gguf_tensor_at(g, i);
         free(key);

@@ -36,13 +36,13 @@ static void mk_quantize_usage(FILE *f) {
                "  --token-embedding-type TYPE  token_embd.weight\n");
 }
 
-/* A TYPE value of the per-tensor options: a lowercase type name. */
+/* A TYPE value of the per-tensor options: a type name (mk_dtype_parse), or a message listing them. */
 static int mk_quantize_type_arg(const char *opt, const char *v, enum mk_dtype *out) {
     if (mk_dtype_parse(v, out) == 0) return 0;
-    fprintf(stderr,
-            "mk quantize: %s: unknown type '%s' (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, "
-            "q5_k, q6_k, iq4_nl, iq4_xs)\n",
-            opt, v);
+    fprintf(stderr, "mk quantize: %s: unknown type '%s' (", opt, v);
+    for (size_t i = 0; i < MK_DTYPE_COUNT; i++)
+        fprintf(stderr, "%s%s", i ? ", " : "", mk_dtype_get(mk_dtype_all[i])->name);
+    fprintf(stderr, ")\n");
     return -1;
 }
 

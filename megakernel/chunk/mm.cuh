@@ -134,7 +134,10 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
         mm.exact = mm.exact && mm.m[q].dtype == MK_DEV_BF16;
         if (!SILU || q == 0) mm.rows += mm.m[q].rows;
     }
-    if (BN == 128u && !mm.exact) __trap(); /* the wide kernels' weights are bf16 (see RAW below) */
+    /* The wide kernels take bf16 weights only (the host launches them when every matrix is bf16):
+     * their weights go to the hi tile as loaded, and the lo tile, which exact skips, stays unwritten. */
+    constexpr bool RAW = BN == 128u;
+    if (RAW && !mm.exact) __trap();
     /* SILU: the block's BN rows are BN / 2 gate rows from n0 and the same rows of up. */
     const uint32_t N = mm.rows, K = mm.m[0].cols;
     const uint32_t n0 = blockIdx.x * (SILU ? BN / 2u : BN), m0 = blockIdx.y * BM;
@@ -168,9 +171,6 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     const float *xrow = x + (uint64_t)min(m0 + lr, l->m - 1u) * l->ldx;
 
     const bool xvec = ((l->x_off | l->ldx) & 3u) == 0; /* 16-byte loads of x */
-    /* The wide kernels take bf16 weights only (the host launches them when every matrix is bf16):
-     * their weights go to the hi tile as loaded, and the lo tile, which exact skips, stays unwritten. */
-    constexpr bool RAW = BN == 128u;
     float wv[FW][8], xv[8];
     uint4 wr[FW];
     auto fetch = [&](uint32_t k0) {
