@@ -4,6 +4,7 @@
 #include "megakernel/abi.h"
 #include "megakernel/chunk.h"
 #include "megakernel/chunk/attn.cuh"
+#include "megakernel/chunk/attn_mma.cuh"
 #include "megakernel/chunk/mm.cuh"
 #include "megakernel/chunk/qkv.cuh"
 #include "megakernel/chunk/rows.cuh"

@@ -48,6 +48,13 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
 #define MK_CHUNK_MM_K          32u
 #define MK_CHUNK_MM_SMEM(rows) (2u * 2u * 2u * 40u * (MK_CHUNK_MM_TOKENS + (rows)))
 
+/* mk_chunk_qkv: a block finishes this many rows of one token row, whole tasks of the instruction's
+ * rows_per_task (so no RoPE pair or normed head straddles two blocks), about 4096 where tasks are
+ * smaller: the one-token program's tasks are a few rows each, far too little work for a block. */
+MK_ABI_FN uint32_t mk_chunk_qkv_rows(uint32_t rows_per_task) {
+    return rows_per_task >= 4096u ? rows_per_task : 4096u / rows_per_task * rows_per_task;
+}
+
 /* mk_chunk_attn: a block holds MK_CHUNK_ATTN_ROWS query rows of (head, token) of one KV head,
  * mk_chunk_attn_tokens(g) tokens of its g query heads (grid: n_head_kv by tokens / that), and
  * streams positions MK_CHUNK_ATTN_KEYS at a time. */
@@ -58,6 +65,17 @@ MK_ABI_FN uint32_t mk_chunk_attn_tokens(uint32_t group) {
 }
 MK_ABI_FN uint32_t mk_chunk_attn_smem(uint32_t head_dim) {
     return 4u * (MK_CHUNK_ATTN_ROWS * head_dim + 2u * MK_CHUNK_ATTN_KEYS * (head_dim + 4u));
+}
+
+/* mk_chunk_attn_mma, the tensor-core attention for the head sizes it takes (the others run
+ * mk_chunk_attn): the same blocks and partials, positions MK_CHUNK_ATTN_MMA_KEYS at a time, q, K
+ * and V as bf16 hi and lo tiles with rows head_dim + 8 apart. */
+#define MK_CHUNK_ATTN_MMA_KEYS 64u
+MK_ABI_FN int mk_chunk_attn_mma_fits(uint32_t head_dim) {
+    return head_dim == 32u || head_dim == 64u || head_dim == 128u;
+}
+MK_ABI_FN uint32_t mk_chunk_attn_mma_smem(uint32_t head_dim) {
+    return 2u * (2u * MK_CHUNK_ATTN_ROWS + 4u * MK_CHUNK_ATTN_MMA_KEYS) * (head_dim + 8u);
 }
 
 #endif

@@ -47,15 +47,20 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_REDUCE,
     MK_CK_QKV,
     MK_CK_ATTN,
+    MK_CK_ATTN_MMA32, /* MK_CK_ATTN on the tensor cores, for head size 32, 64, 128 */
+    MK_CK_ATTN_MMA64,
+    MK_CK_ATTN_MMA128,
     MK_CK_ATTN_MERGE,
     MK_CK_LM_TILES,
     MK_CK_SAMPLE,
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
-    "mk_chunk_embed",         "mk_chunk_rmsnorm",     "mk_chunk_mm_store",     "mk_chunk_mm_add",    "mk_chunk_mm_silu",
-    "mk_chunk_mm_store_wide", "mk_chunk_mm_add_wide", "mk_chunk_mm_silu_wide", "mk_chunk_mm_reduce", "mk_chunk_qkv",
-    "mk_chunk_attn",          "mk_chunk_attn_merge",  "mk_chunk_lm_tiles",     "mk_chunk_sample",
+    "mk_chunk_embed",       "mk_chunk_rmsnorm",       "mk_chunk_mm_store",    "mk_chunk_mm_add",
+    "mk_chunk_mm_silu",     "mk_chunk_mm_store_wide", "mk_chunk_mm_add_wide", "mk_chunk_mm_silu_wide",
+    "mk_chunk_mm_reduce",   "mk_chunk_qkv",           "mk_chunk_attn",        "mk_chunk_attn_mma_32",
+    "mk_chunk_attn_mma_64", "mk_chunk_attn_mma_128",  "mk_chunk_attn_merge",  "mk_chunk_lm_tiles",
+    "mk_chunk_sample",
 };
 
 struct mk_cuda_backend {
@@ -887,30 +892,38 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, int32_t c
             l.x_off = b->c_qkv;
             l.ldx = total;
             if (st == MK_OK)
-                st = mk_cuda_chunk_launch(b, MK_CK_QKV, mk_cuda_div_up(total, a->rows_per_task), n,
-                                          a->rows_per_task * 4u, l, err);
+                st = mk_cuda_chunk_launch(b, MK_CK_QKV, mk_cuda_div_up(total, mk_chunk_qkv_rows(a->rows_per_task)), n,
+                                          mk_chunk_qkv_rows(a->rows_per_task) * 4u, l, err);
             break;
         }
         case MK_OP_ATTN_CHUNK: {
             const struct mk_args_attn *a = &in->args.attn;
             const uint32_t tiles = mk_cuda_div_up(n, mk_chunk_attn_tokens(a->n_head / a->n_head_kv));
-            const uint32_t blocks = a->n_head_kv * tiles, smem = mk_chunk_attn_smem(a->head_dim);
+            const bool mma = mk_chunk_attn_mma_fits(a->head_dim);
+            const enum mk_cuda_chunk_kernel k = !mma                 ? MK_CK_ATTN
+                                                : a->head_dim == 32u ? MK_CK_ATTN_MMA32
+                                                : a->head_dim == 64u ? MK_CK_ATTN_MMA64
+                                                                     : MK_CK_ATTN_MMA128;
+            const uint32_t blocks = a->n_head_kv * tiles,
+                           smem = mma ? mk_chunk_attn_mma_smem(a->head_dim) : mk_chunk_attn_smem(a->head_dim);
+            const uint32_t keys = mma ? MK_CHUNK_ATTN_MMA_KEYS : MK_CHUNK_ATTN_KEYS;
             /* Few blocks for a long history (few tokens deep in the context): the positions are
-             * split too, each split at least two key tiles, and merged in split order. */
-            const uint32_t want = 2u * (uint32_t)b->info.sm_count;
+             * split too, each split at least two key tiles, and merged in split order. The
+             * tensor-core blocks take more shared memory: one per multiprocessor fills it. */
+            const uint32_t want = (mma ? 1u : 2u) * (uint32_t)b->info.sm_count;
             uint32_t splits = blocks < want ? mk_cuda_div_up(want, blocks) : 1u;
-            const uint32_t most = mk_cuda_div_up((uint32_t)cmd_pos + n, 2u * MK_CHUNK_ATTN_KEYS);
+            const uint32_t most = mk_cuda_div_up((uint32_t)cmd_pos + n, 2u * keys);
             if (splits > most) splits = most;
             while (splits > 1u &&
                    (uint64_t)splits * blocks * MK_CHUNK_ATTN_ROWS * (a->head_dim + 2u) > mk_cuda_attn_part_floats(b))
                 splits--;
             if (splits <= 1u) {
-                st = mk_cuda_chunk_launch(b, MK_CK_ATTN, a->n_head_kv, tiles, smem, l, err);
+                st = mk_cuda_chunk_launch(b, k, a->n_head_kv, tiles, smem, l, err);
                 break;
             }
             l.splits = splits;
             l.y_off = b->c_apart;
-            st = mk_cuda_chunk_launch3(b, MK_CK_ATTN, a->n_head_kv, tiles, splits, smem, l, err);
+            st = mk_cuda_chunk_launch3(b, k, a->n_head_kv, tiles, splits, smem, l, err);
             l.x_off = b->c_apart;
             if (st == MK_OK) st = mk_cuda_chunk_launch(b, MK_CK_ATTN_MERGE, a->n_head_kv, tiles, 0, l, err);
             break;
@@ -1416,8 +1429,9 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
                                 "(--ubatch 1 turns chunk steps off)",
                                 in->args.attn.n_head / in->args.attn.n_head_kv, MK_CHUNK_ATTN_ROWS);
         if (in->args.attn.head_dim > b->c_head_dim) b->c_head_dim = in->args.attn.head_dim;
-        if (mk_chunk_attn_smem(in->args.attn.head_dim) > attn_smem)
-            attn_smem = mk_chunk_attn_smem(in->args.attn.head_dim);
+        const uint32_t hd = in->args.attn.head_dim;
+        const uint32_t need = mk_chunk_attn_mma_fits(hd) ? mk_chunk_attn_mma_smem(hd) : mk_chunk_attn_smem(hd);
+        if (need > attn_smem) attn_smem = need;
     }
     int optin = 0;
     if (MK_CU(cu, err, cuDeviceGetAttribute(&optin, MK_CU_ATTR_MAX_SHARED_PER_BLOCK_OPTIN, b->dev))) return MK_ERR_CUDA;
@@ -1426,9 +1440,10 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
                             "the chunk attention needs %u bytes of shared memory per block, %s allows %d (--ubatch 1 "
                             "turns chunk steps off)",
                             attn_smem, b->info.device, optin);
-    if (attn_smem > 48u * 1024u &&
-        MK_CU(cu, err, cuFuncSetAttribute(b->ck[MK_CK_ATTN], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)attn_smem)))
-        return MK_ERR_CUDA;
+    for (int k = MK_CK_ATTN; k <= MK_CK_ATTN_MMA128; k++)
+        if (attn_smem > 48u * 1024u &&
+            MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)attn_smem)))
+            return MK_ERR_CUDA;
     const int wide = (int)MK_CHUNK_MM_SMEM(2u * MK_CHUNK_MM_ROWS);
     for (int k = MK_CK_MM_STORE_WIDE; k <= MK_CK_MM_SILU_WIDE; k++)
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, wide))) return MK_ERR_CUDA;

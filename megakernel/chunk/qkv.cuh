@@ -6,10 +6,10 @@
 #include "megakernel/chunk/rows.cuh"
 #include "megakernel/ops/norm_qkv_rope.cuh"
 
-/* Block (t, i): rows [t * rows_per_task, ...) of [q; k; v] of token row i, read from the
- * (m, q_dim + 2 kv_dim) rows at x_off, finished by mk_qkv_epilogue at position pos + i. The
- * instruction's tiles hold whole heads where the epilogue needs them, as in the one-token op.
- * Dynamic shared memory: rows_per_task floats. */
+/* Block (t, i): rows [t * B, t * B + B) of [q; k; v] of token row i, B = mk_chunk_qkv_rows(
+ * rows_per_task), read from the (m, q_dim + 2 kv_dim) rows at x_off, finished by mk_qkv_epilogue
+ * at position pos + i. B is whole tasks of the instruction, which hold whole heads where the
+ * epilogue needs them, as in the one-token op. Dynamic shared memory: B floats. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_qkv(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
     __shared__ struct mk_instr s_in;
@@ -25,9 +25,9 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     struct mk_qkv q;
     q.q_dim = qa->q_dim;
     q.kv_dim = qa->kv_dim;
-    const uint32_t total = q.q_dim + 2u * q.kv_dim, r0 = blockIdx.x * qa->rows_per_task;
+    const uint32_t total = q.q_dim + 2u * q.kv_dim, rows = mk_chunk_qkv_rows(qa->rows_per_task), r0 = blockIdx.x * rows;
     if (r0 >= total) return;
-    const uint32_t count = min(qa->rows_per_task, total - r0);
+    const uint32_t count = min(rows, total - r0);
     float *res = (float *)mk_chunk_smem;
     const float *src = (const float *)a.arena + l.x_off + (uint64_t)i * l.ldx + r0;
     for (uint32_t k = threadIdx.x; k < count; k += MK_BLOCK_THREADS) res[k] = __ldcg(src + k);
