@@ -20,6 +20,12 @@ enum mk_chunk_mm_mode {
     MK_CHUNK_MM_SILU = 2,  /* y[i, r] = silu(W0[r] . x[i]) * (W1[r] . x[i]) */
 };
 
+/* Split rows: the chunk products take their x (the RMSNorm's rows, the attention's output, the
+ * SiLU products) split once by the kernel that makes it: a row of n values holds n bf16 hi values,
+ * then n bf16 lo values, in the bytes of n floats (v = hi + lo, hi = bf16(v), lo = bf16(v - hi)).
+ * Their tiles then load as they are. Every other row (the residual stream, q, k, v, the partials,
+ * the logits) holds floats. */
+
 struct mk_chunk_launch {
     uint32_t ii;     /* the chunk program's instruction this launch serves */
     uint32_t w0;     /* weight table index: the matrix of mk_chunk_mm, the norm of mk_chunk_rmsnorm */
@@ -39,8 +45,8 @@ MK_STATIC_ASSERT(sizeof(struct mk_chunk_launch) == 48, "mk_chunk_launch is 48 by
 MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.eps at 40");
 
 /* mk_chunk_mm's tile: MK_CHUNK_MM_ROWS (mk_chunk_mm_*) or twice that (mk_chunk_mm_*_wide) weight
- * rows by MK_CHUNK_MM_TOKENS token rows per block, MK_CHUNK_MM_K columns per stage (grid: rows /
- * tile rows, tokens / MK_CHUNK_MM_TOKENS; a MK_CHUNK_MM_SILU block makes half its tile rows), and
+ * rows by MK_CHUNK_MM_TOKENS token rows per block, MK_CHUNK_MM_K columns per stage (grid: tokens
+ * / MK_CHUNK_MM_TOKENS, rows / tile rows; a MK_CHUNK_MM_SILU block makes half its tile rows), and
  * its dynamic shared memory: two stages of bf16 hi and lo tiles, rows 40 apart, of the activations
  * and the weights (the MK_CHUNK_MM_SILU results, (tokens, rows + 4) fp32, fit in them). */
 #define MK_CHUNK_MM_ROWS       64u

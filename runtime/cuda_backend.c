@@ -821,7 +821,8 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
     const enum mk_chunk_mm_mode mode = silu                                          ? MK_CHUNK_MM_SILU
                                        : k == MK_CK_MM_ADD || k == MK_CK_MM_ADD_WIDE ? MK_CHUNK_MM_ADD
                                                                                      : MK_CHUNK_MM_STORE;
-    const uint32_t gx = mk_cuda_div_up(rows, per_block), gy = mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS);
+    /* Token blocks side by side (grid x): the blocks of a weight tile run together. */
+    const uint32_t gx = mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS), gy = mk_cuda_div_up(rows, per_block);
     const uint32_t smem = MK_CHUNK_MM_SMEM(bf16 ? 2u * MK_CHUNK_MM_ROWS : MK_CHUNK_MM_ROWS);
     struct mk_chunk_launch l = { .ii = ii,
                                  .w0 = w[0],

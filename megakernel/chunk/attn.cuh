@@ -8,7 +8,7 @@
 /* Lanes hold head dimensions lane, lane + 32, ... (head_dim <= MK_MAX_HEAD_DIM = 8 * 32). */
 #define MK_CATTN_DIMS (MK_MAX_HEAD_DIM / 32u)
 
-/* Block (kvh, y): the query rows of KV head kvh's g query heads for token rows
+/* The output rows are split rows (chunk.h). Block (kvh, y): the query rows of KV head kvh's g query heads for token rows
  * [y * T, y * T + T), T = mk_chunk_attn_tokens(g): MK_CHUNK_ATTN_ROWS rows of (head, token), each
  * warp MK_CHUNK_ATTN_ROWS / 8 of them. Positions go by in tiles of MK_CHUNK_ATTN_KEYS, K and V
  * rows copied into shared memory once for every query row of the block; a lane scores one
@@ -131,11 +131,12 @@ __device__ __forceinline__ void mk_chunk_attn_body(const struct mk_kernel_args &
     for (uint32_t w = 0; w < RW; w++) {
         const uint32_t r = warp * RW + w, it = r % T;
         if (r >= n_rows || it >= n_tok) continue;
-        float *out = (float *)a.arena + in->buf[1] + (uint64_t)(t0 + it) * q_dim + (kvh * g + r / T) * hd;
+        float *out = (float *)a.arena + in->buf[1] + (uint64_t)(t0 + it) * q_dim;
+        const uint32_t c0 = (kvh * g + r / T) * hd;
         const float inv = 1.0f / lsum[w];
 #pragma unroll
         for (int k = 0; k < D; k++)
-            if (lane + 32u * k < hd) out[lane + 32u * k] = o[w][k] * inv;
+            if (lane + 32u * k < hd) mk_split_store(out, q_dim, c0 + lane + 32u * k, o[w][k] * inv);
     }
 }
 
@@ -176,14 +177,15 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
             const float mz = __ldcg(pr + z * zstride + hd);
             if (mz != -INFINITY) L += __ldcg(pr + z * zstride + hd + 1u) * expf(mz - M);
         }
-        float *out = (float *)a.arena + in->buf[1] + (uint64_t)(t0 + it) * q_dim + (kvh * g + r / T) * hd;
+        float *out = (float *)a.arena + in->buf[1] + (uint64_t)(t0 + it) * q_dim;
+        const uint32_t c0 = (kvh * g + r / T) * hd;
         for (uint32_t d = lane; d < hd; d += 32u) {
             float acc = 0.0f;
             for (uint32_t z = 0; z < l.splits; z++) {
                 const float mz = __ldcg(pr + z * zstride + hd);
                 if (mz != -INFINITY) acc += __ldcg(pr + z * zstride + d) * expf(mz - M);
             }
-            out[d] = acc / L;
+            mk_split_store(out, q_dim, c0 + d, acc / L);
         }
     }
 }

@@ -262,13 +262,14 @@ __device__ __forceinline__ void mk_chunk_attn_mma_body(const struct mk_kernel_ar
     for (int h = 0; h < 2; h++) {
         const uint32_t r = R + 8u * (uint32_t)h, it = r % T;
         if (r >= n_rows || it >= n_tok) continue;
-        float *out = (float *)a.arena + in->buf[1] + (uint64_t)(t0 + it) * q_dim + (kvh * g + r / T) * HD;
+        float *out = (float *)a.arena + in->buf[1] + (uint64_t)(t0 + it) * q_dim;
+        const uint32_t c0 = (kvh * g + r / T) * HD;
         const float inv = 1.0f / lt[h];
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            const uint32_t col = 8u * (uint32_t)j + 2u * t4;
-            out[col] = o[j][2 * h] * inv;
-            out[col + 1u] = o[j][2 * h + 1] * inv;
+            const uint32_t col = c0 + 8u * (uint32_t)j + 2u * t4;
+            mk_split_store(out, q_dim, col, o[j][2 * h] * inv);
+            mk_split_store(out, q_dim, col + 1u, o[j][2 * h + 1] * inv);
         }
     }
 }

@@ -101,6 +101,13 @@ __device__ __forceinline__ void mk_mma_bf16(float *d, const uint32_t *a, const u
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* 16 bytes from global to shared memory without passing through registers (L2 only). */
+__device__ __forceinline__ void mk_cp_async16(void *smem, const void *gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(smem)),
+                 "l"(gmem));
+}
+__device__ __forceinline__ void mk_cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 __device__ __forceinline__ void mk_ldsm_x4(uint32_t *r, const void *p) {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -108,11 +115,14 @@ __device__ __forceinline__ void mk_ldsm_x4(uint32_t *r, const void *p) {
                  : "r"(a));
 }
 
-/* Block: token rows [m0, m0 + BM) by weight rows [n0, n0 + BN), BN 64 or 128. Warp (wm, wn) =
- * (warp / 4, warp % 4) owns tokens wm*32 .. +32 (two m16 tiles) and rows wn*BN/4 .. +BN/4 (BN/32 n8
- * tiles). Thread t loads 8 columns of token row t / 4 and of weight rows t / 4 + 64 f per stage:
- * the next stage's go into registers while the tensor cores work on this one, then into the other
- * of two shared-memory stages (one barrier per stage). Dynamic shared memory: MK_CHUNK_MM_SMEM(BN). */
+/* Block (x, y, z): token rows [m0, m0 + BM) by weight rows [n0, n0 + BN), m0 = x BM, n0 = y BN
+ * (token blocks side by side, so that a weight tile is read from memory once for all of them), BN
+ * 64 or 128. Warp (wm, wn) = (warp / 4, warp % 4) owns tokens wm*32 .. +32 (two m16 tiles) and rows
+ * wn*BN/4 .. +BN/4 (BN/32 n8 tiles). Thread t loads 8 columns of token row t / 4 (a split row:
+ * hi and lo as they are) and of weight rows t / 4 + 64 f per stage into the other of two
+ * shared-memory stages while the tensor cores work on this one: asynchronous copies for x and bf16
+ * weights, through registers for weights decoded from blocks (one barrier per stage). Dynamic
+ * shared memory: MK_CHUNK_MM_SMEM(BN). */
 template <int MODE, uint32_t BN>
 __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a, const struct mk_chunk_launch *l) {
     constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
@@ -140,7 +150,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     if (RAW && !mm.exact) __trap();
     /* SILU: the block's BN rows are BN / 2 gate rows from n0 and the same rows of up. */
     const uint32_t N = mm.rows, K = mm.m[0].cols;
-    const uint32_t n0 = blockIdx.x * (SILU ? BN / 2u : BN), m0 = blockIdx.y * BM;
+    const uint32_t n0 = blockIdx.y * (SILU ? BN / 2u : BN), m0 = blockIdx.x * BM;
     if (n0 >= N || m0 >= l->m) return;
     /* Split z of splits: columns [kb, ke), whole stages (an empty split writes zeros). */
     const uint32_t splits = l->splits > 1u ? l->splits : 1u;
@@ -168,44 +178,47 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     }
     /* Token rows past m repeat row m - 1: only their own output rows, which are never stored, see
      * them. */
-    const float *xrow = x + (uint64_t)min(m0 + lr, l->m - 1u) * l->ldx;
+    const __nv_bfloat16 *xh = (const __nv_bfloat16 *)(x + (uint64_t)min(m0 + lr, l->m - 1u) * l->ldx),
+                        *xl = xh + l->ldx;
+    const bool xvec = (l->x_off & 3u) == 0 && (l->ldx & 7u) == 0; /* 16-byte copies of split rows */
 
-    const bool xvec = ((l->x_off | l->ldx) & 3u) == 0; /* 16-byte loads of x */
-    float wv[FW][8], xv[8];
-    uint4 wr[FW];
-    auto fetch = [&](uint32_t k0) {
+    /* This thread's x and, for bf16 weights, w of the stage from k0 into st. */
+    auto issue = [&](uint32_t k0, __nv_bfloat16 *st) {
+        const uint32_t k = k0 + lk;
+        __nv_bfloat16 *sh = st + lr * LD + lk, *sl = sh + XH;
+        if (xvec && k + 8u <= K) {
+            mk_cp_async16(sh, xh + k);
+            mk_cp_async16(sl, xl + k);
+        } else {
 #pragma unroll
-        for (int f = 0; f < FW; f++) {
-            if (RAW)
-                wr[f] = mk_mm_fetch_raw(&lw[f], lrow[f], k0 + lk);
-            else
-                mk_mm_fetch_w<BN == 64u>(&lw[f], lrow[f], k0 + lk, wv[f]);
+            for (int j = 0; j < 8; j++) {
+                const uint32_t e = k + (uint32_t)j, c = min(e, K - 1u);
+                sh[j] = e < K ? xh[c] : __float2bfloat16_rn(0.0f);
+                sl[j] = e < K ? xl[c] : __float2bfloat16_rn(0.0f);
+            }
         }
-        if (xvec && k0 + lk + 8u <= K) {
-            const float4 u = __ldcg((const float4 *)(xrow + k0 + lk)), v = __ldcg((const float4 *)(xrow + k0 + lk) + 1);
-            xv[0] = u.x, xv[1] = u.y, xv[2] = u.z, xv[3] = u.w;
-            xv[4] = v.x, xv[5] = v.y, xv[6] = v.z, xv[7] = v.w;
-            return;
-        }
+        if constexpr (RAW) {
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const uint32_t e = k0 + lk + (uint32_t)j;
-            const float f = __ldcg(xrow + min(e, K - 1u));
-            xv[j] = e < K ? f : 0.0f;
+            for (int f = 0; f < FW; f++) {
+                __nv_bfloat16 *d = st + 2u * XH + (lr + 64u * (uint32_t)f) * LD + lk;
+                if (lrow[f] < lw[f].rows && k + 8u <= lw[f].cols && lw[f].vec)
+                    mk_cp_async16(d, mk_row(&lw[f], lrow[f]) + 2ull * k);
+                else
+                    *(uint4 *)d = mk_mm_fetch_raw(&lw[f], lrow[f], k);
+            }
         }
     };
-    auto store = [&](__nv_bfloat16 *st) {
+    /* Weights decoded from blocks: into registers, then split into the stage. */
+    float wv[FW][8];
+    auto fetch_w = [&](uint32_t k0) {
+#pragma unroll
+        for (int f = 0; f < FW; f++) mk_mm_fetch_w<BN == 64u>(&lw[f], lrow[f], k0 + lk, wv[f]);
+    };
+    auto store_w = [&](__nv_bfloat16 *st) {
         uint32_t hi[4], lo[4];
-        mk_mm_split<4>(xv, hi, lo);
-        *(uint4 *)(st + lr * LD + lk) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        *(uint4 *)(st + XH + lr * LD + lk) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
 #pragma unroll
         for (int f = 0; f < FW; f++) {
             const uint32_t r = lr + 64u * (uint32_t)f;
-            if (RAW) {
-                *(uint4 *)(st + 2u * XH + r * LD + lk) = wr[f];
-                continue;
-            }
             mk_mm_split<4>(wv[f], hi, lo);
             *(uint4 *)(st + 2u * XH + r * LD + lk) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
             *(uint4 *)(st + 2u * XH + WH + r * LD + lk) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
@@ -225,14 +238,21 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     const uint32_t a_off = (wm * 32u + (lane & 15u)) * LD + (lane >> 4) * 8u;
     const uint32_t b_off = (wn * (BN / 4u) + (lane >> 4) * 8u + (lane & 7u)) * LD + ((lane >> 3) & 1u) * 8u;
     if (kb < ke) {
-        fetch(kb);
-        store(sm);
+        issue(kb, sm);
+        if (!RAW) {
+            fetch_w(kb);
+            store_w(sm);
+        }
     }
+    mk_cp_async_wait_all();
     __syncthreads();
     uint32_t cur = 0;
     for (uint32_t k0 = kb; k0 < ke; k0 += BK) {
         const bool more = k0 + BK < ke;
-        if (more) fetch(k0 + BK);
+        if (more) {
+            issue(k0 + BK, sm + (cur ^ 1u) * STAGE);
+            if (!RAW) fetch_w(k0 + BK);
+        }
         const __nv_bfloat16 *st = sm + cur * STAGE;
 #pragma unroll
         for (uint32_t kk = 0; kk < BK; kk += 16u) {
@@ -261,7 +281,8 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
                     for (int j = 0; j < NJ; j++) mk_mma_bf16(acc[i][j], ah[i], bl + 2 * j);
             }
         }
-        if (more) store(sm + (cur ^ 1u) * STAGE);
+        if (more && !RAW) store_w(sm + (cur ^ 1u) * STAGE);
+        mk_cp_async_wait_all();
         __syncthreads();
         cur ^= 1u;
     }
@@ -310,7 +331,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
             const uint32_t mt = k / (BN / 2u), r = k % (BN / 2u);
             if (m0 + mt >= l->m || n0 + r >= N) continue;
             const float gv = gs[mt * LG + r], uv = gs[mt * LG + BN / 2u + r];
-            y[(uint64_t)(m0 + mt) * l->ldy + n0 + r] = gv / (1.0f + expf(-gv)) * uv;
+            mk_split_store(y + (uint64_t)(m0 + mt) * l->ldy, l->ldy, n0 + r, gv / (1.0f + expf(-gv)) * uv);
         }
     } else {
         each([&](uint32_t mt, uint32_t cl, float v) {
@@ -339,7 +360,7 @@ MK_MM_KERNEL(mk_chunk_mm_silu_wide, MK_CHUNK_MM_SILU, 128u)
 
 /* Thread (n, i): output column n of token row i from the splits' partials at x_off (rows ldx
  * apart, split z at z * m * ldx), added in split order, then l.mode's epilogue (SILU: up's sums at
- * column ldx / 2 + n). Grid: (columns / 256, m). */
+ * column ldx / 2 + n; its output rows are split rows). Grid: (columns / 256, m). */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_mm_reduce(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
     const bool silu = l.mode == MK_CHUNK_MM_SILU;
@@ -352,13 +373,13 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
         v += __ldcg(p + z * slice);
         if (silu) u += __ldcg(p + z * slice + N);
     }
-    float *y = (float *)a.arena + l.y_off + (uint64_t)i * l.ldy + n;
+    float *y = (float *)a.arena + l.y_off + (uint64_t)i * l.ldy;
     if (l.mode == MK_CHUNK_MM_STORE)
-        *y = v;
+        y[n] = v;
     else if (l.mode == MK_CHUNK_MM_ADD)
-        *y = __ldcg(y) + v;
+        y[n] = __ldcg(y + n) + v;
     else
-        *y = v / (1.0f + expf(-v)) * u;
+        mk_split_store(y, l.ldy, n, v / (1.0f + expf(-v)) * u);
 }
 
 #endif

@@ -2,6 +2,8 @@
 #ifndef MK_CHUNK_ROWS_CUH
 #define MK_CHUNK_ROWS_CUH
 
+#include <cuda_bf16.h>
+
 #include "megakernel/chunk.h"
 #include "megakernel/common.cuh"
 
@@ -10,6 +12,14 @@ extern __shared__ float4 mk_chunk_smem[];
 
 __device__ __forceinline__ const struct mk_step_cmd *mk_chunk_cmd(const struct mk_kernel_args *a) {
     return &((const struct mk_step_state *)a->step_state)->cmd;
+}
+
+/* Value i of a split row (chunk.h) of ld values at row: bf16 hi at i, lo at ld + i. */
+__device__ __forceinline__ void mk_split_store(float *row, uint32_t ld, uint32_t i, float v) {
+    __nv_bfloat16 *h = (__nv_bfloat16 *)row;
+    const __nv_bfloat16 hi = __float2bfloat16_rn(v);
+    h[i] = hi;
+    h[ld + i] = __float2bfloat16_rn(v - __bfloat162float(hi));
 }
 
 /* The task context of a one-token op's helper run by a chunk kernel: in and cmd in shared memory,
@@ -45,7 +55,8 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     for (uint32_t e = threadIdx.x; e < n; e += MK_BLOCK_THREADS) x[e] = mk_elem(w.dtype, row, e);
 }
 
-/* Block i: y row i = x row i * norm / sqrt(mean(x^2) + eps), formed as the CPU executor forms it. */
+/* Block i: y row i = x row i * norm / sqrt(mean(x^2) + eps), formed as the CPU executor forms it,
+ * as a split row for the products. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_rmsnorm(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
     struct mk_task_ctx c;
@@ -62,7 +73,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     ss = mk_block_sum(ss);
     const float scale = 1.0f / sqrtf(ss / (float)n + l.eps);
     for (uint32_t e = threadIdx.x; e < n; e += MK_BLOCK_THREADS)
-        y[e] = __ldcg(x + e) * scale * mk_elem(nw.dtype, nw.ptr, e);
+        mk_split_store(y, n, e, __ldcg(x + e) * scale * mk_elem(nw.dtype, nw.ptr, e));
 }
 
 #endif
