@@ -59,24 +59,26 @@ enum mk_gpu_trace {
  * struct mk_session_params in the public API, or from the MK_CUDA_* environment variables by
  * mk_gpu_settings_from_env (the mk command only; the library never reads them). */
 struct mk_gpu_settings {
-    bool dynamic_schedule;     /* one work counter instead of the compiler's static per-block lists
+    bool dynamic_schedule;      /* one work counter instead of the compiler's static per-block lists
                                 * (static measured faster on the H100: every block knows its next
                                 * task and prefetches its weights while it waits) */
-    uint32_t tasks_per_worker; /* matvec tiling target; 0 = the compiler's */
-    uint32_t attn_block;       /* the unit of an attention split, in positions; 0 = the compiler's */
-    uint32_t attn_splits;      /* attention splits of the sequence per KV head; 0 = the compiler's */
-    bool fuse_attn_output;     /* fold the attention combine into the attention-output tasks */
-    uint32_t blocks_per_sm;    /* cap on the occupancy API's blocks per SM; 0 = no cap */
-    bool no_rope_table;        /* compute RoPE angles in the kernel instead of a host-made table */
-    enum mk_gpu_trace trace;   /* megakernel: per-task timestamps (mk_backend_cuda_trace) */
-    const char *kernel_image;  /* cubin, fatbin or PTX file loaded instead of the embedded code;
+    uint32_t tasks_per_worker;  /* matvec tiling target; 0 = the compiler's */
+    uint32_t attn_block;        /* the unit of an attention split, in positions; 0 = the compiler's */
+    uint32_t attn_splits;       /* attention splits of the sequence per KV head; 0 = the compiler's */
+    bool fuse_attn_output;      /* fold the attention combine into the attention-output tasks */
+    uint32_t blocks_per_sm;     /* cap on the occupancy API's blocks per SM; 0 = no cap */
+    bool no_rope_table;         /* compute RoPE angles in the kernel instead of a host-made table */
+    uint32_t chunk_dequant_min; /* chunk products of block-format weights over at least this many
+                                 * tokens decode each matrix once first; 0 = the backend's default */
+    enum mk_gpu_trace trace;    /* megakernel: per-task timestamps (mk_backend_cuda_trace) */
+    const char *kernel_image;   /* cubin, fatbin or PTX file loaded instead of the embedded code;
                                 * NULL = embedded */
 };
 struct mk_gpu_settings mk_gpu_default_settings(void);
 
 /* Applies the environment overrides MK_CUDA_SCHEDULE=static|dynamic, MK_CUDA_TASKS_PER_WORKER=N,
  * MK_CUDA_ATTN_BLOCK=N, MK_CUDA_ATTN_SPLITS=N, MK_CUDA_FUSE_ATTN_OUTPUT=0|1, MK_CUDA_BLOCKS_PER_SM=N,
- * MK_CUDA_NO_ROPE_TABLE=0|1, MK_CUDA_TRACE=0|1|fetch, MK_CUDA_CUBIN=FILE to *s (the one place
+ * MK_CUDA_NO_ROPE_TABLE=0|1, MK_CUDA_CHUNK_DEQUANT_MIN=N, MK_CUDA_TRACE=0|1|fetch, MK_CUDA_CUBIN=FILE to *s (the one place
  * they are read). MK_ERR_INVALID_ARG naming the variable and value when one is malformed. */
 enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_error *err);
 

@@ -40,8 +40,11 @@ struct mk_chunk_launch {
                       * y_off + z * m * ldy for mk_chunk_mm_reduce; 0 or 1: no split */
     float eps;       /* mk_chunk_rmsnorm */
     uint32_t w2;     /* a matrix whose rows follow w1's (q, k, v in one launch), or MK_NO_WEIGHT */
+    uint32_t w_off;  /* mk_chunk_mm_*_split: arena offset of the weights as split rows, made by
+                      * mk_chunk_wsplit (row r of the stacked w0, w1, w2 at w_off + r * cols) */
+    uint32_t pad;
 };
-MK_STATIC_ASSERT(sizeof(struct mk_chunk_launch) == 48, "mk_chunk_launch is 48 bytes");
+MK_STATIC_ASSERT(sizeof(struct mk_chunk_launch) == 56, "mk_chunk_launch is 56 bytes");
 MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.eps at 40");
 
 /* mk_chunk_mm's tile: MK_CHUNK_MM_ROWS (mk_chunk_mm_*) or twice that (mk_chunk_mm_*_wide) weight

@@ -24,6 +24,9 @@
 
 /* Most tokens per chunk step when the caller leaves it to the backend (llama.cpp's micro-batch). */
 #define MK_CUDA_DEFAULT_UBATCH 512u
+/* Chunk products of block-format weights over at least this many token rows (two token blocks)
+ * decode their matrices once (mk_chunk_wsplit) instead of in every block (MK_CUDA_CHUNK_DEQUANT_MIN). */
+#define MK_CUDA_DEFAULT_DQ_MIN 128u
 
 /* GPU memory a session needs beyond its own buffers: the context, the module, the resident
  * grid's local memory and stacks. */
@@ -53,14 +56,20 @@ enum mk_cuda_chunk_kernel {
     MK_CK_ATTN_MERGE,
     MK_CK_LM_TILES,
     MK_CK_SAMPLE,
+    MK_CK_MM_STORE_SPLIT, /* the wide products over weights that MK_CK_WSPLIT decoded once */
+    MK_CK_MM_ADD_SPLIT,
+    MK_CK_MM_SILU_SPLIT,
+    MK_CK_WSPLIT,
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
-    "mk_chunk_embed",       "mk_chunk_rmsnorm",       "mk_chunk_mm_store",    "mk_chunk_mm_add",
-    "mk_chunk_mm_silu",     "mk_chunk_mm_store_wide", "mk_chunk_mm_add_wide", "mk_chunk_mm_silu_wide",
-    "mk_chunk_mm_reduce",   "mk_chunk_qkv",           "mk_chunk_attn",        "mk_chunk_attn_mma_32",
-    "mk_chunk_attn_mma_64", "mk_chunk_attn_mma_128",  "mk_chunk_attn_merge",  "mk_chunk_lm_tiles",
-    "mk_chunk_sample",
+    "mk_chunk_embed",        "mk_chunk_rmsnorm",       "mk_chunk_mm_store",
+    "mk_chunk_mm_add",       "mk_chunk_mm_silu",       "mk_chunk_mm_store_wide",
+    "mk_chunk_mm_add_wide",  "mk_chunk_mm_silu_wide",  "mk_chunk_mm_reduce",
+    "mk_chunk_qkv",          "mk_chunk_attn",          "mk_chunk_attn_mma_32",
+    "mk_chunk_attn_mma_64",  "mk_chunk_attn_mma_128",  "mk_chunk_attn_merge",
+    "mk_chunk_lm_tiles",     "mk_chunk_sample",        "mk_chunk_mm_store_split",
+    "mk_chunk_mm_add_split", "mk_chunk_mm_silu_split", "mk_chunk_wsplit",
 };
 
 struct mk_cuda_backend {
@@ -109,11 +118,15 @@ struct mk_cuda_backend {
     mk_cu_function ck[MK_CK_COUNT];
     mk_cu_devptr d_cinstrs, d_cwtable, d_carena, d_cstate;
     struct mk_kernel_args cargs;
-    uint32_t c_xn, c_qkv; /* arena offsets of the scratch rows: normalized input (ubatch, n_embd) and
+    uint32_t c_xn, c_qkv;     /* arena offsets of the scratch rows: normalized input (ubatch, n_embd) and
                            * q, k, v before RoPE (ubatch, q_dim + 2 kv_dim) */
-    uint32_t c_part;      /* arena offset of the split-K partial sums (mk_cuda_part_floats) */
-    uint32_t c_apart;     /* arena offset of the attention splits' partials (mk_cuda_attn_part_floats) */
-    uint32_t c_head_dim;  /* the chunk program's largest head */
+    uint32_t c_part;          /* arena offset of the split-K partial sums (mk_cuda_part_floats) */
+    uint32_t c_apart;         /* arena offset of the attention splits' partials (mk_cuda_attn_part_floats) */
+    uint32_t c_wsplit;        /* arena offset of one product's weights decoded to split rows (c_wsplit_floats) */
+    uint64_t c_wsplit_floats; /* the largest block-format product's (q/k/v, output, gate/up, down; not
+                               * the LM head); 0 = products always decode in their blocks */
+    uint32_t c_dq_min;        /* products of at least this many token rows use c_wsplit */
+    uint32_t c_head_dim;      /* the chunk program's largest head */
     uint32_t c_qkv_cols;
     struct mk_step_cmd *h_ccmd; /* pinned: the chunk step's command */
     int32_t *h_ctok;            /* pinned: (ubatch) tokens in, then (ubatch) tokens out */
@@ -369,7 +382,7 @@ static uint64_t mk_cuda_chunk_arena_floats(const struct mk_cuda_backend *b) {
     const struct mk_program *c = b->cprog;
     return (uint64_t)c->arena_floats + 16u + (uint64_t)c->ubatch * (c->n_embd + 16u) + 16u +
            (uint64_t)c->ubatch * (b->c_qkv_cols + 16u) + 16u + mk_cuda_part_floats(b) + 16u +
-           mk_cuda_attn_part_floats(b);
+           mk_cuda_attn_part_floats(b) + 16u + b->c_wsplit_floats;
 }
 static uint64_t mk_cuda_chunk_bytes(const struct mk_cuda_backend *b) {
     if (!b->cprog) return 0;
@@ -388,6 +401,7 @@ static void mk_cuda_drop_chunk(struct mk_cuda_backend *b, const char *why) {
     b->cmod = NULL;
     memset(b->ck, 0, sizeof b->ck);
     b->c_qkv_cols = b->c_head_dim = 0;
+    b->c_wsplit_floats = 0;
 }
 
 /* Every distinct weight once (the tied LM head shares the embedding), then the table. */
@@ -771,6 +785,31 @@ static enum mk_status mk_cuda_launch_step(struct mk_backend *base, const struct 
     return MK_OK;
 }
 
+/* The weights of the chunk program's largest product that is not all bf16, as split rows (the LM
+ * head aside: it serves a few rows per step): the space mk_chunk_wsplit decodes them into. */
+static uint64_t mk_cuda_wsplit_floats(const struct mk_program *p) {
+    uint64_t most = 0;
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        const struct mk_instr *in = &p->instrs[i];
+        int first = 0, count = 0;
+        switch (in->op) {
+        case MK_OP_NORM_QKV_ROPE: first = 1, count = 3; break;
+        case MK_OP_MATVEC_RESIDUAL: first = 0, count = 1; break;
+        case MK_OP_NORM_GATE_UP_SILU: first = 1, count = 2; break;
+        default: continue;
+        }
+        uint64_t floats = 0;
+        bool bf16 = true;
+        for (int j = first; j < first + count; j++) {
+            const struct mk_weight_ref *w = &p->weights[in->weight[j]];
+            floats += (uint64_t)w->rows * w->cols;
+            bf16 = bf16 && w->dtype == MK_DTYPE_BF16;
+        }
+        if (!bf16 && floats > most) most = floats;
+    }
+    return most;
+}
+
 /* One launch of chunk kernel k on grid (gx, gy, gz) with the launch record l. */
 static enum mk_status mk_cuda_chunk_launch3(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
                                             uint32_t gy, uint32_t gz, uint32_t smem, struct mk_chunk_launch l,
@@ -809,21 +848,26 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
     uint32_t rows = wt[w[0]].rows, per_block = MK_CHUNK_MM_ROWS;
     bool bf16 = true;
     for (int j = 0; j < 3; j++) bf16 = bf16 && (w[j] == MK_NO_WEIGHT || wt[w[j]].dtype == MK_DTYPE_BF16);
-    if (bf16) {
-        k = k == MK_CK_MM_STORE ? MK_CK_MM_STORE_WIDE : k == MK_CK_MM_ADD ? MK_CK_MM_ADD_WIDE : MK_CK_MM_SILU_WIDE;
+    const bool silu = k == MK_CK_MM_SILU;
+    const enum mk_chunk_mm_mode mode = silu                ? MK_CHUNK_MM_SILU
+                                       : k == MK_CK_MM_ADD ? MK_CHUNK_MM_ADD
+                                                           : MK_CHUNK_MM_STORE;
+    uint64_t all = 0; /* weights of every matrix */
+    for (int j = 0; j < 3; j++) all += w[j] == MK_NO_WEIGHT ? 0u : (uint64_t)wt[w[j]].rows * wt[w[j]].cols;
+    /* Block formats over several token blocks: each block would decode the same tiles, so the
+     * matrices are decoded once into split rows first. */
+    const bool dq = !bf16 && m >= b->c_dq_min && all <= b->c_wsplit_floats;
+    if (bf16 || dq) {
+        k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE + (bf16 ? MK_CK_MM_STORE_WIDE : MK_CK_MM_STORE_SPLIT));
         per_block *= 2u;
     }
-    if (k == MK_CK_MM_SILU || k == MK_CK_MM_SILU_WIDE)
+    if (silu)
         per_block /= 2u;
     else
         for (int j = 1; j < 3; j++) rows += w[j] == MK_NO_WEIGHT ? 0u : wt[w[j]].rows;
-    const bool silu = k == MK_CK_MM_SILU || k == MK_CK_MM_SILU_WIDE;
-    const enum mk_chunk_mm_mode mode = silu                                          ? MK_CHUNK_MM_SILU
-                                       : k == MK_CK_MM_ADD || k == MK_CK_MM_ADD_WIDE ? MK_CHUNK_MM_ADD
-                                                                                     : MK_CHUNK_MM_STORE;
     /* Token blocks side by side (grid x): the blocks of a weight tile run together. */
     const uint32_t gx = mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS), gy = mk_cuda_div_up(rows, per_block);
-    const uint32_t smem = MK_CHUNK_MM_SMEM(bf16 ? 2u * MK_CHUNK_MM_ROWS : MK_CHUNK_MM_ROWS);
+    const uint32_t smem = MK_CHUNK_MM_SMEM(bf16 || dq ? 2u * MK_CHUNK_MM_ROWS : MK_CHUNK_MM_ROWS);
     struct mk_chunk_launch l = { .ii = ii,
                                  .w0 = w[0],
                                  .w1 = w[1],
@@ -833,7 +877,16 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
                                  .x_off = x_off,
                                  .ldx = wt[w[0]].cols,
                                  .y_off = y_off,
-                                 .ldy = ldy };
+                                 .ldy = ldy,
+                                 .w_off = dq ? b->c_wsplit : 0u };
+    if (dq) {
+        struct mk_chunk_launch d = l;
+        d.y_off = b->c_wsplit;
+        const uint64_t threads = all / wt[w[0]].cols * mk_cuda_div_up(wt[w[0]].cols, 8u);
+        enum mk_status st = mk_cuda_chunk_launch(
+            b, MK_CK_WSPLIT, (uint32_t)((threads + MK_BLOCK_THREADS - 1u) / MK_BLOCK_THREADS), 1, 0, d, err);
+        if (st != MK_OK) return st;
+    }
     /* Too few tiles to fill the GPU (few tokens, or few rows for a long row): the columns are
      * split too, each split at least two stages, and the partial sums added in order after. */
     const uint32_t want = 2u * (uint32_t)b->info.sm_count, ldp = silu ? 2u * rows : rows;
@@ -1408,6 +1461,8 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     for (uint32_t i = 0; i < b->cprog->n_instr; i++)
         if (b->cprog->instrs[i].op == MK_OP_NORM_QKV_ROPE)
             b->c_qkv_cols = b->cprog->instrs[i].args.qkv.q_dim + 2u * b->cprog->instrs[i].args.qkv.kv_dim;
+    b->c_dq_min = b->gpu.chunk_dequant_min ? b->gpu.chunk_dequant_min : MK_CUDA_DEFAULT_DQ_MIN;
+    b->c_wsplit_floats = ubatch >= b->c_dq_min ? mk_cuda_wsplit_floats(b->cprog) : 0u;
     char log[4096];
     log[0] = '\0';
     int opts[2] = { MK_CU_JIT_ERROR_LOG_BUFFER, MK_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES };
@@ -1448,6 +1503,8 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     const int wide = (int)MK_CHUNK_MM_SMEM(2u * MK_CHUNK_MM_ROWS);
     for (int k = MK_CK_MM_STORE_WIDE; k <= MK_CK_MM_SILU_WIDE; k++)
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, wide))) return MK_ERR_CUDA;
+    for (int k = MK_CK_MM_STORE_SPLIT; k <= MK_CK_MM_SILU_SPLIT; k++)
+        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, wide))) return MK_ERR_CUDA;
     return MK_OK;
 }
 
@@ -1474,6 +1531,8 @@ static enum mk_status mk_cuda_setup_chunk(struct mk_cuda_backend *b, struct mk_e
                             err);
     free(table);
     if (st != MK_OK) return st;
+    /* Arena offsets are 32-bit float indices: a space past them is left out. */
+    if (mk_cuda_chunk_arena_floats(b) >= (1ull << 32)) b->c_wsplit_floats = 0;
     const uint64_t floats = mk_cuda_chunk_arena_floats(b);
     if ((st = mk_cuda_upload(b, &b->d_cinstrs, c->instrs, (size_t)c->n_instr * sizeof *c->instrs,
                              "the chunk instructions", err)) ||
@@ -1484,6 +1543,7 @@ static enum mk_status mk_cuda_setup_chunk(struct mk_cuda_backend *b, struct mk_e
     b->c_qkv = (uint32_t)((b->c_xn + (uint64_t)c->ubatch * c->n_embd + 15u) & ~15ull);
     b->c_part = (uint32_t)((b->c_qkv + (uint64_t)c->ubatch * b->c_qkv_cols + 15u) & ~15ull);
     b->c_apart = (uint32_t)((b->c_part + mk_cuda_part_floats(b) + 15u) & ~15ull);
+    b->c_wsplit = (uint32_t)((b->c_apart + mk_cuda_attn_part_floats(b) + 15u) & ~15ull);
     void *h = NULL;
     if (MK_CU(cu, err, cuMemHostAlloc(&h, sizeof(struct mk_step_cmd), MK_CU_MEMHOSTALLOC_PORTABLE))) return MK_ERR_CUDA;
     b->h_ccmd = h;

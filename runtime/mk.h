@@ -215,15 +215,17 @@ struct mk_sampling_params {
  * default) is the measured-fastest configuration. The library never reads the environment for
  * them (the mk command maps its MK_CUDA_* variables and flags onto these). */
 struct mk_gpu_params {
-    int dynamic_schedule;      /* nonzero: one work counter instead of static per-block task lists */
-    uint32_t tasks_per_worker; /* matvec tiling target; 0 = the compiler's */
-    uint32_t attn_block;       /* the unit of an attention split, in positions; 0 = the compiler's */
-    int fuse_attn_output;      /* nonzero: the attention combine folded into the attention-output tasks */
-    uint32_t blocks_per_sm;    /* cap on the blocks per multiprocessor; 0 = as many as fit */
-    int no_rope_table;         /* nonzero: RoPE angles computed in the kernel, not from a table */
-    int trace;                 /* megakernel per-task timestamps: 0 off, 1 after waits, 2 at fetch */
-    const char *kernel_image;  /* cubin, fatbin or PTX file loaded instead of the built-in kernels */
-    uint32_t attn_splits;      /* attention splits of the sequence per KV head; 0 = the compiler's */
+    int dynamic_schedule;       /* nonzero: one work counter instead of static per-block task lists */
+    uint32_t tasks_per_worker;  /* matvec tiling target; 0 = the compiler's */
+    uint32_t attn_block;        /* the unit of an attention split, in positions; 0 = the compiler's */
+    int fuse_attn_output;       /* nonzero: the attention combine folded into the attention-output tasks */
+    uint32_t blocks_per_sm;     /* cap on the blocks per multiprocessor; 0 = as many as fit */
+    int no_rope_table;          /* nonzero: RoPE angles computed in the kernel, not from a table */
+    int trace;                  /* megakernel per-task timestamps: 0 off, 1 after waits, 2 at fetch */
+    const char *kernel_image;   /* cubin, fatbin or PTX file loaded instead of the built-in kernels */
+    uint32_t attn_splits;       /* attention splits of the sequence per KV head; 0 = the compiler's */
+    uint32_t chunk_dequant_min; /* chunk products of block-format weights over at least this many
+                                 * tokens decode each matrix once first; 0 = the default (128) */
 };
 
 /* Speculative decoding (mk_session_params.spec). */

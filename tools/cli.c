@@ -46,6 +46,8 @@ const char mk_cli_gpu_usage[] =
     "    --fuse-attn-output         fold the attention combine into the attention-output tasks\n"
     "    --blocks-per-sm N          cap on blocks per multiprocessor (0 = as many as fit)\n"
     "    --no-rope-table            compute RoPE angles in the kernel\n"
+    "    --chunk-dequant-min N      chunk steps of at least N tokens decode block-format matrices once\n"
+    "                               before their products (0 = default, 128)\n"
     "    --trace off|on|fetch       megakernel per-task timestamps\n"
     "    --kernel-image FILE        load this cubin, fatbin or PTX instead of the built-in kernels\n";
 
@@ -61,7 +63,7 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
     }
     if (strcmp(a, "--schedule") && strcmp(a, "--tasks-per-worker") && strcmp(a, "--attn-block") &&
         strcmp(a, "--attn-splits") && strcmp(a, "--blocks-per-sm") && strcmp(a, "--trace") &&
-        strcmp(a, "--kernel-image"))
+        strcmp(a, "--kernel-image") && strcmp(a, "--chunk-dequant-min"))
         return 0;
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!v) {
@@ -72,6 +74,7 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
     if (!strcmp(a, "--tasks-per-worker")) return mk_cli_uint(cmd, a, v, 0, 1u << 16, &s->tasks_per_worker) ? -1 : 1;
     if (!strcmp(a, "--attn-block")) return mk_cli_uint(cmd, a, v, 0, 1u << 20, &s->attn_block) ? -1 : 1;
     if (!strcmp(a, "--attn-splits")) return mk_cli_uint(cmd, a, v, 0, 1u << 16, &s->attn_splits) ? -1 : 1;
+    if (!strcmp(a, "--chunk-dequant-min")) return mk_cli_uint(cmd, a, v, 0, 1u << 20, &s->chunk_dequant_min) ? -1 : 1;
     if (!strcmp(a, "--blocks-per-sm")) return mk_cli_uint(cmd, a, v, 0, 64, &s->blocks_per_sm) ? -1 : 1;
     if (!strcmp(a, "--kernel-image")) {
         s->kernel_image = v;
@@ -108,12 +111,13 @@ void mk_cli_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *ou
     out->fuse_attn_output = s->fuse_attn_output;
     out->blocks_per_sm = s->blocks_per_sm;
     out->no_rope_table = s->no_rope_table;
+    out->chunk_dequant_min = s->chunk_dequant_min;
     out->trace = (int)s->trace;
     out->kernel_image = s->kernel_image;
 }
 
 const char mk_cli_chunk_usage[] =
-    "  Several tokens per step (the cpu backend; the GPU backends take one token per step for now):\n"
+    "  Several tokens per step (chunk steps):\n"
     "    --ubatch N          most prompt tokens per step; 0 = the backend's default (cpu 32, GPU 512), 1 = one\n"
     "                        token per step (default 0)\n"
     "    --spec lookup|off   speculative decoding by prompt lookup, greedy (--temp 0) only: output\n"

@@ -123,7 +123,14 @@ __device__ __forceinline__ void mk_ldsm_x4(uint32_t *r, const void *p) {
  * shared-memory stages while the tensor cores work on this one: asynchronous copies for x and bf16
  * weights, through registers for weights decoded from blocks (one barrier per stage). Dynamic
  * shared memory: MK_CHUNK_MM_SMEM(BN). */
-template <int MODE, uint32_t BN>
+/* Where a block's weight tiles come from. */
+enum mk_mm_wsrc {
+    MK_MM_W_DECODE = 0, /* any format, decoded and split by the block (BN 64) */
+    MK_MM_W_RAW = 1,    /* bf16 weights, copied to the hi tile as they are (BN 128) */
+    MK_MM_W_SPLIT = 2,  /* split rows at l->w_off that mk_chunk_wsplit decoded once (BN 128) */
+};
+
+template <int MODE, uint32_t BN, int WSRC>
 __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a, const struct mk_chunk_launch *l) {
     constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
     constexpr uint32_t BM = MK_MM_BM, BK = MK_MM_BK, LD = MK_MM_LD;
@@ -144,10 +151,11 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
         mm.exact = mm.exact && mm.m[q].dtype == MK_DEV_BF16;
         if (!SILU || q == 0) mm.rows += mm.m[q].rows;
     }
-    /* The wide kernels take bf16 weights only (the host launches them when every matrix is bf16):
-     * their weights go to the hi tile as loaded, and the lo tile, which exact skips, stays unwritten. */
-    constexpr bool RAW = BN == 128u;
+    /* RAW takes bf16 weights only (the host launches it when every matrix is bf16): they go to the
+     * hi tile as loaded, and the lo tile, which exact skips, stays unwritten. */
+    constexpr bool RAW = WSRC == MK_MM_W_RAW, SPLITW = WSRC == MK_MM_W_SPLIT;
     if (RAW && !mm.exact) __trap();
+    if (SPLITW) mm.exact = false;
     /* SILU: the block's BN rows are BN / 2 gate rows from n0 and the same rows of up. */
     const uint32_t N = mm.rows, K = mm.m[0].cols;
     const uint32_t n0 = blockIdx.y * (SILU ? BN / 2u : BN), m0 = blockIdx.x * BM;
@@ -165,36 +173,55 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     const uint32_t lr = tid >> 2, lk = (tid & 3u) * 8u;
     uint32_t lrow[FW];
     struct mk_wdesc lw[FW];
+    const __nv_bfloat16 *wsh[FW]; /* SPLITW: the split row's hi half */
+    /* Rows of the stacked space (SILU: gate's N, then up's): a row past them repeats the last,
+     * whose sums reach only output rows that are never stored. */
+    const uint32_t n_split = SILU ? 2u * N : N;
 #pragma unroll
     for (int f = 0; f < FW; f++) {
         const uint32_t r = lr + 64u * (uint32_t)f;
+        uint32_t srow;
         if (SILU) {
             lw[f] = r < BN / 2u ? mm.m[0] : mm.m[1];
             lrow[f] = n0 + (r & (BN / 2u - 1u));
+            srow = (r < BN / 2u ? 0u : N) + lrow[f];
         } else {
             lrow[f] = n0 + r;
+            srow = lrow[f];
             lw[f] = mk_mm_which(&mm, &lrow[f]);
         }
+        wsh[f] = (const __nv_bfloat16 *)((const float *)a->arena + l->w_off + (uint64_t)min(srow, n_split - 1u) * K);
     }
     /* Token rows past m repeat row m - 1: only their own output rows, which are never stored, see
      * them. */
-    const __nv_bfloat16 *xh = (const __nv_bfloat16 *)(x + (uint64_t)min(m0 + lr, l->m - 1u) * l->ldx),
-                        *xl = xh + l->ldx;
+    const __nv_bfloat16 *xh = (const __nv_bfloat16 *)(x + (uint64_t)min(m0 + lr, l->m - 1u) * l->ldx);
     const bool xvec = (l->x_off & 3u) == 0 && (l->ldx & 7u) == 0; /* 16-byte copies of split rows */
+    const bool wvec = (l->w_off & 3u) == 0 && (K & 7u) == 0;
 
-    /* This thread's x and, for bf16 weights, w of the stage from k0 into st. */
+    /* 8 values from k of the split row at hi (its lo half ld later) into the tiles at sh and sl. */
+    auto split8 = [&](__nv_bfloat16 *sh, __nv_bfloat16 *sl, const __nv_bfloat16 *hi, uint32_t ld, uint32_t k,
+                      bool vec) {
+        if (vec && k + 8u <= K) {
+            mk_cp_async16(sh, hi + k);
+            mk_cp_async16(sl, hi + ld + k);
+            return;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint32_t e = k + (uint32_t)j, c = min(e, K - 1u);
+            sh[j] = e < K ? hi[c] : __float2bfloat16_rn(0.0f);
+            sl[j] = e < K ? hi[ld + c] : __float2bfloat16_rn(0.0f);
+        }
+    };
+    /* This thread's x and, for bf16 weights and split rows, w of the stage from k0 into st. */
     auto issue = [&](uint32_t k0, __nv_bfloat16 *st) {
         const uint32_t k = k0 + lk;
-        __nv_bfloat16 *sh = st + lr * LD + lk, *sl = sh + XH;
-        if (xvec && k + 8u <= K) {
-            mk_cp_async16(sh, xh + k);
-            mk_cp_async16(sl, xl + k);
-        } else {
+        split8(st + lr * LD + lk, st + XH + lr * LD + lk, xh, l->ldx, k, xvec);
+        if constexpr (SPLITW) {
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const uint32_t e = k + (uint32_t)j, c = min(e, K - 1u);
-                sh[j] = e < K ? xh[c] : __float2bfloat16_rn(0.0f);
-                sl[j] = e < K ? xl[c] : __float2bfloat16_rn(0.0f);
+            for (int f = 0; f < FW; f++) {
+                __nv_bfloat16 *d = st + 2u * XH + (lr + 64u * (uint32_t)f) * LD + lk;
+                split8(d, d + WH, wsh[f], K, k, wvec);
             }
         }
         if constexpr (RAW) {
@@ -239,7 +266,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     const uint32_t b_off = (wn * (BN / 4u) + (lane >> 4) * 8u + (lane & 7u)) * LD + ((lane >> 3) & 1u) * 8u;
     if (kb < ke) {
         issue(kb, sm);
-        if (!RAW) {
+        if (WSRC == MK_MM_W_DECODE) {
             fetch_w(kb);
             store_w(sm);
         }
@@ -251,7 +278,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
         const bool more = k0 + BK < ke;
         if (more) {
             issue(k0 + BK, sm + (cur ^ 1u) * STAGE);
-            if (!RAW) fetch_w(k0 + BK);
+            if (WSRC == MK_MM_W_DECODE) fetch_w(k0 + BK);
         }
         const __nv_bfloat16 *st = sm + cur * STAGE;
 #pragma unroll
@@ -281,7 +308,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
                     for (int j = 0; j < NJ; j++) mk_mma_bf16(acc[i][j], ah[i], bl + 2 * j);
             }
         }
-        if (more && !RAW) store_w(sm + (cur ^ 1u) * STAGE);
+        if (more && WSRC == MK_MM_W_DECODE) store_w(sm + (cur ^ 1u) * STAGE);
         mk_cp_async_wait_all();
         __syncthreads();
         cur ^= 1u;
@@ -344,19 +371,60 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 }
 
 /* BN 64 (mk_chunk_mm_*): twice the blocks, for weights decoded from blocks formats, whose decoding
- * wants more warps; BN 128 (mk_chunk_mm_*_wide): each fragment of x feeds twice the products, for
- * bf16 weights. */
-#define MK_MM_KERNEL(name, mode, bn)                                                            \
+ * wants more warps; BN 128 (mk_chunk_mm_*_wide, _split): each fragment of x feeds twice the
+ * products, for bf16 weights and for split rows decoded once. */
+#define MK_MM_KERNEL(name, mode, bn, wsrc)                                                      \
     extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)                           \
         name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
-        mk_chunk_mm_body<mode, bn>(&a, &l);                                                     \
+        mk_chunk_mm_body<mode, bn, wsrc>(&a, &l);                                               \
     }
-MK_MM_KERNEL(mk_chunk_mm_store, MK_CHUNK_MM_STORE, 64u)
-MK_MM_KERNEL(mk_chunk_mm_add, MK_CHUNK_MM_ADD, 64u)
-MK_MM_KERNEL(mk_chunk_mm_silu, MK_CHUNK_MM_SILU, 64u)
-MK_MM_KERNEL(mk_chunk_mm_store_wide, MK_CHUNK_MM_STORE, 128u)
-MK_MM_KERNEL(mk_chunk_mm_add_wide, MK_CHUNK_MM_ADD, 128u)
-MK_MM_KERNEL(mk_chunk_mm_silu_wide, MK_CHUNK_MM_SILU, 128u)
+MK_MM_KERNEL(mk_chunk_mm_store, MK_CHUNK_MM_STORE, 64u, MK_MM_W_DECODE)
+MK_MM_KERNEL(mk_chunk_mm_add, MK_CHUNK_MM_ADD, 64u, MK_MM_W_DECODE)
+MK_MM_KERNEL(mk_chunk_mm_silu, MK_CHUNK_MM_SILU, 64u, MK_MM_W_DECODE)
+MK_MM_KERNEL(mk_chunk_mm_store_wide, MK_CHUNK_MM_STORE, 128u, MK_MM_W_RAW)
+MK_MM_KERNEL(mk_chunk_mm_add_wide, MK_CHUNK_MM_ADD, 128u, MK_MM_W_RAW)
+MK_MM_KERNEL(mk_chunk_mm_silu_wide, MK_CHUNK_MM_SILU, 128u, MK_MM_W_RAW)
+MK_MM_KERNEL(mk_chunk_mm_store_split, MK_CHUNK_MM_STORE, 128u, MK_MM_W_SPLIT)
+MK_MM_KERNEL(mk_chunk_mm_add_split, MK_CHUNK_MM_ADD, 128u, MK_MM_W_SPLIT)
+MK_MM_KERNEL(mk_chunk_mm_silu_split, MK_CHUNK_MM_SILU, 128u, MK_MM_W_SPLIT)
+
+/* Thread t: 8 columns of a row of the stacked w0, w1, w2 (rows from 0, then w1's, then w2's),
+ * decoded once into split rows at y_off (row r at y_off + r * cols floats), for the _split
+ * products of a chunk step, whose blocks would otherwise each decode the same tiles. */
+extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
+    mk_chunk_wsplit(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    struct mk_task_ctx c;
+    c.a = &a;
+    struct mk_mm_mats mm;
+    const uint32_t widx[3] = { l.w0, l.w1, l.w2 };
+    mm.n_mats = l.w2 != MK_NO_WEIGHT ? 3u : l.w1 != MK_NO_WEIGHT ? 2u : 1u;
+    mm.rows = 0;
+#pragma unroll
+    for (uint32_t q = 0; q < 3u; q++) {
+        if (q >= mm.n_mats) break;
+        mm.m[q] = mk_weight(&c, widx[q]);
+        mm.rows += mm.m[q].rows;
+    }
+    const uint32_t K = mm.m[0].cols, groups = (K + 7u) / 8u;
+    const uint64_t t = (uint64_t)blockIdx.x * MK_BLOCK_THREADS + threadIdx.x;
+    if (t >= (uint64_t)mm.rows * groups) return;
+    uint32_t row = (uint32_t)(t / groups);
+    const uint32_t k = (uint32_t)(t % groups) * 8u;
+    __nv_bfloat16 *hi = (__nv_bfloat16 *)((float *)a.arena + l.y_off + (uint64_t)row * K);
+    const struct mk_wdesc w = mk_mm_which(&mm, &row);
+    float v[8];
+    mk_mm_fetch_w<true>(&w, row, k, v);
+    if (k + 8u <= K && (l.y_off & 3u) == 0 && (K & 7u) == 0) {
+        uint32_t h[4], lo[4];
+        mk_mm_split<4>(v, h, lo);
+        *(uint4 *)(hi + k) = make_uint4(h[0], h[1], h[2], h[3]);
+        *(uint4 *)(hi + K + k) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        return;
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < 8u; j++)
+        if (k + j < K) mk_split_store((float *)hi, K, k + j, v[j]);
+}
 
 /* Thread (n, i): output column n of token row i from the splits' partials at x_off (rows ldx
  * apart, split z at z * m * ldx), added in split order, then l.mode's epilogue (SILU: up's sums at
