@@ -57,6 +57,12 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
 #define MK_CHUNK_MM_K          32u
 #define MK_CHUNK_MM_SMEM(rows) (2u * 2u * 2u * 40u * (MK_CHUNK_MM_TOKENS + (rows)))
 
+/* mk_chunk_mv: up to MK_CHUNK_MV_TOKENS token rows, MK_CHUNK_MV_ROWS weight rows per block (grid:
+ * rows / that), the token rows of x as floats in dynamic shared memory. */
+#define MK_CHUNK_MV_TOKENS        8u
+#define MK_CHUNK_MV_ROWS          64u
+#define MK_CHUNK_MV_SMEM(m, cols) (4u * (m) * (cols))
+
 /* mk_chunk_qkv: a block finishes this many rows of one token row, whole tasks of the instruction's
  * rows_per_task (so no RoPE pair or normed head straddles two blocks), about 4096 where tasks are
  * smaller: the one-token program's tasks are a few rows each, far too little work for a block. */

@@ -60,6 +60,7 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_ADD_SPLIT,
     MK_CK_MM_SILU_SPLIT,
     MK_CK_WSPLIT,
+    MK_CK_MV, /* the LM head of up to MK_CHUNK_MV_TOKENS output rows */
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
@@ -70,6 +71,7 @@ static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
     "mk_chunk_attn_mma_64",  "mk_chunk_attn_mma_128",  "mk_chunk_attn_merge",
     "mk_chunk_lm_tiles",     "mk_chunk_sample",        "mk_chunk_mm_store_split",
     "mk_chunk_mm_add_split", "mk_chunk_mm_silu_split", "mk_chunk_wsplit",
+    "mk_chunk_mv",
 };
 
 struct mk_cuda_backend {
@@ -126,6 +128,7 @@ struct mk_cuda_backend {
     uint64_t c_wsplit_floats; /* the largest block-format product's (q/k/v, output, gate/up, down; not
                                * the LM head); 0 = products always decode in their blocks */
     uint32_t c_dq_min;        /* products of at least this many token rows use c_wsplit */
+    bool c_mv;                /* mk_chunk_mv's shared memory fits: it makes the logits of few rows */
     uint32_t c_head_dim;      /* the chunk program's largest head */
     uint32_t c_qkv_cols;
     struct mk_step_cmd *h_ccmd; /* pinned: the chunk step's command */
@@ -997,7 +1000,19 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, int32_t c
             const uint32_t rows = p->weights[in->weight[1]].rows, rpt = in->args.lm_head.rows_per_task;
             st = mk_cuda_chunk_norm(b, i, in->weight[0], in->args.lm_head.eps, n_out,
                                     in->buf[0] + (n - n_out) * p->n_embd, err);
-            if (st == MK_OK)
+            if (st == MK_OK && b->c_mv && n_out <= MK_CHUNK_MV_TOKENS) {
+                struct mk_chunk_launch v = { .ii = i,
+                                             .w0 = in->weight[1],
+                                             .w1 = MK_NO_WEIGHT,
+                                             .w2 = MK_NO_WEIGHT,
+                                             .m = n_out,
+                                             .x_off = b->c_xn,
+                                             .ldx = p->n_embd,
+                                             .y_off = in->buf[1],
+                                             .ldy = rows };
+                st = mk_cuda_chunk_launch(b, MK_CK_MV, mk_cuda_div_up(rows, MK_CHUNK_MV_ROWS), 1,
+                                          MK_CHUNK_MV_SMEM(n_out, p->n_embd), v, err);
+            } else if (st == MK_OK)
                 st = mk_cuda_chunk_mm(b, MK_CK_MM_STORE, i,
                                       (const uint32_t[3]){ in->weight[1], MK_NO_WEIGHT, MK_NO_WEIGHT }, n_out, b->c_xn,
                                       in->buf[1], rows, err);
@@ -1505,6 +1520,11 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, wide))) return MK_ERR_CUDA;
     for (int k = MK_CK_MM_STORE_SPLIT; k <= MK_CK_MM_SILU_SPLIT; k++)
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, wide))) return MK_ERR_CUDA;
+    const uint32_t mv = MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, b->cprog->n_embd);
+    b->c_mv = mv <= (uint32_t)optin;
+    if (b->c_mv && mv > 48u * 1024u &&
+        MK_CU(cu, err, cuFuncSetAttribute(b->ck[MK_CK_MV], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)mv)))
+        return MK_ERR_CUDA;
     return MK_OK;
 }
 
