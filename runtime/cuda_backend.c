@@ -442,7 +442,17 @@ static enum mk_status mk_cuda_upload_weights(struct mk_cuda_backend *b, struct m
     uint64_t other = (uint64_t)p->arena_floats * 4u + (uint64_t)p->n_instr * sizeof *p->instrs +
                      (uint64_t)p->n_counters * 4u + (uint64_t)p->n_tasks * 24u + (uint64_t)p->n_ctx * 512u +
                      (uint64_t)p->n_weights * sizeof *table;
-    /* The default chunk steps give way when only they do not fit. */
+    /* The space for decoded weights gives way first (the products then decode in their tiles),
+     * then the default chunk steps, when only they do not fit. */
+    if (b->c_wsplit_floats &&
+        mk_cuda_check_memory(total, kv, other + mk_cuda_chunk_bytes(b), free_b, total_b, NULL) != MK_OK) {
+        if (b->verbose)
+            fprintf(stderr,
+                    "mk: %s: chunk products decode their weights in every tile (%.2f GB for decoded weights "
+                    "do not fit beside the model)\n",
+                    b->base.vt->name, b->c_wsplit_floats * 4u / 1e9);
+        b->c_wsplit_floats = 0;
+    }
     const uint64_t chunk = mk_cuda_chunk_bytes(b);
     if (chunk && !b->ubatch_asked && mk_cuda_check_memory(total, kv, other + chunk, free_b, total_b, NULL) != MK_OK &&
         mk_cuda_check_memory(total, kv, other, free_b, total_b, NULL) == MK_OK) {
