@@ -11,7 +11,10 @@
 #            slice on a block's track) and its per-op table kept.
 #   peer     builds llama.cpp from $LLAMA_TARBALL (a .tar.gz of its source, e.g. vendor/llama.cpp of
 #            the llama-cpp-python sdist) unless $LLAMA_BUILD already holds bin/llama-bench, then runs
-#            llama-bench on each file in $PEER_MODELS (space-separated GGUFs) as mk's figures were.
+#            mk bench (pp512, tg128, megakernel), llama-bench (-p 512 -n 128 -fa 1) and mk bench again
+#            on each file in $PEER_MODELS (space-separated GGUFs, e.g. from mk gen --preset llama-1b).
+#            The build takes about 5 minutes on 16 cores: start it in the background before the
+#            tests (gpu_check.sh BIN peer with PEER_MODELS= empty) when device time is short.
 # Writes $OUT/gpu_check.log (everything) and $OUT/summary.txt (the RESULT/BENCH/TRACE lines and
 # the verdict of each part). Exit status 1 when any part failed.
 set -u
@@ -76,12 +79,16 @@ for w in $WHAT; do
         # The f32 KV cache (the default is f16) on its own attention path.
         run "cuda_test stories, f32 KV cache" 300 env MK_TEST_KV=f32 "$BIN/cuda_test" stories
         run "cuda_test chunk, f32 KV cache" 300 env MK_TEST_KV=f32 "$BIN/cuda_test" chunk
+        run "cuda_test chunk" 300 "$BIN/cuda_test" chunk
+        # Every chunk product of a block format over weights decoded once (default: 128 tokens up).
+        run "cuda_test chunk, decoded weights from 1 token" 300 env MK_CUDA_CHUNK_DEQUANT_MIN=1 "$BIN/cuda_test" chunk
         # The optional ATTN_OUTPUT op (combine fused into the attention output) must agree too.
         run "cuda_test stories, fused attention output" 300 env MK_CUDA_FUSE_ATTN_OUTPUT=1 "$BIN/cuda_test" stories
         ;;
     quant)
         # Every weight type and llama.cpp mix on the tiny preset, each GPU backend against the CPU.
         run "cuda_test quant" 300 "$BIN/cuda_test" quant
+        run "cuda_test quant, decoded weights from 1 token" 300 env MK_CUDA_CHUNK_DEQUANT_MIN=1 "$BIN/cuda_test" quant
         ;;
     ptx)
         # The PTX path (what GPUs other than sm_90 run), JIT-compiled by the driver.
@@ -158,11 +165,17 @@ print("INFO trace %s: %d slices on %d block tracks, %d distinct instructions, sp
                 -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_APP=OFF
             run "llama.cpp build" 900 cmake --build "$LLAMA_BUILD" -j "$(nproc)" --target llama-bench
         fi
+        # Each file: mk, llama.cpp, mk again (prompt pp512 and decode tg128 alike), so a drift of
+        # the device shows between the two mk runs.
         for f in ${PEER_MODELS:-}; do
-            run "llama-bench $(basename "$f")" 300 "$LLAMA_BUILD/bin/llama-bench" -m "$f" -ngl 99 -p 0 -n 128 -fa 1 \
-                -o md
+            for r in 1 2; do
+                run "mk bench $(basename "$f") pp512 ($r)" 120 "$BIN/mk" bench -m "$f" --backend megakernel -p 512 -n 0
+                run "mk bench $(basename "$f") tg128 ($r)" 120 "$BIN/mk" bench -m "$f" --backend megakernel -p 0 -n 128
+                [ $r -eq 1 ] && run "llama-bench $(basename "$f")" 300 "$LLAMA_BUILD/bin/llama-bench" -m "$f" -ngl 99 \
+                    -p 512 -n 128 -fa 1 -r 3 -o md
+            done
         done
-        grep -E '^\| .*tg128' "$LOG" >> "$SUM"
+        grep -E '^\| .*(pp512|tg128)' "$LOG" >> "$SUM"
         ;;
     *)
         note "unknown part '$w'"
