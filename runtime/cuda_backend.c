@@ -37,7 +37,9 @@ _Static_assert((int)MK_KFAULT_ERROR == (int)MK_FAULT_ERROR && (int)MK_KFAULT_TRA
                    (int)MK_KFAULT_HANG == (int)MK_FAULT_HANG && (int)MK_KFAULT_BAD_ADDRESS == (int)MK_FAULT_BAD_ADDRESS,
                "enum mk_kernel_fault matches enum mk_fault_kind");
 
-/* The kernels of megakernel/chunk.cu, in the order of mk_cuda_chunk_names. */
+/* The kernels of megakernel/chunk.cu, in the order of mk_cuda_chunk_names. The three product
+ * groups (_MM_*, _WIDE, _SPLIT) each list STORE, ADD, SILU in that order: mk_cuda_chunk_mm picks
+ * a group by offset. */
 enum mk_cuda_chunk_kernel {
     MK_CK_EMBED,
     MK_CK_RMSNORM,
