@@ -49,6 +49,8 @@ static const struct mk_gen_preset mk_gen_presets[] = {
     { "tiny", 256, 768, 4, 8, 4, 512, 2048, 10000.0f, true },
     { "llama-1b", 2048, 8192, 16, 32, 8, 128256, 131072, 500000.0f, true },
     { "llama-8b", 4096, 14336, 32, 32, 8, 128256, 8192, 500000.0f, false },
+    /* Llama-3-8B's head size (128, the common one of 7-8B models) and its separate head, tiny */
+    { "tiny-hd128", 512, 1024, 2, 4, 2, 512, 2048, 10000.0f, false },
 };
 
 struct mk_gen_params mk_gen_default_params(void) {

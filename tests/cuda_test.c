@@ -647,6 +647,27 @@ static void test_chunk_stories(const struct mk_model *m) {
     trace_free(&t);
 }
 
+/* The preset in format (generated into $TMPDIR when missing): `steps` greedy steps of each GPU
+ * backend against the CPU executor, then chunk steps of up to each of the (0-ended) ubatches. */
+static void check_generated(const char *preset, const char *format, uint32_t n_ctx, uint32_t steps,
+                            const uint32_t *ubatches) {
+    const char *tmp = getenv("TMPDIR");
+    char path[600], what[64];
+    snprintf(path, sizeof path, "%s/mk_%s_%s.gguf", tmp && *tmp ? tmp : "/tmp", preset, format);
+    snprintf(what, sizeof what, "%s-%s", preset, format);
+    struct mk_model *m = load_or_generate(path, preset, format);
+    if (!m) return;
+    struct trace t;
+    if (cpu_reference(m, n_ctx, 1, steps, &t) != 0) {
+        MK_CHECK(0);
+    } else {
+        check_gpu_kinds(m, &t, n_ctx, what);
+        for (const uint32_t *u = ubatches; *u; u++) check_chunks(m, &t, n_ctx, *u, what);
+        trace_free(&t);
+    }
+    mk_model_free(m);
+}
+
 /* Every weight type and llama.cpp mix on the tiny preset: each GPU backend against the CPU
  * executor, which the CPU tests tie to ggml's dequantization. */
 static void test_quant(void) {
@@ -655,23 +676,15 @@ static void test_quant(void) {
         "q3_k",   "q4_k",   "q5_k",   "q6_k",   "iq4_nl", "iq4_xs", "Q2_K", "Q3_K_S",
         "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_XS"
     };
-    const char *tmp = getenv("TMPDIR");
-    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++) {
-        char path[600], what[64];
-        snprintf(path, sizeof path, "%s/mk_tiny_%s.gguf", tmp && *tmp ? tmp : "/tmp", formats[f]);
-        snprintf(what, sizeof what, "tiny-%s", formats[f]);
-        struct mk_model *m = load_or_generate(path, "tiny", formats[f]);
-        if (!m) continue;
-        struct trace t;
-        if (cpu_reference(m, 256, 1, 32, &t) != 0) {
-            MK_CHECK(0);
-        } else {
-            check_gpu_kinds(m, &t, 256, what);
-            check_chunks(m, &t, 256, 24, what);
-            trace_free(&t);
-        }
-        mk_model_free(m);
-    }
+    for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++)
+        check_generated("tiny", formats[f], 256, 32, (const uint32_t[]){ 24, 0 });
+}
+
+/* Heads of 128 (the 8B models' size: the chunk attention's widest tensor-core kernel) on a tiny
+ * model, bf16 (the wide products) and Q4_K_M (decoded once from 128 tokens up). */
+static void test_chunk_hd128(void) {
+    check_generated("tiny-hd128", "bf16", 512, 200, (const uint32_t[]){ 24, 192, 0 });
+    check_generated("tiny-hd128", "Q4_K_M", 512, 200, (const uint32_t[]){ 24, 192, 0 });
 }
 
 /* llama-1b shape in BF16: greedy tokens of every backend against the CPU executor for 64 steps;
@@ -919,6 +932,7 @@ int main(int argc, char **argv) {
     if (all || !strcmp(only, "faults")) test_faults(m, argc > 2 ? argv[2] : NULL);
     mk_model_free(m);
     if (all || !strcmp(only, "quant")) test_quant();
+    if (all || !strcmp(only, "chunk")) test_chunk_hd128();
     if (all || !strcmp(only, "llama1b")) test_llama1b();
     if (!strcmp(only, "bench")) test_bench(dir);
     if (!strcmp(only, "bench8b")) test_bench8b();

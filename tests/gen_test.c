@@ -327,6 +327,8 @@ static void test_formats_api(void) {
     MK_CHECK(b1 && b1->n_embd == 2048 && b1->n_layer == 16 && b1->n_head == 32 && b1->n_head_kv == 8);
     MK_CHECK(b1 && b1->n_ff == 8192 && b1->n_vocab == 128256 && b1->tied_output && b1->rope_base == 500000.0f);
     MK_CHECK(b8 && b8->n_embd == 4096 && b8->n_layer == 32 && b8->n_ff == 14336 && !b8->tied_output);
+    const struct mk_gen_preset *h = mk_gen_find_preset("tiny-hd128");
+    MK_CHECK(h && h->n_embd / h->n_head == 128 && h->n_head / h->n_head_kv == 2 && !h->tied_output);
 }
 
 static void test_generated(void) {
