@@ -165,6 +165,10 @@ else
 fi
 
 # ---- Ctrl-C: the first SIGINT stops decoding, the summary still prints, exit 130 ----
+# The last test's output goes first: left there, it could end the wait below before the
+# background shell has exec'd mk, whose SIGINT would then run this script's EXIT trap in the
+# child and remove $work.
+rm -f "$work/out" "$work/err"
 "$MK" run -m "$models/stories260K-f32.gguf" --backend ref --ids -n -1 --ctx 1000000 >"$work/out" 2>"$work/err" &
 pid=$!
 # Signal only once tokens stream (the handler is in place by then); give up after 20 s.
@@ -271,6 +275,16 @@ if [ "$rc" -ne 2 ] || ! grep -q -- "-n 0 leaves only the prompt test" "$work/err
     fail "mk bench -n 0 -p 0: want exit 2 and a reason, got $rc: $(cat "$work/err")"
 else
     echo "ok: mk bench -n 0 -p 0 refused"
+fi
+# --spec lookup: both tasks with and without speculation, the same output, and how many
+# verification steps ran (none tells that the cost model kept to plain steps).
+"$MK" bench -m "$stories" --backend cpu --spec lookup -n 48 -p 0 >"$work/out" 2>"$work/err"
+rc=$?
+if [ "$rc" -ne 0 ] || [ "$(grep -cE '\| (rewrite|story)\+lk +\|.*accept [0-9.]+ % in [0-9]+ verify steps, [0-9.]+x, same output \|' \
+    "$work/out")" -ne 2 ]; then
+    fail "mk bench --spec lookup: exit $rc: $(cat "$work/out" "$work/err")"
+else
+    echo "ok: mk bench --spec lookup: $(grep -o 'rewrite+lk .*' "$work/out" | sed 's/.*| accept/accept/')"
 fi
 # The host's share of a step, for backends that time their own steps (ref does).
 "$MK" bench -m "$stories" --backend ref -n 8 -p 0 >"$work/out" 2>"$work/err"

@@ -50,7 +50,7 @@ struct mk_bench_row {
     enum mk_kv_type kv_type;
     double bw_gbs, bw_ratio, floor_ms;
     double device_bw_gbs;
-    char note[64];
+    char note[96];
 };
 
 static void mk_bench_usage(FILE *f) {
@@ -327,7 +327,8 @@ static int mk_bench_spec_rows(const char *path, enum mk_backend_kind kind, const
             r.bw_gbs = tok_s * r.size / 1e9 / (on && res[k].n_gen ? (double)res[k].n_gen / (res[k].steps_on + 1) : 1);
             r.bw_ratio = r.device_bw_gbs > 0 ? r.bw_gbs / r.device_bw_gbs : 0;
             if (on)
-                snprintf(r.note, sizeof r.note, "accept %.1f %%, %.2fx, %s output", 100 * res[k].accept,
+                snprintf(r.note, sizeof r.note, "accept %.1f %% in %u verify steps, %.2fx, %s output",
+                         100 * res[k].accept, res[k].steps_on,
                          res[k].tok_s_off > 0 ? res[k].tok_s_on / res[k].tok_s_off : 0,
                          res[k].same ? "same" : "DIFFERENT");
             else
