@@ -97,6 +97,7 @@ has "$T/err" "template llama3"
 
 # ---- Ctrl-C during an answer stops the answer, not the program ----
 mkfifo "$T/fifo"
+rm -f "$T/out" # left from the last check, it would end the wait below before mk runs (see run_test.sh)
 "$MK" chat -m "$T/chat.gguf" -n 1500 --ignore-eos --ids "${common[@]}" <"$T/fifo" >"$T/out" 2>"$T/err" &
 pid=$!
 exec 3>"$T/fifo"
