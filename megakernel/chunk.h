@@ -47,7 +47,7 @@ struct mk_chunk_launch {
 MK_STATIC_ASSERT(sizeof(struct mk_chunk_launch) == 56, "mk_chunk_launch is 56 bytes");
 MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.eps at 40");
 
-/* mk_chunk_mm's tile: MK_CHUNK_MM_ROWS (mk_chunk_mm_*) or twice that (mk_chunk_mm_*_wide) weight
+/* mk_chunk_mm's tile: MK_CHUNK_MM_ROWS (mk_chunk_mm_*) or twice that (_wide, _split) weight
  * rows by MK_CHUNK_MM_TOKENS token rows per block, MK_CHUNK_MM_K columns per stage (grid: tokens
  * / MK_CHUNK_MM_TOKENS, rows / tile rows; a MK_CHUNK_MM_SILU block makes half its tile rows), and
  * its dynamic shared memory: two stages of bf16 hi and lo tiles, rows 40 apart, of the activations

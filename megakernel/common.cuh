@@ -328,6 +328,7 @@ __device__ __forceinline__ void mk_cp_async8(void *dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(d), "l"(src) : "memory");
 }
 __device__ __forceinline__ void mk_cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void mk_cp_async_wait_all(void) { asm volatile("cp.async.wait_all;" ::: "memory"); }
 __device__ __forceinline__ void mk_cp_async_wait_stages(void) {
     asm volatile("cp.async.wait_group %0;" ::"n"(MK_QSTAGES - 1) : "memory");
 }

@@ -85,6 +85,27 @@ __device__ __forceinline__ uint4 mk_mm_fetch_raw(const struct mk_wdesc *w, uint3
     return make_uint4(mk_mm_pack(v[0], v[1]), mk_mm_pack(v[2], v[3]), mk_mm_pack(v[4], v[5]), mk_mm_pack(v[6], v[7]));
 }
 
+/* The launch's matrices: the pair w0, w1 of MK_CHUNK_MM_SILU (rows: w0's), else w0 with w1 and w2
+ * stacked below it where given (rows: all of them). */
+__device__ __forceinline__ struct mk_mm_mats mk_mm_launch_mats(const struct mk_kernel_args *a,
+                                                               const struct mk_chunk_launch *l, bool silu) {
+    struct mk_task_ctx c;
+    c.a = a;
+    struct mk_mm_mats mm;
+    const uint32_t widx[3] = { l->w0, l->w1, l->w2 };
+    mm.n_mats = silu ? 2u : l->w2 != MK_NO_WEIGHT ? 3u : l->w1 != MK_NO_WEIGHT ? 2u : 1u;
+    mm.rows = 0;
+    mm.exact = true;
+#pragma unroll
+    for (uint32_t q = 0; q < 3u; q++) {
+        if (q >= mm.n_mats) break;
+        mm.m[q] = mk_weight(&c, widx[q]);
+        mm.exact = mm.exact && mm.m[q].dtype == MK_DEV_BF16;
+        if (!silu || q == 0) mm.rows += mm.m[q].rows;
+    }
+    return mm;
+}
+
 /* The matrix of a stack that holds row r, with r made relative to it. */
 __device__ __forceinline__ struct mk_wdesc mk_mm_which(const struct mk_mm_mats *mm, uint32_t *r) {
     if (mm->n_mats < 2u || *r < mm->m[0].rows) return mm->m[0];
@@ -100,13 +121,6 @@ __device__ __forceinline__ void mk_mma_bf16(float *d, const uint32_t *a, const u
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-
-/* 16 bytes from global to shared memory without passing through registers (L2 only). */
-__device__ __forceinline__ void mk_cp_async16(void *smem, const void *gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(smem)),
-                 "l"(gmem));
-}
-__device__ __forceinline__ void mk_cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 __device__ __forceinline__ void mk_ldsm_x4(uint32_t *r, const void *p) {
     const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
@@ -137,20 +151,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     constexpr int FW = (int)(BN / 64u), NJ = (int)(BN / 32u); /* weight fetches per thread, n8 tiles per warp */
     constexpr uint32_t XH = BM * LD, WH = BN * LD, STAGE = 2u * XH + 2u * WH; /* halves */
     __nv_bfloat16 *const sm = (__nv_bfloat16 *)mk_chunk_smem;                 /* per stage: x hi, x lo, w hi, w lo */
-    struct mk_task_ctx c;
-    c.a = a;
-    struct mk_mm_mats mm;
-    const uint32_t widx[3] = { l->w0, l->w1, l->w2 };
-    mm.n_mats = SILU ? 2u : l->w2 != MK_NO_WEIGHT ? 3u : l->w1 != MK_NO_WEIGHT ? 2u : 1u;
-    mm.rows = 0;
-    mm.exact = true;
-#pragma unroll
-    for (uint32_t q = 0; q < 3u; q++) {
-        if (q >= mm.n_mats) break;
-        mm.m[q] = mk_weight(&c, widx[q]);
-        mm.exact = mm.exact && mm.m[q].dtype == MK_DEV_BF16;
-        if (!SILU || q == 0) mm.rows += mm.m[q].rows;
-    }
+    struct mk_mm_mats mm = mk_mm_launch_mats(a, l, SILU);
     /* RAW takes bf16 weights only (the host launches it when every matrix is bf16): they go to the
      * hi tile as loaded, and the lo tile, which exact skips, stays unwritten. */
     constexpr bool RAW = WSRC == MK_MM_W_RAW, SPLITW = WSRC == MK_MM_W_SPLIT;
@@ -202,8 +203,8 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     auto split8 = [&](__nv_bfloat16 *sh, __nv_bfloat16 *sl, const __nv_bfloat16 *hi, uint32_t ld, uint32_t k,
                       bool vec) {
         if (vec && k + 8u <= K) {
-            mk_cp_async16(sh, hi + k);
-            mk_cp_async16(sl, hi + ld + k);
+            mk_cp_async16(sh, hi + k, 16u);
+            mk_cp_async16(sl, hi + ld + k, 16u);
             return;
         }
 #pragma unroll
@@ -229,7 +230,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
             for (int f = 0; f < FW; f++) {
                 __nv_bfloat16 *d = st + 2u * XH + (lr + 64u * (uint32_t)f) * LD + lk;
                 if (lrow[f] < lw[f].rows && k + 8u <= lw[f].cols && lw[f].vec)
-                    mk_cp_async16(d, mk_row(&lw[f], lrow[f]) + 2ull * k);
+                    mk_cp_async16(d, mk_row(&lw[f], lrow[f]) + 2ull * k, 16u);
                 else
                     *(uint4 *)d = mk_mm_fetch_raw(&lw[f], lrow[f], k);
             }
@@ -393,18 +394,7 @@ MK_MM_KERNEL(mk_chunk_mm_silu_split, MK_CHUNK_MM_SILU, 128u, MK_MM_W_SPLIT)
  * products of a chunk step, whose blocks would otherwise each decode the same tiles. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_wsplit(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
-    struct mk_task_ctx c;
-    c.a = &a;
-    struct mk_mm_mats mm;
-    const uint32_t widx[3] = { l.w0, l.w1, l.w2 };
-    mm.n_mats = l.w2 != MK_NO_WEIGHT ? 3u : l.w1 != MK_NO_WEIGHT ? 2u : 1u;
-    mm.rows = 0;
-#pragma unroll
-    for (uint32_t q = 0; q < 3u; q++) {
-        if (q >= mm.n_mats) break;
-        mm.m[q] = mk_weight(&c, widx[q]);
-        mm.rows += mm.m[q].rows;
-    }
+    const struct mk_mm_mats mm = mk_mm_launch_mats(&a, &l, false);
     const uint32_t K = mm.m[0].cols, groups = (K + 7u) / 8u;
     const uint64_t t = (uint64_t)blockIdx.x * MK_BLOCK_THREADS + threadIdx.x;
     if (t >= (uint64_t)mm.rows * groups) return;
