@@ -57,11 +57,19 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
 #define MK_CHUNK_MM_K          32u
 #define MK_CHUNK_MM_SMEM(rows) (2u * 2u * 2u * 40u * (MK_CHUNK_MM_TOKENS + (rows)))
 
-/* mk_chunk_mv: up to MK_CHUNK_MV_TOKENS token rows, MK_CHUNK_MV_ROWS weight rows per block (grid:
- * rows / that), the token rows of x as floats in dynamic shared memory. */
-#define MK_CHUNK_MV_TOKENS        8u
-#define MK_CHUNK_MV_ROWS          64u
-#define MK_CHUNK_MV_SMEM(m, cols) (4u * (m) * (cols))
+/* mk_chunk_mv, the products of at most MK_CHUNK_MV_TOKENS token rows: MK_CHUNK_MV_ROWS weight rows
+ * per block (16 a warp), the columns cut into splits of mk_chunk_mv_span columns (grid: rows / that,
+ * 1, splits), each at most MK_CHUNK_MV_K so that the split's x fits in dynamic shared memory:
+ * MK_CHUNK_MV_SMEM(m, span) bytes, bf16 hi and lo per token row (in whole n8 tiles). */
+#define MK_CHUNK_MV_TOKENS        16u
+#define MK_CHUNK_MV_ROWS          128u
+#define MK_CHUNK_MV_KSTEP         128u
+#define MK_CHUNK_MV_K             2048u
+#define MK_CHUNK_MV_SMEM(m, span) (2u * ((m) + 7u) / 8u * 8u * (2u * (span) + 8u))
+MK_ABI_FN uint32_t mk_chunk_mv_span(uint32_t cols, uint32_t splits) {
+    const uint32_t step = MK_CHUNK_MV_KSTEP * splits;
+    return (cols + step - 1u) / step * MK_CHUNK_MV_KSTEP;
+}
 
 /* mk_chunk_qkv: a block finishes this many rows of one token row, whole tasks of the instruction's
  * rows_per_task (so no RoPE pair or normed head straddles two blocks), about 4096 where tasks are

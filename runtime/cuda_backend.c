@@ -62,7 +62,8 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_ADD_SPLIT,
     MK_CK_MM_SILU_SPLIT,
     MK_CK_WSPLIT,
-    MK_CK_MV, /* the LM head of up to MK_CHUNK_MV_TOKENS output rows */
+    MK_CK_MV,      /* products of up to MK_CHUNK_MV_TOKENS token rows */
+    MK_CK_MV_BF16, /* the same over bf16 weights only */
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
@@ -73,7 +74,7 @@ static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
     "mk_chunk_attn_mma_64",  "mk_chunk_attn_mma_128",  "mk_chunk_attn_merge",
     "mk_chunk_lm_tiles",     "mk_chunk_sample",        "mk_chunk_mm_store_split",
     "mk_chunk_mm_add_split", "mk_chunk_mm_silu_split", "mk_chunk_wsplit",
-    "mk_chunk_mv",
+    "mk_chunk_mv",           "mk_chunk_mv_bf16",
 };
 
 struct mk_cuda_backend {
@@ -130,7 +131,7 @@ struct mk_cuda_backend {
     uint64_t c_wsplit_floats; /* the largest block-format product's (q/k/v, output, gate/up, down; not
                                * the LM head); 0 = products always decode in their blocks */
     uint32_t c_dq_min;        /* products of at least this many token rows use c_wsplit */
-    bool c_mv;                /* mk_chunk_mv's shared memory fits: it makes the logits of few rows */
+    bool c_mv;                /* mk_chunk_mv's shared memory fits: it takes the products of few token rows */
     uint32_t c_head_dim;      /* the chunk program's largest head */
     uint32_t c_qkv_cols;
     struct mk_step_cmd *h_ccmd; /* pinned: the chunk step's command */
@@ -854,6 +855,39 @@ static enum mk_status mk_cuda_chunk_launch(struct mk_cuda_backend *b, enum mk_cu
 
 static uint32_t mk_cuda_div_up(uint32_t a, uint32_t b) { return (a + b - 1u) / b; }
 
+/* mk_cuda_chunk_mm's product over at most MK_CHUNK_MV_TOKENS token rows (l: its launch record, rows:
+ * its gate rows for SILU, else the stacked rows) by mk_chunk_mv, which reads each weight once: the
+ * columns are split until the grid has about four blocks per multiprocessor, and SILU, or ADD over
+ * several splits, add the splits' partials after. MK_ERR_UNSUPPORTED when the partials do not fit. */
+static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chunk_launch l, uint32_t rows, bool bf16,
+                                       struct mk_error *err) {
+    const bool silu = l.mode == MK_CHUNK_MM_SILU;
+    const enum mk_cuda_chunk_kernel k = bf16 ? MK_CK_MV_BF16 : MK_CK_MV;
+    const uint32_t K = l.ldx, all = silu ? 2u * rows : rows,
+                   gx = mk_cuda_div_up(rows, silu ? MK_CHUNK_MV_ROWS / 2u : MK_CHUNK_MV_ROWS);
+    const uint32_t want = 4u * (uint32_t)b->info.sm_count, most = mk_cuda_div_up(K, MK_CHUNK_MV_KSTEP);
+    uint32_t splits = mk_cuda_div_up(K, MK_CHUNK_MV_K);
+    if (gx * splits < want) splits = mk_cuda_div_up(want, gx);
+    if (splits > most) splits = most;
+    const uint32_t span = mk_chunk_mv_span(K, splits);
+    splits = mk_cuda_div_up(K, span); /* no split left empty; the span stays the same */
+    MK_ASSERT(mk_chunk_mv_span(K, splits) == span && span <= MK_CHUNK_MV_K);
+    if (splits == 1u && !silu) return mk_cuda_chunk_launch(b, k, gx, 1, MK_CHUNK_MV_SMEM(l.m, span), l, err);
+    if ((uint64_t)splits * l.m * all > mk_cuda_part_floats(b))
+        return mk_error_set(err, MK_ERR_UNSUPPORTED, "the partials of %u splits do not fit", splits);
+    struct mk_chunk_launch p = l, r = l;
+    p.y_off = b->c_part;
+    p.ldy = all;
+    p.splits = splits;
+    enum mk_status st = mk_cuda_chunk_launch3(b, k, gx, 1, splits, MK_CHUNK_MV_SMEM(l.m, span), p, err);
+    r.x_off = b->c_part;
+    r.ldx = all;
+    r.splits = splits;
+    if (st == MK_OK)
+        st = mk_cuda_chunk_launch(b, MK_CK_MM_REDUCE, mk_cuda_div_up(rows, MK_BLOCK_THREADS), l.m, 0, r, err);
+    return st;
+}
+
 /* The matrix product y (m rows from y_off, ldy apart) = w . x rows, where w is w0 alone, w0 with
  * w1 and w2 stacked below it (q, k, v), or silu(w0) * w1 for MK_CK_MM_SILU. */
 static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t ii,
@@ -880,9 +914,6 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
         per_block /= 2u;
     else
         for (int j = 1; j < 3; j++) rows += w[j] == MK_NO_WEIGHT ? 0u : wt[w[j]].rows;
-    /* Token blocks side by side (grid x): the blocks of a weight tile run together. */
-    const uint32_t gx = mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS), gy = mk_cuda_div_up(rows, per_block);
-    const uint32_t smem = MK_CHUNK_MM_SMEM(bf16 || dq ? 2u * MK_CHUNK_MM_ROWS : MK_CHUNK_MM_ROWS);
     struct mk_chunk_launch l = { .ii = ii,
                                  .w0 = w[0],
                                  .w1 = w[1],
@@ -892,8 +923,15 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
                                  .x_off = x_off,
                                  .ldx = wt[w[0]].cols,
                                  .y_off = y_off,
-                                 .ldy = ldy,
-                                 .w_off = dq ? b->c_wsplit : 0u };
+                                 .ldy = ldy };
+    if (m <= MK_CHUNK_MV_TOKENS && b->c_mv) {
+        enum mk_status st = mk_cuda_chunk_mv(b, l, rows, bf16, err);
+        if (st != MK_ERR_UNSUPPORTED) return st;
+    }
+    l.w_off = dq ? b->c_wsplit : 0u;
+    /* Token blocks side by side (grid x): the blocks of a weight tile run together. */
+    const uint32_t gx = mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS), gy = mk_cuda_div_up(rows, per_block);
+    const uint32_t smem = MK_CHUNK_MM_SMEM(bf16 || dq ? 2u * MK_CHUNK_MM_ROWS : MK_CHUNK_MM_ROWS);
     if (dq) {
         struct mk_chunk_launch d = l;
         d.y_off = b->c_wsplit;
@@ -1012,19 +1050,7 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, int32_t c
             const uint32_t rows = p->weights[in->weight[1]].rows, rpt = in->args.lm_head.rows_per_task;
             st = mk_cuda_chunk_norm(b, i, in->weight[0], in->args.lm_head.eps, n_out,
                                     in->buf[0] + (n - n_out) * p->n_embd, err);
-            if (st == MK_OK && b->c_mv && n_out <= MK_CHUNK_MV_TOKENS) {
-                struct mk_chunk_launch v = { .ii = i,
-                                             .w0 = in->weight[1],
-                                             .w1 = MK_NO_WEIGHT,
-                                             .w2 = MK_NO_WEIGHT,
-                                             .m = n_out,
-                                             .x_off = b->c_xn,
-                                             .ldx = p->n_embd,
-                                             .y_off = in->buf[1],
-                                             .ldy = rows };
-                st = mk_cuda_chunk_launch(b, MK_CK_MV, mk_cuda_div_up(rows, MK_CHUNK_MV_ROWS), 1,
-                                          MK_CHUNK_MV_SMEM(n_out, p->n_embd), v, err);
-            } else if (st == MK_OK)
+            if (st == MK_OK)
                 st = mk_cuda_chunk_mm(b, MK_CK_MM_STORE, i,
                                       (const uint32_t[3]){ in->weight[1], MK_NO_WEIGHT, MK_NO_WEIGHT }, n_out, b->c_xn,
                                       in->buf[1], rows, err);
@@ -1532,11 +1558,12 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, wide))) return MK_ERR_CUDA;
     for (int k = MK_CK_MM_STORE_SPLIT; k <= MK_CK_MM_SILU_SPLIT; k++)
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, wide))) return MK_ERR_CUDA;
-    const uint32_t mv = MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, b->cprog->n_embd);
+    const uint32_t mv = MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, MK_CHUNK_MV_K);
     b->c_mv = mv <= (uint32_t)optin;
-    if (b->c_mv && mv > 48u * 1024u &&
-        MK_CU(cu, err, cuFuncSetAttribute(b->ck[MK_CK_MV], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)mv)))
-        return MK_ERR_CUDA;
+    for (int k = MK_CK_MV; k <= MK_CK_MV_BF16; k++)
+        if (b->c_mv && mv > 48u * 1024u &&
+            MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)mv)))
+            return MK_ERR_CUDA;
     return MK_OK;
 }
 
