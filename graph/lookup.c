@@ -11,10 +11,13 @@ uint32_t mk_lookup_draft(const int32_t *ctx, size_t n, uint32_t max_draft, int32
         /* The latest match first: recent text predicts the next tokens best. */
         for (size_t p = n - g; p-- > 0;) {
             if (ctx[p] != suffix[0] || memcmp(ctx + p, suffix, g * sizeof *ctx) != 0) continue;
-            size_t avail = n - (p + g);
-            uint32_t k = avail < max_draft ? (uint32_t)avail : max_draft;
-            memcpy(draft, ctx + p + g, k * sizeof *draft);
-            return k;
+            /* Past the context the copy reads its own output: a loop (text repeating with
+             * period n - p) goes on as it did, so a short period still gives a whole draft. */
+            for (uint32_t i = 0; i < max_draft; i++) {
+                const size_t src = p + g + i;
+                draft[i] = src < n ? ctx[src] : draft[src - n];
+            }
+            return max_draft;
         }
     }
     return 0;

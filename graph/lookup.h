@@ -15,8 +15,9 @@ extern "C" {
 #define MK_LOOKUP_NGRAM_MIN 2u
 
 /* Up to max_draft tokens for what comes after ctx[0..n): for g = MK_LOOKUP_NGRAM_MAX down to
- * MK_LOOKUP_NGRAM_MIN, the latest p < n - g with ctx[p..p+g) == ctx[n-g..n) proposes
- * ctx[p+g .. min(p+g+max_draft, n)). Writes them to draft and returns how many (0: no match). */
+ * MK_LOOKUP_NGRAM_MIN, the latest p < n - g with ctx[p..p+g) == ctx[n-g..n) proposes the
+ * max_draft tokens from ctx[p+g], continued past n by the tokens it proposed (as if the text went
+ * on repeating with period n - p). Writes them to draft and returns how many (0: no match). */
 uint32_t mk_lookup_draft(const int32_t *ctx, size_t n, uint32_t max_draft, int32_t *draft);
 
 /* How much of a draft to verify. A verification step of k drafted tokens costs about 1 + beta k

@@ -163,7 +163,11 @@ static void check_lookup(void) {
     uint32_t k = mk_lookup_draft(ctx, 10, 3, d);
     MK_CHECK(k == 3 && d[0] == 8 && d[1] == 9 && d[2] == 1);
     k = mk_lookup_draft(ctx, 10, 8, d);
-    MK_CHECK(k == 7 && d[6] == 7);
+    MK_CHECK(k == 8 && d[6] == 7 && d[7] == 8); /* past the context: the match goes on with 8 */
+    /* A loop of period 2 drafts as far as asked, not the 2 tokens after the latest match. */
+    const int32_t loop[] = { 3, 1, 2, 1, 2, 1, 2 };
+    k = mk_lookup_draft(loop, 7, 5, d);
+    MK_CHECK(k == 5 && d[0] == 1 && d[1] == 2 && d[2] == 1 && d[3] == 2 && d[4] == 1);
     /* No repeated 2-gram at the end: no draft. */
     const int32_t fresh[] = { 1, 2, 3, 4, 2, 5 };
     MK_CHECK(mk_lookup_draft(fresh, 6, 4, d) == 0);
