@@ -9,6 +9,7 @@
 #include "graph/cpu_exec.h"
 #include "graph/lookup.h"
 #include "graph/program.h"
+#include "megakernel/chunk.h"
 #include "runtime/backend.h"
 #include "runtime/mk.h"
 #include "tests/test_util.h"
@@ -156,6 +157,20 @@ static void check_validator(const struct mk_model *m) {
     mk_program_free(p);
 }
 
+/* mk_chunk_mv's column splits: the host recounts them from the span so that none is empty, and the
+ * kernel recomputes the span from that count; the two must agree, and the splits cover the columns. */
+static void check_mv_span(void) {
+    uint32_t bad = 0;
+    for (uint32_t k = 1; k <= 20000; k += k < 600u ? 1u : 37u)
+        for (uint32_t s = 1; s <= 64; s++) {
+            const uint32_t span = mk_chunk_mv_span(k, s), n = (k + span - 1u) / span;
+            if (span % MK_CHUNK_MV_KSTEP || n > s || mk_chunk_mv_span(k, n) != span || (n - 1u) * span >= k) {
+                if (!bad++) fprintf(stderr, "mv span: %u columns in %u splits: span %u, %u splits\n", k, s, span, n);
+            }
+        }
+    MK_CHECK(bad == 0);
+}
+
 static void check_lookup(void) {
     const int32_t ctx[] = { 5, 6, 7, 8, 9, 1, 2, 5, 6, 7 };
     int32_t d[8];
@@ -293,6 +308,7 @@ static void check_model(const char *name, const char *path) {
 
 int main(void) {
     check_lookup();
+    check_mv_span();
     char tmp[1024], path[1200];
     if (!mk_test_make_tmp_dir(tmp, sizeof tmp, "chunk_test")) {
         fprintf(stderr, "FAIL: temp dir\n");
