@@ -59,8 +59,9 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
 
 /* mk_chunk_mv, the products of at most MK_CHUNK_MV_TOKENS token rows: MK_CHUNK_MV_ROWS weight rows
  * per block (16 a warp), the columns cut into splits of mk_chunk_mv_span columns (grid: rows / that,
- * 1, splits), each at most MK_CHUNK_MV_K so that the split's x fits in dynamic shared memory:
- * MK_CHUNK_MV_SMEM(m, span) bytes, bf16 hi and lo per token row (in whole n8 tiles). */
+ * 1, splits), each at most MK_CHUNK_MV_K (less where the device has less) so that the split's x
+ * fits in dynamic shared memory: MK_CHUNK_MV_SMEM(m, span) bytes, bf16 hi and lo per token row (in
+ * whole n8 tiles). */
 #define MK_CHUNK_MV_TOKENS        16u
 #define MK_CHUNK_MV_ROWS          128u
 #define MK_CHUNK_MV_KSTEP         128u

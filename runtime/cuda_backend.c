@@ -131,7 +131,8 @@ struct mk_cuda_backend {
     uint64_t c_wsplit_floats; /* the largest block-format product's (q/k/v, output, gate/up, down; not
                                * the LM head); 0 = products always decode in their blocks */
     uint32_t c_dq_min;        /* products of at least this many token rows use c_wsplit */
-    bool c_mv;                /* mk_chunk_mv's shared memory fits: it takes the products of few token rows */
+    uint32_t c_mv_k;          /* most columns of an mk_chunk_mv split whose x fits the device's shared
+                               * memory (at most MK_CHUNK_MV_K); 0: few-token products take the tiles */
     uint32_t c_head_dim;      /* the chunk program's largest head */
     uint32_t c_qkv_cols;
     struct mk_step_cmd *h_ccmd; /* pinned: the chunk step's command */
@@ -866,12 +867,12 @@ static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chun
     const uint32_t K = l.ldx, all = silu ? 2u * rows : rows,
                    gx = mk_cuda_div_up(rows, silu ? MK_CHUNK_MV_ROWS / 2u : MK_CHUNK_MV_ROWS);
     const uint32_t want = 4u * (uint32_t)b->info.sm_count, most = mk_cuda_div_up(K, MK_CHUNK_MV_KSTEP);
-    uint32_t splits = mk_cuda_div_up(K, MK_CHUNK_MV_K);
+    uint32_t splits = mk_cuda_div_up(K, b->c_mv_k);
     if (gx * splits < want) splits = mk_cuda_div_up(want, gx);
     if (splits > most) splits = most;
     const uint32_t span = mk_chunk_mv_span(K, splits);
     splits = mk_cuda_div_up(K, span); /* no split left empty; the span stays the same */
-    MK_ASSERT(mk_chunk_mv_span(K, splits) == span && span <= MK_CHUNK_MV_K);
+    MK_ASSERT(mk_chunk_mv_span(K, splits) == span && span <= b->c_mv_k);
     if (splits == 1u && !silu) return mk_cuda_chunk_launch(b, k, gx, 1, MK_CHUNK_MV_SMEM(l.m, span), l, err);
     if ((uint64_t)splits * l.m * all > mk_cuda_part_floats(b))
         return mk_error_set(err, MK_ERR_UNSUPPORTED, "the partials of %u splits do not fit", splits);
@@ -924,7 +925,7 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
                                  .ldx = wt[w[0]].cols,
                                  .y_off = y_off,
                                  .ldy = ldy };
-    if (m <= MK_CHUNK_MV_TOKENS && b->c_mv) {
+    if (m <= MK_CHUNK_MV_TOKENS && b->c_mv_k) {
         enum mk_status st = mk_cuda_chunk_mv(b, l, rows, bf16, err);
         if (st != MK_ERR_UNSUPPORTED) return st;
     }
@@ -1558,10 +1559,13 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, wide))) return MK_ERR_CUDA;
     for (int k = MK_CK_MM_STORE_SPLIT; k <= MK_CK_MM_SILU_SPLIT; k++)
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, wide))) return MK_ERR_CUDA;
-    const uint32_t mv = MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, MK_CHUNK_MV_K);
-    b->c_mv = mv <= (uint32_t)optin;
+    /* The widest split whose x fits (whole column steps): MK_CHUNK_MV_K on a Hopper's 227 KB. */
+    uint32_t mv_k = MK_CHUNK_MV_K;
+    while (mv_k && MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, mv_k) > (uint32_t)optin) mv_k -= MK_CHUNK_MV_KSTEP;
+    b->c_mv_k = mv_k;
+    const uint32_t mv = MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, mv_k);
     for (int k = MK_CK_MV; k <= MK_CK_MV_BF16; k++)
-        if (b->c_mv && mv > 48u * 1024u &&
+        if (mv_k && mv > 48u * 1024u &&
             MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)mv)))
             return MK_ERR_CUDA;
     return MK_OK;
