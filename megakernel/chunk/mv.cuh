@@ -37,6 +37,8 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
 
     /* This warp's 16 rows from r0 (SILU: warps 0-3 gate, 4-7 up), and this lane's two of them, each
      * in its own matrix of the stack; a row past them repeats the last and is never stored. */
+    static_assert(MK_CHUNK_MV_ROWS == 16u * MK_BLOCK_WARPS && MK_BLOCK_WARPS == 8u,
+                  "16 rows a warp, half the warps up");
     constexpr uint32_t HR = MK_CHUNK_MV_ROWS / 2u;
     const uint32_t r0 =
         silu ? (warp < 4u ? 0u : N) + blockIdx.x * HR + (warp & 3u) * 16u : blockIdx.x * MK_CHUNK_MV_ROWS + warp * 16u;
