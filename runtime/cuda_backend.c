@@ -856,6 +856,25 @@ static enum mk_status mk_cuda_chunk_launch(struct mk_cuda_backend *b, enum mk_cu
 
 static uint32_t mk_cuda_div_up(uint32_t a, uint32_t b) { return (a + b - 1u) / b; }
 
+/* Product kernel k on (gx, gy, splits) with each split's raw sums going to the partials (rows ldp
+ * floats apart), then mk_chunk_mm_reduce adding them in split order into l's output with l's mode
+ * (rows: the outputs per token row, SILU's gate rows). */
+static enum mk_status mk_cuda_chunk_split_launch(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
+                                                 uint32_t gy, uint32_t splits, uint32_t smem, struct mk_chunk_launch l,
+                                                 uint32_t rows, uint32_t ldp, struct mk_error *err) {
+    struct mk_chunk_launch r = l;
+    l.y_off = b->c_part;
+    l.ldy = ldp;
+    l.splits = splits;
+    enum mk_status st = mk_cuda_chunk_launch3(b, k, gx, gy, splits, smem, l, err);
+    r.x_off = b->c_part;
+    r.ldx = ldp;
+    r.splits = splits;
+    if (st == MK_OK)
+        st = mk_cuda_chunk_launch(b, MK_CK_MM_REDUCE, mk_cuda_div_up(rows, MK_BLOCK_THREADS), l.m, 0, r, err);
+    return st;
+}
+
 /* mk_cuda_chunk_mm's product over at most MK_CHUNK_MV_TOKENS token rows (l: its launch record, rows:
  * its gate rows for SILU, else the stacked rows) by mk_chunk_mv, which reads each weight once: the
  * columns are split until the grid has about four blocks per multiprocessor, and SILU, or ADD over
@@ -876,17 +895,7 @@ static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chun
     if (splits == 1u && !silu) return mk_cuda_chunk_launch(b, k, gx, 1, MK_CHUNK_MV_SMEM(l.m, span), l, err);
     if ((uint64_t)splits * l.m * all > mk_cuda_part_floats(b))
         return mk_error_set(err, MK_ERR_UNSUPPORTED, "the partials of %u splits do not fit", splits);
-    struct mk_chunk_launch p = l, r = l;
-    p.y_off = b->c_part;
-    p.ldy = all;
-    p.splits = splits;
-    enum mk_status st = mk_cuda_chunk_launch3(b, k, gx, 1, splits, MK_CHUNK_MV_SMEM(l.m, span), p, err);
-    r.x_off = b->c_part;
-    r.ldx = all;
-    r.splits = splits;
-    if (st == MK_OK)
-        st = mk_cuda_chunk_launch(b, MK_CK_MM_REDUCE, mk_cuda_div_up(rows, MK_BLOCK_THREADS), l.m, 0, r, err);
-    return st;
+    return mk_cuda_chunk_split_launch(b, k, gx, 1, splits, MK_CHUNK_MV_SMEM(l.m, span), l, rows, all, err);
 }
 
 /* The matrix product y (m rows from y_off, ldy apart) = w . x rows, where w is w0 alone, w0 with
@@ -949,17 +958,7 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
     if (splits > most) splits = most;
     while (splits > 1u && (uint64_t)splits * m * ldp > mk_cuda_part_floats(b)) splits--;
     if (splits <= 1u) return mk_cuda_chunk_launch(b, k, gx, gy, smem, l, err);
-    struct mk_chunk_launch r = l;
-    l.y_off = b->c_part;
-    l.ldy = ldp;
-    l.splits = splits;
-    enum mk_status st = mk_cuda_chunk_launch3(b, k, gx, gy, splits, smem, l, err);
-    r.x_off = b->c_part;
-    r.ldx = ldp;
-    r.splits = splits;
-    if (st == MK_OK)
-        st = mk_cuda_chunk_launch(b, MK_CK_MM_REDUCE, mk_cuda_div_up(rows, MK_BLOCK_THREADS), m, 0, r, err);
-    return st;
+    return mk_cuda_chunk_split_launch(b, k, gx, gy, splits, smem, l, rows, ldp, err);
 }
 
 /* RMSNorm of m rows of n floats from x_off into the scratch rows c_xn. */

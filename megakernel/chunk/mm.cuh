@@ -85,6 +85,18 @@ __device__ __forceinline__ uint4 mk_mm_fetch_raw(const struct mk_wdesc *w, uint3
     return make_uint4(mk_mm_pack(v[0], v[1]), mk_mm_pack(v[2], v[3]), mk_mm_pack(v[4], v[5]), mk_mm_pack(v[6], v[7]));
 }
 
+/* Values k .. k + 7 of the split row at hi (its lo half ld later; 0 from K on) to sh and sl, one by
+ * one: the row's end, or rows whose halves are not 16-byte aligned. */
+__device__ __forceinline__ void mk_mm_split_copy8(__nv_bfloat16 *sh, __nv_bfloat16 *sl, const __nv_bfloat16 *hi,
+                                                  uint32_t ld, uint32_t k, uint32_t K) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const uint32_t e = k + (uint32_t)j, c = min(e, K - 1u);
+        sh[j] = e < K ? hi[c] : __float2bfloat16_rn(0.0f);
+        sl[j] = e < K ? hi[ld + c] : __float2bfloat16_rn(0.0f);
+    }
+}
+
 /* The launch's matrices: the pair w0, w1 of MK_CHUNK_MM_SILU (rows: w0's), else w0 with w1 and w2
  * stacked below it where given (rows: all of them). */
 __device__ __forceinline__ struct mk_mm_mats mk_mm_launch_mats(const struct mk_kernel_args *a,
@@ -207,12 +219,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
             mk_cp_async16(sl, hi + ld + k, 16u);
             return;
         }
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const uint32_t e = k + (uint32_t)j, c = min(e, K - 1u);
-            sh[j] = e < K ? hi[c] : __float2bfloat16_rn(0.0f);
-            sl[j] = e < K ? hi[ld + c] : __float2bfloat16_rn(0.0f);
-        }
+        mk_mm_split_copy8(sh, sl, hi, ld, k, K);
     };
     /* This thread's x and, for bf16 weights and split rows, w of the stage from k0 into st. */
     auto issue = [&](uint32_t k0, __nv_bfloat16 *st) {

@@ -72,7 +72,9 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const uint32_t k = k0 + 32u * u + 8u * t4;
-                if (EXACT) { /* element by element: the row's end, or rows not 16-byte aligned */
+                /* bf16 element by element (the row's end, or rows not 16-byte aligned):
+                 * mk_mm_fetch_raw's any-format path would spill registers here. */
+                if (EXACT) {
                     const uint16_t *rp = (const uint16_t *)mk_row(&w[h], wr[h]);
                     uint32_t q[4];
 #pragma unroll
@@ -102,29 +104,15 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
     for (uint32_t e = tid; e < 8u * nt * span / 8u; e += MK_BLOCK_THREADS) {
         const uint32_t i = e / (span / 8u), c = e % (span / 8u) * 8u, k = kb + c;
         const __nv_bfloat16 *hi = (const __nv_bfloat16 *)((const float *)a.arena + l.x_off + (uint64_t)i * l.ldx);
-        uint4 h = make_uint4(0, 0, 0, 0), lo = h;
+        __nv_bfloat16 *dh = xs + i * XLD + c;
         if (i < m && xvec && k + 8u <= K) {
-            h = *(const uint4 *)(hi + k);
-            lo = *(const uint4 *)(hi + l.ldx + k);
+            *(uint4 *)dh = *(const uint4 *)(hi + k);
+            *(uint4 *)(dh + span) = *(const uint4 *)(hi + l.ldx + k);
         } else if (i < m) {
-            uint32_t th[4], tl[4];
-#pragma unroll
-            for (uint32_t j = 0; j < 8u; j += 2u) {
-                float v[2], u[2];
-#pragma unroll
-                for (uint32_t q = 0; q < 2u; q++) {
-                    const uint32_t e = min(k + j + q, K - 1u);
-                    v[q] = k + j + q < K ? __bfloat162float(hi[e]) : 0.0f;
-                    u[q] = k + j + q < K ? __bfloat162float(hi[l.ldx + e]) : 0.0f;
-                }
-                th[j / 2u] = mk_mm_pack(v[0], v[1]);
-                tl[j / 2u] = mk_mm_pack(u[0], u[1]);
-            }
-            h = make_uint4(th[0], th[1], th[2], th[3]);
-            lo = make_uint4(tl[0], tl[1], tl[2], tl[3]);
+            mk_mm_split_copy8(dh, dh + span, hi, l.ldx, k, K);
+        } else {
+            *(uint4 *)dh = *(uint4 *)(dh + span) = make_uint4(0, 0, 0, 0);
         }
-        *(uint4 *)(xs + i * XLD + c) = h;
-        *(uint4 *)(xs + i * XLD + span + c) = lo;
     }
     __syncthreads();
 
