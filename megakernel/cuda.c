@@ -14,10 +14,13 @@ static pthread_once_t mk_cuda_once = PTHREAD_ONCE_INIT;
 struct mk_cuda_sym {
     const char *name;
     size_t offset;
+    int optional; /* the entry stays NULL when the driver lacks it; callers check */
 };
 
 #define MK_CUDA_SYM(field) \
-    { #field, offsetof(struct mk_cuda, field) }
+    { #field, offsetof(struct mk_cuda, field), 0 }
+#define MK_CUDA_SYM_OPTIONAL(field) \
+    { #field, offsetof(struct mk_cuda, field), 1 }
 static const struct mk_cuda_sym mk_cuda_syms[] = {
     MK_CUDA_SYM(cuGetErrorName),
     MK_CUDA_SYM(cuGetErrorString),
@@ -56,6 +59,7 @@ static const struct mk_cuda_sym mk_cuda_syms[] = {
     MK_CUDA_SYM(cuEventSynchronize),
     MK_CUDA_SYM(cuEventElapsedTime),
     MK_CUDA_SYM(cuLaunchKernel),
+    MK_CUDA_SYM_OPTIONAL(cuLaunchKernelEx),
     MK_CUDA_SYM(cuLaunchCooperativeKernel),
     MK_CUDA_SYM(cuStreamBeginCapture_v2),
     MK_CUDA_SYM(cuStreamEndCapture),
@@ -80,6 +84,7 @@ static void mk_cuda_do_load(void) {
     }
     for (size_t i = 0; i < sizeof mk_cuda_syms / sizeof mk_cuda_syms[0]; i++) {
         void *fn = dlsym(lib, mk_cuda_syms[i].name);
+        if (!fn && mk_cuda_syms[i].optional) continue;
         if (!fn) {
             mk_error_set(err, MK_ERR_NO_DEVICE, "%s: symbol %s missing (driver too old for mk)", name,
                          mk_cuda_syms[i].name);

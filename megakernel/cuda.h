@@ -51,6 +51,28 @@ typedef struct mk_cu_graph_exec_st *mk_cu_graph_exec;
 #define MK_CU_JIT_ERROR_LOG_BUFFER            5
 #define MK_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES 6
 
+/* cuLaunchKernelEx's launch record and one attribute (CUlaunchConfig, CUlaunchAttribute). */
+#define MK_CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION 6
+struct mk_cu_launch_attr {
+    int id;
+    char pad[4];
+    union {
+        char pad[64];
+        int value; /* programmaticStreamSerializationAllowed, among others */
+        void *align;
+    } v;
+};
+struct mk_cu_launch_config {
+    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+    mk_cu_stream stream;
+    struct mk_cu_launch_attr *attrs;
+    unsigned n_attrs;
+};
+_Static_assert(sizeof(struct mk_cu_launch_attr) == 72, "CUlaunchAttribute is 72 bytes");
+_Static_assert(offsetof(struct mk_cu_launch_config, stream) == 32 &&
+                   offsetof(struct mk_cu_launch_config, attrs) == 40 && sizeof(struct mk_cu_launch_config) == 56,
+               "CUlaunchConfig's layout");
+
 /* Entry points, named as the symbols libcuda exports (the _v2 ones where they exist). */
 struct mk_cuda {
     int driver_version;
@@ -92,6 +114,8 @@ struct mk_cuda {
     mk_cu_result (*cuEventElapsedTime)(float *, mk_cu_event, mk_cu_event);
     mk_cu_result (*cuLaunchKernel)(mk_cu_function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                    mk_cu_stream, void **, void **);
+    /* Optional (NULL when the driver lacks it, before CUDA 12): launches with attributes. */
+    mk_cu_result (*cuLaunchKernelEx)(const struct mk_cu_launch_config *, mk_cu_function, void **, void **);
     mk_cu_result (*cuLaunchCooperativeKernel)(mk_cu_function, unsigned, unsigned, unsigned, unsigned, unsigned,
                                               unsigned, unsigned, mk_cu_stream, void **);
     mk_cu_result (*cuStreamBeginCapture_v2)(mk_cu_stream, int);

@@ -314,14 +314,17 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER
     }
 }
 
-/* One instruction's tasks, ordered against the other instructions by the stream: no waits. */
+/* One instruction's tasks, ordered against the other instructions by the stream (and, launched
+ * with programmatic dependent launch, by mk_grid_dep_wait after the instruction's fetch): no
+ * counters. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER_SM)
     mk_perop(const __grid_constant__ struct mk_kernel_args a, uint32_t ii) {
     extern __shared__ float4 mk_dyn_smem[];
     __shared__ struct mk_instr s_in;
     __shared__ struct mk_step_cmd s_cmd;
+    if (threadIdx.x == 0) mk_fetch_instr(&a, ii, &s_in);
+    mk_grid_dep_wait();
     if (threadIdx.x == 0) {
-        mk_fetch_instr(&a, ii, &s_in);
         const uint32_t *gcmd = (const uint32_t *)&((const struct mk_step_state *)a.step_state)->cmd;
         uint32_t *dst = (uint32_t *)&s_cmd;
         for (uint32_t i = 0; i < sizeof(struct mk_step_cmd) / 4u; i++) dst[i] = __ldcg(gcmd + i);

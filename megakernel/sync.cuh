@@ -28,6 +28,21 @@ __device__ __forceinline__ uint32_t mk_ld_relaxed_gpu(const uint32_t *p) {
 /* Turns the last relaxed read of a spin into an acquire (the PTX model's acquire pattern). */
 __device__ __forceinline__ void mk_fence_acquire_gpu(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 
+/* Programmatic dependent launch (sm_90): a chunk kernel the host launches with it may be resident
+ * before the kernel ahead of it in the stream has ended, so that its launch and anything it does
+ * first (loading weights, which no kernel writes) overlap that kernel's tail. Every chunk kernel
+ * calls this before it reads or writes activations: it returns once the kernel ahead has ended and
+ * its writes are visible, and then lets the kernel behind this one start launching (one kernel
+ * ahead at most: the one behind waits for this one in turn). Every block calls it, early exits
+ * included, so a kernel's end implies the end of all before it. Before sm_90 there is no such
+ * launch (the host does not ask for it) and this is nothing. */
+__device__ __forceinline__ void mk_grid_dep_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* A plain system-scope read that the compiler may not cache (the host's abort flag). */
 __device__ __forceinline__ uint32_t mk_ld_relaxed_sys(const uint32_t *p) {
     uint32_t v;

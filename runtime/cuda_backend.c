@@ -111,6 +111,9 @@ struct mk_cuda_backend {
     int32_t *h_token;
     mk_cu_graph graph;
     mk_cu_graph_exec gexec;
+    /* Per-op and chunk kernels launch with programmatic stream serialization: the sm_90 code waits
+     * for the kernel ahead itself (mk_grid_dep_wait), after what needs no wait. */
+    bool pdl;
     bool poisoned; /* a CUDA failure in a step: refuse further steps */
     struct mk_error poison_err;
     struct mk_weight_ref *wtable; /* the device weight table as uploaded (device pointers) */
@@ -747,6 +750,17 @@ static enum mk_status mk_cuda_mega_step(struct mk_backend *base, const struct mk
     return MK_OK;
 }
 
+/* A launch of an op kernel (per-op or chunk) on b's stream: with programmatic stream serialization
+ * where b->pdl says. MK_CU's result. */
+static int mk_cuda_launch_ops(struct mk_cuda_backend *b, mk_cu_function fn, uint32_t gx, uint32_t gy, uint32_t gz,
+                              uint32_t smem, void **params, struct mk_error *err) {
+    if (!b->pdl)
+        return MK_CU(b->cu, err, cuLaunchKernel(fn, gx, gy, gz, MK_BLOCK_THREADS, 1, 1, smem, b->stream, params, NULL));
+    struct mk_cu_launch_attr pdl = { .id = MK_CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, .v.value = 1 };
+    const struct mk_cu_launch_config cfg = { gx, gy, gz, MK_BLOCK_THREADS, 1, 1, smem, b->stream, &pdl, 1 };
+    return MK_CU(b->cu, err, cuLaunchKernelEx(&cfg, fn, params, NULL));
+}
+
 /* One step as per-op launches (also what the graph captures). */
 static enum mk_status mk_cuda_enqueue_ops(struct mk_cuda_backend *b, struct mk_error *err) {
     const struct mk_cuda *cu = b->cu;
@@ -761,8 +775,7 @@ static enum mk_status mk_cuda_enqueue_ops(struct mk_cuda_backend *b, struct mk_e
         uint32_t ii = i;
         void *params[2] = { &b->args, &ii };
         uint32_t smem = mk_layout_smem_words(in, p->weights) * 4u;
-        if (MK_CU(cu, err,
-                  cuLaunchKernel(b->fn, in->n_tasks, 1, 1, MK_BLOCK_THREADS, 1, 1, smem, b->stream, params, NULL))) {
+        if (mk_cuda_launch_ops(b, b->fn, in->n_tasks, 1, 1, smem, params, err)) {
             mk_error_prefix(err, "per-op launch of instruction %u '%s' (%u tasks)", i, p->labels[i], in->n_tasks);
             return MK_ERR_CUDA;
         }
@@ -840,8 +853,7 @@ static enum mk_status mk_cuda_chunk_launch3(struct mk_cuda_backend *b, enum mk_c
         b->cev_kernel[b->n_cev++] = (uint8_t)k;
     }
     void *params[2] = { &b->cargs, &l };
-    if (MK_CU(b->cu, err,
-              cuLaunchKernel(b->ck[k], gx, gy, gz, MK_BLOCK_THREADS, 1, 1, smem, b->stream, params, NULL))) {
+    if (mk_cuda_launch_ops(b, b->ck[k], gx, gy, gz, smem, params, err)) {
         mk_error_prefix(err, "chunk step: %s on %ux%u blocks for instruction %u '%s'", mk_cuda_chunk_names[k], gx, gy,
                         l.ii, b->cprog->labels[l.ii]);
         return MK_ERR_CUDA;
@@ -1489,11 +1501,12 @@ static enum mk_status mk_cuda_prepare_launches(struct mk_cuda_backend *b, struct
 static void mk_cuda_report(const struct mk_cuda_backend *b) {
     fprintf(stderr,
             "mk: %s on %s (cc %d.%d, %d SMs): %u blocks (%d/SM) x %u threads, %u B shared, %d regs, %d B local, %s; "
-            "%u instructions, %u tasks, %s schedule, %.1f MB weights\n",
+            "%u instructions, %u tasks, %s schedule, %.1f MB weights; op kernels %s\n",
             b->base.vt->name, b->info.device, b->info.cc_major, b->info.cc_minor, b->info.sm_count, b->info.grid,
             b->info.blocks_per_sm, MK_BLOCK_THREADS, b->info.smem_bytes, b->info.regs, b->info.local_bytes,
             b->info.image, b->prog->n_instr, b->prog->n_tasks,
-            b->prog->schedule == MK_SCHED_STATIC ? "static" : "dynamic", b->info.weight_bytes / 1e6);
+            b->prog->schedule == MK_SCHED_STATIC ? "static" : "dynamic", b->info.weight_bytes / 1e6,
+            b->pdl ? "overlap the one ahead (programmatic dependent launch)" : "start when the one ahead has ended");
 }
 
 /* The chunk program (ubatch tokens per step) and its kernels, when chunk steps are asked for. */
@@ -1638,6 +1651,9 @@ static enum mk_status mk_cuda_setup(struct mk_cuda_backend *b, const struct mk_m
                                     struct mk_error *err) {
     enum mk_status st;
     if ((st = mk_cuda_open_device(b, device, err)) != MK_OK) return st;
+    /* Only where the embedded sm_90 SASS runs: the compute_80 PTX that newer GPUs compile, and a
+     * --kernel-image, may lack the wait. */
+    b->pdl = !b->gpu.no_pdl && !b->gpu.kernel_image && b->info.cc_major == 9 && b->cu->cuLaunchKernelEx;
     if ((st = mk_cuda_build_program(b, m, err)) != MK_OK) return st;
     uint32_t ubatch = b->ubatch_asked ? b->ubatch_asked : MK_CUDA_DEFAULT_UBATCH;
     if (ubatch > b->base.n_ctx) ubatch = b->base.n_ctx;

@@ -226,6 +226,8 @@ struct mk_gpu_params {
     uint32_t attn_splits;       /* attention splits of the sequence per KV head; 0 = the compiler's */
     uint32_t chunk_dequant_min; /* chunk products of block-format weights over at least this many
                                  * tokens decode each matrix once first; 0 = the default (128) */
+    int no_pdl;                 /* nonzero: each chunk kernel starts only when the one ahead has
+                                 * ended (default: on sm_90 it overlaps that kernel's tail) */
 };
 
 /* Speculative decoding (mk_session_params.spec). */

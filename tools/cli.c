@@ -48,6 +48,8 @@ const char mk_cli_gpu_usage[] =
     "    --no-rope-table            compute RoPE angles in the kernel\n"
     "    --chunk-dequant-min N      chunk steps of at least N tokens decode block-format matrices once\n"
     "                               before their products (0 = default, 128)\n"
+    "    --no-pdl                   chunk kernels start only when the one ahead has ended (default: on\n"
+    "                               sm_90 each overlaps the tail of the one ahead)\n"
     "    --trace off|on|fetch       megakernel per-task timestamps\n"
     "    --kernel-image FILE        load this cubin, fatbin or PTX instead of the built-in kernels\n";
 
@@ -59,6 +61,10 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
     }
     if (!strcmp(a, "--no-rope-table")) {
         s->no_rope_table = true;
+        return 1;
+    }
+    if (!strcmp(a, "--no-pdl")) {
+        s->no_pdl = true;
         return 1;
     }
     if (strcmp(a, "--schedule") && strcmp(a, "--tasks-per-worker") && strcmp(a, "--attn-block") &&
@@ -112,6 +118,7 @@ void mk_cli_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *ou
     out->blocks_per_sm = s->blocks_per_sm;
     out->no_rope_table = s->no_rope_table;
     out->chunk_dequant_min = s->chunk_dequant_min;
+    out->no_pdl = s->no_pdl;
     out->trace = (int)s->trace;
     out->kernel_image = s->kernel_image;
 }

@@ -143,6 +143,7 @@ __device__ __forceinline__ void mk_chunk_attn_body(const struct mk_kernel_args &
 /* The body for the head size: each lane holds ceil(head_dim / 32) output dimensions. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_attn(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    mk_grid_dep_wait();
     const uint32_t hd = ((const struct mk_instr *)a.instrs + l.ii)->args.attn.head_dim;
     if (hd <= 32u)
         mk_chunk_attn_body<1>(a, l);
@@ -158,6 +159,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
  * > 1, partials at l.x_off) merged in split order into the row's output. One warp per row. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_attn_merge(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    mk_grid_dep_wait();
     const struct mk_instr *in = (const struct mk_instr *)a.instrs + l.ii;
     const struct mk_args_attn at = in->args.attn;
     const uint32_t hd = at.head_dim, g = at.n_head / at.n_head_kv, T = mk_chunk_attn_tokens(g);

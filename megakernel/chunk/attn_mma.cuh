@@ -279,6 +279,7 @@ __device__ __forceinline__ void mk_chunk_attn_mma_body(const struct mk_kernel_ar
 #define MK_ATTN_MMA_KERNEL(hd, per_sm)                                                                            \
     extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, per_sm)                                        \
         mk_chunk_attn_mma_##hd(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
+        mk_grid_dep_wait();                                                                                       \
         mk_chunk_attn_mma_body<hd>(a, l);                                                                         \
     }
 MK_ATTN_MMA_KERNEL(32, 2)

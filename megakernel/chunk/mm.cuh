@@ -384,6 +384,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 #define MK_MM_KERNEL(name, mode, bn, wsrc)                                                      \
     extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)                           \
         name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
+        mk_grid_dep_wait();                                                                     \
         mk_chunk_mm_body<mode, bn, wsrc>(&a, &l);                                               \
     }
 MK_MM_KERNEL(mk_chunk_mm_store, MK_CHUNK_MM_STORE, 64u, MK_MM_W_DECODE)
@@ -401,6 +402,7 @@ MK_MM_KERNEL(mk_chunk_mm_silu_split, MK_CHUNK_MM_SILU, 128u, MK_MM_W_SPLIT)
  * products of a chunk step, whose blocks would otherwise each decode the same tiles. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_wsplit(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    mk_grid_dep_wait(); /* the split rows it writes are what the product ahead reads */
     const struct mk_mm_mats mm = mk_mm_launch_mats(&a, &l, false);
     const uint32_t K = mm.m[0].cols, groups = (K + 7u) / 8u;
     const uint64_t t = (uint64_t)blockIdx.x * MK_BLOCK_THREADS + threadIdx.x;
@@ -428,6 +430,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
  * column ldx / 2 + n; its output rows are split rows). Grid: (columns / 256, m). */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_mm_reduce(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    mk_grid_dep_wait();
     const bool silu = l.mode == MK_CHUNK_MM_SILU;
     const uint32_t n = blockIdx.x * MK_BLOCK_THREADS + threadIdx.x, i = blockIdx.y, N = silu ? l.ldx / 2u : l.ldx;
     if (n >= N) return;

@@ -97,6 +97,7 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
     /* The first weights do not wait for x. */
     uint4 ah[U][2], al[U][2] = {};
     if (kb < ke) load(kb, ah, al);
+    mk_grid_dep_wait();
 
     /* x: 8 columns a thread at a time; token rows past m and columns past K are zero. */
     const uint32_t nt = (m + 7u) / 8u; /* n8 tiles of token rows */

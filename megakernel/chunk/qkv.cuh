@@ -15,11 +15,13 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     __shared__ struct mk_instr s_in;
     __shared__ struct mk_step_cmd s_cmd;
     const uint32_t i = blockIdx.y;
+    /* The program is no kernel's output: its copy overlaps the kernel ahead. */
     if (threadIdx.x == 0) {
         s_in = ((const struct mk_instr *)a.instrs)[l.ii];
-        s_cmd = *mk_chunk_cmd(&a);
         s_in.buf[1] += i * s_in.args.qkv.q_dim; /* q row i */
     }
+    mk_grid_dep_wait();
+    if (threadIdx.x == 0) s_cmd = *mk_chunk_cmd(&a);
     __syncthreads();
     const struct mk_args_qkv *qa = &s_in.args.qkv;
     struct mk_qkv q;

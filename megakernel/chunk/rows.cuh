@@ -6,6 +6,7 @@
 
 #include "megakernel/chunk.h"
 #include "megakernel/common.cuh"
+#include "megakernel/sync.cuh"
 
 /* Every chunk kernel's dynamic shared memory (sized per launch by the host). */
 extern __shared__ float4 mk_chunk_smem[];
@@ -44,6 +45,7 @@ __device__ __forceinline__ struct mk_task_ctx mk_chunk_task_ctx(const struct mk_
  * checked the tokens against the vocabulary). */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_embed(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    mk_grid_dep_wait();
     const struct mk_instr *in = (const struct mk_instr *)a.instrs + l.ii;
     struct mk_task_ctx c;
     c.a = &a;
@@ -55,6 +57,9 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     for (uint32_t e = threadIdx.x; e < n; e += MK_BLOCK_THREADS) x[e] = mk_elem(w.dtype, row, e);
 }
 
+/* Rows of up to this many float4 a thread (8,192 values) stay in registers in mk_chunk_rmsnorm. */
+#define MK_CHUNK_NORM_VEC 8u
+
 /* Block i: y row i = x row i * norm / sqrt(mean(x^2) + eps), formed as the CPU executor forms it,
  * as a split row for the products. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
@@ -62,9 +67,48 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     struct mk_task_ctx c;
     c.a = &a;
     const struct mk_wdesc nw = mk_weight(&c, l.w0);
-    const uint32_t n = nw.cols, i = blockIdx.x;
+    const uint32_t n = nw.cols, i = blockIdx.x, tid = threadIdx.x;
     const float *x = (const float *)a.arena + l.x_off + (uint64_t)i * l.ldx;
     float *y = (float *)a.arena + l.y_off + (uint64_t)i * l.ldy;
+    /* The grid is a block per token row, so a loop of load rounds waited out n / 256 memory
+     * latencies one after another (about 12 us a launch at 4,096): a thread's values are loaded at
+     * once into registers instead, the norm's (which no kernel writes) before the wait. Norms are
+     * f32 in GGUF files; other types take the loop (mk_elem's decoders inlined for each value made
+     * the kernel 17 times longer, and slower to launch than the latencies it saved). */
+    constexpr uint32_t V = MK_CHUNK_NORM_VEC;
+    if (n <= 4u * V * MK_BLOCK_THREADS && (n & 3u) == 0 && (l.x_off & 3u) == 0 && (l.ldx & 3u) == 0 &&
+        nw.dtype == MK_DEV_F32 && ((uintptr_t)nw.ptr & 15u) == 0) {
+        float gv[V][4], xv[V][4];
+#pragma unroll
+        for (uint32_t v = 0; v < V; v++) {
+            const uint32_t e = 4u * (v * MK_BLOCK_THREADS + tid);
+            const float4 q = e < n ? __ldg((const float4 *)nw.ptr + e / 4u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            gv[v][0] = q.x, gv[v][1] = q.y, gv[v][2] = q.z, gv[v][3] = q.w;
+        }
+        mk_grid_dep_wait();
+        float ss = 0.0f;
+#pragma unroll
+        for (uint32_t v = 0; v < V; v++) {
+            const uint32_t e = 4u * (v * MK_BLOCK_THREADS + tid);
+            const float4 q = e < n ? __ldcg((const float4 *)(x + e)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            xv[v][0] = q.x, xv[v][1] = q.y, xv[v][2] = q.z, xv[v][3] = q.w;
+        }
+#pragma unroll
+        for (uint32_t v = 0; v < V; v++)
+#pragma unroll
+            for (uint32_t j = 0; j < 4u; j++) ss += xv[v][j] * xv[v][j];
+        ss = mk_block_sum(ss);
+        const float scale = 1.0f / sqrtf(ss / (float)n + l.eps);
+#pragma unroll
+        for (uint32_t v = 0; v < V; v++)
+#pragma unroll
+            for (uint32_t j = 0; j < 4u; j++) {
+                const uint32_t e = 4u * (v * MK_BLOCK_THREADS + tid) + j;
+                if (e < n) mk_split_store(y, n, e, xv[v][j] * scale * gv[v][j]);
+            }
+        return;
+    }
+    mk_grid_dep_wait();
     float ss = 0.0f;
     for (uint32_t e = threadIdx.x; e < n; e += MK_BLOCK_THREADS) {
         float v = __ldcg(x + e);

@@ -10,6 +10,7 @@
  * of rows [t * rows_per_task, ...) of output row j's logits, where the one-token op puts them. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_lm_tiles(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    mk_grid_dep_wait();
     __shared__ float wb[MK_BLOCK_WARPS];
     __shared__ uint32_t wi[MK_BLOCK_WARPS];
     const struct mk_instr *in = (const struct mk_instr *)a.instrs + l.ii;
@@ -49,6 +50,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
  * to the step state. Dynamic shared memory: MK_SAMPLE_SMEM_WORDS words. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_sample(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    mk_grid_dep_wait();
     __shared__ struct mk_instr s_in;
     __shared__ struct mk_step_cmd s_cmd;
     const uint32_t j = blockIdx.x;
