@@ -61,12 +61,12 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
  * per block (16 a warp), the columns cut into splits of mk_chunk_mv_span columns (grid: rows / that,
  * 1, splits), each at most MK_CHUNK_MV_K (less where the device has less) so that the split's x
  * fits in dynamic shared memory: MK_CHUNK_MV_SMEM(m, span) bytes, bf16 hi and lo per token row (in
- * whole n8 tiles). */
+ * whole n8 tiles), then a float per token row and 32 columns (the group sums of Q4_K/Q5_K rows). */
 #define MK_CHUNK_MV_TOKENS        16u
 #define MK_CHUNK_MV_ROWS          128u
 #define MK_CHUNK_MV_KSTEP         128u
 #define MK_CHUNK_MV_K             2048u
-#define MK_CHUNK_MV_SMEM(m, span) (2u * ((m) + 7u) / 8u * 8u * (2u * (span) + 8u))
+#define MK_CHUNK_MV_SMEM(m, span) (((m) + 7u) / 8u * 8u * (2u * (2u * (span) + 8u) + 4u * (span) / 32u))
 MK_ABI_FN uint32_t mk_chunk_mv_span(uint32_t cols, uint32_t splits) {
     const uint32_t step = MK_CHUNK_MV_KSTEP * splits;
     return (cols + step - 1u) / step * MK_CHUNK_MV_KSTEP;

@@ -64,6 +64,7 @@ enum mk_cuda_chunk_kernel {
     MK_CK_WSPLIT,
     MK_CK_MV,      /* products of up to MK_CHUNK_MV_TOKENS token rows */
     MK_CK_MV_BF16, /* the same over bf16 weights only */
+    MK_CK_MV_KQ,   /* the same over Q4_K, Q5_K and Q6_K weights only (mk_cuda_chunk_kquants) */
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
@@ -74,7 +75,7 @@ static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
     "mk_chunk_attn_mma_64",  "mk_chunk_attn_mma_128",  "mk_chunk_attn_merge",
     "mk_chunk_lm_tiles",     "mk_chunk_sample",        "mk_chunk_mm_store_split",
     "mk_chunk_mm_add_split", "mk_chunk_mm_silu_split", "mk_chunk_wsplit",
-    "mk_chunk_mv",           "mk_chunk_mv_bf16",
+    "mk_chunk_mv",           "mk_chunk_mv_bf16",       "mk_chunk_mv_kq",
 };
 
 struct mk_cuda_backend {
@@ -888,16 +889,18 @@ static enum mk_status mk_cuda_chunk_split_launch(struct mk_cuda_backend *b, enum
 }
 
 /* mk_cuda_chunk_mm's product over at most MK_CHUNK_MV_TOKENS token rows (l: its launch record, rows:
- * its gate rows for SILU, else the stacked rows) by mk_chunk_mv, which reads each weight once: the
- * columns are split until the grid has about four blocks per multiprocessor, and SILU, or ADD over
+ * its gate rows for SILU, else the stacked rows) by mk_chunk_mv kernel k, which reads each weight
+ * once: the columns are split until the grid has a few blocks per multiprocessor, and SILU, or ADD over
  * several splits, add the splits' partials after. MK_ERR_UNSUPPORTED when the partials do not fit. */
-static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chunk_launch l, uint32_t rows, bool bf16,
-                                       struct mk_error *err) {
+static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chunk_launch l, uint32_t rows,
+                                       enum mk_cuda_chunk_kernel k, struct mk_error *err) {
     const bool silu = l.mode == MK_CHUNK_MM_SILU;
-    const enum mk_cuda_chunk_kernel k = bf16 ? MK_CK_MV_BF16 : MK_CK_MV;
     const uint32_t K = l.ldx, all = silu ? 2u * rows : rows,
                    gx = mk_cuda_div_up(rows, silu ? MK_CHUNK_MV_ROWS / 2u : MK_CHUNK_MV_ROWS);
-    const uint32_t want = 4u * (uint32_t)b->info.sm_count, most = mk_cuda_div_up(K, MK_CHUNK_MV_KSTEP);
+    /* K-quant blocks carry a third of bf16's bytes, so fewer, longer splits (measured on the H100,
+     * llama-1b Q4_K_M: 2 per SM beat 1, 4 and 8 by 3-5 %). */
+    const uint32_t per_sm = k == MK_CK_MV_KQ ? 2u : 4u;
+    const uint32_t want = per_sm * (uint32_t)b->info.sm_count, most = mk_cuda_div_up(K, MK_CHUNK_MV_KSTEP);
     uint32_t splits = mk_cuda_div_up(K, b->c_mv_k);
     if (gx * splits < want) splits = mk_cuda_div_up(want, gx);
     if (splits > most) splits = most;
@@ -908,6 +911,17 @@ static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chun
     if ((uint64_t)splits * l.m * all > mk_cuda_part_floats(b))
         return mk_error_set(err, MK_ERR_UNSUPPORTED, "the partials of %u splits do not fit", splits);
     return mk_cuda_chunk_split_launch(b, k, gx, 1, splits, MK_CHUNK_MV_SMEM(l.m, span), l, rows, all, err);
+}
+
+/* Whether every matrix of w is Q4_K, Q5_K or Q6_K of whole super-blocks, which mk_chunk_mv_kq
+ * multiplies as integers (the device copies are 256-byte aligned, so its loads are too). */
+static bool mk_cuda_chunk_kquants(const struct mk_weight_ref *wt, const uint32_t w[3]) {
+    for (int j = 0; j < 3; j++) {
+        if (w[j] == MK_NO_WEIGHT) continue;
+        const uint32_t t = wt[w[j]].dtype;
+        if ((t != MK_DTYPE_Q4_K && t != MK_DTYPE_Q5_K && t != MK_DTYPE_Q6_K) || wt[w[j]].cols % 256u) return false;
+    }
+    return true;
 }
 
 /* The matrix product y (m rows from y_off, ldy apart) = w . x rows, where w is w0 alone, w0 with
@@ -947,7 +961,10 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
                                  .y_off = y_off,
                                  .ldy = ldy };
     if (m <= MK_CHUNK_MV_TOKENS && b->c_mv_k) {
-        enum mk_status st = mk_cuda_chunk_mv(b, l, rows, bf16, err);
+        const enum mk_cuda_chunk_kernel mv = bf16                           ? MK_CK_MV_BF16
+                                             : mk_cuda_chunk_kquants(wt, w) ? MK_CK_MV_KQ
+                                                                            : MK_CK_MV;
+        enum mk_status st = mk_cuda_chunk_mv(b, l, rows, mv, err);
         if (st != MK_ERR_UNSUPPORTED) return st;
     }
     l.w_off = dq ? b->c_wsplit : 0u;
@@ -1576,7 +1593,7 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     while (mv_k && MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, mv_k) > (uint32_t)optin) mv_k -= MK_CHUNK_MV_KSTEP;
     b->c_mv_k = mv_k;
     const uint32_t mv = MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, mv_k);
-    for (int k = MK_CK_MV; k <= MK_CK_MV_BF16; k++)
+    for (int k = MK_CK_MV; k <= MK_CK_MV_KQ; k++)
         if (mv_k && mv > 48u * 1024u &&
             MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)mv)))
             return MK_ERR_CUDA;

@@ -21,9 +21,130 @@
  * stacked row r; SILU: gate rows, then up's) goes to y_off + z * m * ldy + i * ldy + r: the raw sum,
  * or added to what is there for MK_CHUNK_MM_ADD with one split; the host sends the others through
  * mk_chunk_mm_reduce. */
+/* K-quant rows (Q4_K, Q5_K, Q6_K) go another way: a 32-column group is one sub-block (Q6_K: two of
+ * 16), whose values are d sc q - dmin m with q a small integer (Q6_K: d sc (q - 32), no m), so the
+ * mma takes q itself as A (exact in bf16: no lo half, no float decoding) and each group's sums are
+ * scaled after it: d sc (q . x) - dmin m (sum of x over the group), the sums of x made once per
+ * block. Decoding a lane's 8 values is a few integer operations, where the float decoding
+ * (mk_q_value8) took about a hundred instructions per value and bound the products (llama-1b
+ * Q4_K_M 8-token step: 3.4 ms of products for 0.8 GB). A lane's 8 columns lie in one 16-column
+ * half, so Q6_K's two scales are two masked passes of the same mma. */
+#define MK_KQ_NONE 0u
+#define MK_KQ_4    1u /* Q4_K */
+#define MK_KQ_5    2u /* Q5_K */
+#define MK_KQ_6    3u /* Q6_K */
+
+__device__ __forceinline__ uint32_t mk_kq_kind(const struct mk_wdesc *w) {
+    const uint32_t align = (uint32_t)(((uintptr_t)w->ptr | w->row_bytes) & 7u);
+    if (w->dtype == MK_DEV_Q4_K && !align) return MK_KQ_4;
+    if (w->dtype == MK_DEV_Q5_K && !align) return MK_KQ_5;
+    if (w->dtype == MK_DEV_Q6_K && !(align & 1u)) return MK_KQ_6; /* 210-byte blocks: 2-byte loads */
+    return MK_KQ_NONE;
+}
+
+/* The raw bytes of a half super-block (128 columns, sub-blocks 4 hb .. 4 hb + 3) that one lane
+ * needs of one row: its 8 columns of each sub-block and the super-block's scales.
+ * Q4_K/Q5_K: q[p] the 8 bytes of sub-blocks 4 hb + 2 p (low nibbles) and + 1 (high), qh Q5_K's
+ * fifth bits (bit j for sub-block j), dm the halves d and dmin, sw the 12 bytes of packed scales
+ * and mins. Q6_K: q[p] the low-bit bytes of sub-blocks 4 hb + p and + 2 (high nibbles), qh their
+ * high bits (2 bits per sub-block), sw[0..1] the 8 int8 scales of the half, dm d. */
+struct mk_kq_raw {
+    uint2 q[2], qh;
+    uint32_t dm, sw[3];
+};
+
+/* 8 bytes from a 2-byte aligned address. */
+__device__ __forceinline__ uint2 mk_kq_ld8(const uint8_t *p) {
+    const uint16_t *h = (const uint16_t *)p;
+    return make_uint2((uint32_t)__ldg(h) | (uint32_t)__ldg(h + 1) << 16, (uint32_t)__ldg(h + 2) | (uint32_t)__ldg(h + 3)
+                                                                                                      << 16);
+}
+
+__device__ __forceinline__ void mk_kq_fetch(struct mk_kq_raw *r, const uint8_t *row, uint32_t kind, uint32_t k0,
+                                            uint32_t t4) {
+    const uint32_t hb = (k0 >> 7) & 1u;
+    if (kind == MK_KQ_6) {
+        const uint8_t *b = row + 210u * (k0 >> 8);
+        r->q[0] = mk_kq_ld8(b + 64u * hb + 8u * t4);
+        r->q[1] = mk_kq_ld8(b + 64u * hb + 32u + 8u * t4);
+        r->qh = mk_kq_ld8(b + 128u + 32u * hb + 8u * t4);
+        const uint2 sc = mk_kq_ld8(b + 192u + 8u * hb);
+        r->sw[0] = sc.x, r->sw[1] = sc.y, r->sw[2] = 0u;
+        r->dm = __ldg((const uint16_t *)(b + 208u));
+        return;
+    }
+    const bool five = kind == MK_KQ_5;
+    const uint8_t *b = row + (five ? 176u : 144u) * (k0 >> 8);
+    const uint8_t *qs = b + (five ? 48u : 16u) + 64u * hb + 8u * t4;
+    r->q[0] = __ldg((const uint2 *)qs);
+    r->q[1] = __ldg((const uint2 *)(qs + 32u));
+    r->qh = five ? __ldg((const uint2 *)(b + 16u + 8u * t4)) : make_uint2(0u, 0u);
+    r->dm = __ldg((const uint32_t *)b);
+#pragma unroll
+    for (int i = 0; i < 3; i++) r->sw[i] = __ldg((const uint32_t *)(b + 4u) + i);
+}
+
+/* Byte n (0..11) of the packed scales. */
+__device__ __forceinline__ uint32_t mk_kq_sbyte(const struct mk_kq_raw *r, uint32_t n) {
+    const uint32_t w = n < 4u ? r->sw[0] : n < 8u ? r->sw[1] : r->sw[2];
+    return (w >> (8u * (n & 3u))) & 255u;
+}
+
+/* Sub-block j (0..7) of r's super-block: this lane's 8 values of q (Q6_K: q - 32) as 4 bf16 pairs
+ * (columns 8 t4 + 2 i, + 1 in pair i), the scales of the group's two halves (equal but for Q6_K)
+ * and its offset dmin m (mk_q_scale_min_k4's unpacking; Q6_K: 0). */
+__device__ __forceinline__ void mk_kq_decode(const struct mk_kq_raw *r, uint32_t kind, uint32_t j, uint32_t *a,
+                                             float *s0, float *s1, float *mn) {
+    const bool six = kind == MK_KQ_6;
+    const uint32_t kk = j & 3u;
+    /* a select: an index would put r in local memory */
+    const uint2 w = (six ? (kk & 1u) : (j & 2u)) ? r->q[1] : r->q[0];
+    const uint32_t sh = six ? 2u * (kk & 2u) : 4u * (j & 1u);
+    uint32_t lo = (w.x >> sh) & 0x0f0f0f0fu, hi = (w.y >> sh) & 0x0f0f0f0fu;
+    if (six) {
+        lo |= ((r->qh.x >> (2u * kk)) & 0x03030303u) << 4;
+        hi |= ((r->qh.y >> (2u * kk)) & 0x03030303u) << 4;
+    } else {
+        lo |= ((r->qh.x >> j) & 0x01010101u) << 4;
+        hi |= ((r->qh.y >> j) & 0x01010101u) << 4;
+    }
+    /* 0x4300 | q is the bf16 of 128 + q (q < 128): take 128 (Q6_K: 160) off, exactly. */
+    const float off = six ? 160.0f : 128.0f;
+    const __nv_bfloat162 c = __floats2bfloat162_rn(off, off);
+    const uint32_t pr[4] = { __byte_perm(lo, 0u, 0x4140u), __byte_perm(lo, 0u, 0x4342u), __byte_perm(hi, 0u, 0x4140u),
+                             __byte_perm(hi, 0u, 0x4342u) };
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t v = pr[i] | 0x43004300u;
+        const __nv_bfloat162 q = __hsub2(*(const __nv_bfloat162 *)&v, c);
+        a[i] = *(const uint32_t *)&q;
+    }
+    if (six) {
+        const float d = __half2float(__ushort_as_half((unsigned short)r->dm));
+        const uint32_t sw = kk < 2u ? r->sw[0] : r->sw[1], b = 16u * (kk & 1u);
+        *s0 = d * (float)(int8_t)(sw >> b);
+        *s1 = d * (float)(int8_t)(sw >> (b + 8u));
+        *mn = 0.0f;
+        return;
+    }
+    uint32_t sc, m;
+    if (j < 4u) {
+        sc = mk_kq_sbyte(r, j) & 63u;
+        m = mk_kq_sbyte(r, j + 4u) & 63u;
+    } else {
+        sc = (mk_kq_sbyte(r, j + 4u) & 15u) | ((mk_kq_sbyte(r, j - 4u) >> 6) << 4);
+        m = (mk_kq_sbyte(r, j + 4u) >> 4) | ((mk_kq_sbyte(r, j) >> 6) << 4);
+    }
+    const float2 dm = __half22float2(*(const __half2 *)&r->dm);
+    *s0 = *s1 = dm.x * (float)sc;
+    *mn = dm.y * (float)m;
+}
+
 /* EXACT: every matrix is bf16 (loaded as they are, no lo product); U: 32-column groups a warp
- * loads before it multiplies (bytes in flight, against registers: decoding takes many). */
-template <bool EXACT, uint32_t U>
+ * loads before it multiplies (bytes in flight, against registers: decoding takes many); KQ: every
+ * matrix is a K-quant with whole super-blocks (the integer weights above; their own kernel, so that
+ * the registers go to them). */
+template <bool EXACT, uint32_t U, bool KQ>
 __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a, const struct mk_chunk_launch &l) {
     static_assert(MK_CHUNK_MV_KSTEP % (32u * U) == 0, "a split spans whole groups of loads");
     const bool silu = l.mode == MK_CHUNK_MM_SILU;
@@ -94,9 +215,28 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
                 al[u][h] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
             }
     };
+    /* With a Q6_K row among the warp's, the integer weights go in two masked passes (a scale per
+     * half group). */
+    static_assert(!(KQ && EXACT), "one or the other");
+    const uint32_t kind[2] = { KQ ? mk_kq_kind(&w[0]) : MK_KQ_NONE, KQ ? mk_kq_kind(&w[1]) : MK_KQ_NONE };
+    bool halves = false;
+    if (KQ) {
+        if (!__all_sync(0xffffffffu, (K & 255u) == 0 && kind[0] != MK_KQ_NONE && kind[1] != MK_KQ_NONE)) __trap();
+        halves = __any_sync(0xffffffffu, kind[0] == MK_KQ_6 || kind[1] == MK_KQ_6);
+    }
+    const uint8_t *krow[2] = { mk_row(&w[0], wr[0]), mk_row(&w[1], wr[1]) };
+    struct mk_kq_raw kr[2];
+
     /* The first weights do not wait for x. */
     uint4 ah[U][2], al[U][2] = {};
-    if (kb < ke) load(kb, ah, al);
+    if (kb < ke) {
+        if (KQ) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) mk_kq_fetch(&kr[h], krow[h], kind[h], kb, t4);
+        } else {
+            load(kb, ah, al);
+        }
+    }
     mk_grid_dep_wait();
 
     /* x: 8 columns a thread at a time; token rows past m and columns past K are zero. */
@@ -115,11 +255,79 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
             *(uint4 *)dh = *(uint4 *)(dh + span) = make_uint4(0, 0, 0, 0);
         }
     }
+    /* For the integer weights: each token row's sum of x over each 32-column group, xsum[(group,
+     * token row)] after x (MK_CHUNK_MV_SMEM's last part). */
+    const uint32_t tr = 8u * nt;
+    float *xsum = (float *)(xs + tr * XLD);
     __syncthreads();
+    if (KQ) {
+        for (uint32_t e = tid; e < tr * (span / 32u); e += MK_BLOCK_THREADS) {
+            const uint32_t i = e % tr, gi = e / tr;
+            const __nv_bfloat16 *xp = xs + i * XLD + 32u * gi;
+            float s = 0.0f;
+            for (uint32_t c = 0; c < 32u; c++) s += __bfloat162float(xp[c]) + __bfloat162float(xp[span + c]);
+            xsum[e] = s;
+        }
+        __syncthreads();
+    }
 
     const __nv_bfloat16 *xrow = xs + g * XLD + 8u * t4;
     float acc[2][4] = {};
-    for (uint32_t k0 = kb; k0 < ke; k0 += 32u * U) {
+    if (KQ) {
+        /* A half super-block (4 groups) a round, the next one's bytes loading meanwhile. */
+        for (uint32_t k0 = kb; k0 < ke; k0 += 128u) {
+            const struct mk_kq_raw cur[2] = { kr[0], kr[1] };
+            if (k0 + 128u < ke) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) mk_kq_fetch(&kr[h], krow[h], kind[h], k0 + 128u, t4);
+            }
+#pragma unroll
+            for (uint32_t u = 0; u < 4u; u++) {
+                uint32_t aq[2][4];
+                float s0[2], s1[2], mn[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    mk_kq_decode(&cur[h], kind[h], ((k0 >> 5) & 7u) + u, aq[h], &s0[h], &s1[h], &mn[h]);
+                const uint32_t a0[4] = { aq[0][0], aq[1][0], aq[0][1], aq[1][1] },
+                               a1[4] = { aq[0][2], aq[1][2], aq[0][3], aq[1][3] };
+                /* Halves: pass 0 takes the lanes of columns 0-15 (t4 < 2), pass 1 the others. */
+                const uint32_t keep0 = !halves || t4 < 2u ? ~0u : 0u, keep1 = ~keep0;
+#pragma unroll
+                for (uint32_t t = 0; t < 2u; t++) {
+                    if (t >= nt) break;
+                    const __nv_bfloat16 *xp = xrow + t * 8u * XLD + k0 - kb + 32u * u;
+                    const uint4 bh = *(const uint4 *)xp, bl = *(const uint4 *)(xp + span);
+                    const uint32_t bh0[2] = { bh.x, bh.y }, bh1[2] = { bh.z, bh.w }, bl0[2] = { bl.x, bl.y },
+                                   bl1[2] = { bl.z, bl.w };
+                    float q[4] = {}, r[4] = {};
+                    if (!halves) {
+                        mk_mma_bf16(q, a0, bh0);
+                        mk_mma_bf16(q, a1, bh1);
+                        mk_mma_bf16(q, a0, bl0);
+                        mk_mma_bf16(q, a1, bl1);
+                    } else {
+                        const uint32_t b0[4] = { a0[0] & keep0, a0[1] & keep0, a0[2] & keep0, a0[3] & keep0 },
+                                       b1[4] = { a1[0] & keep0, a1[1] & keep0, a1[2] & keep0, a1[3] & keep0 },
+                                       c0[4] = { a0[0] & keep1, a0[1] & keep1, a0[2] & keep1, a0[3] & keep1 },
+                                       c1[4] = { a1[0] & keep1, a1[1] & keep1, a1[2] & keep1, a1[3] & keep1 };
+                        mk_mma_bf16(q, b0, bh0);
+                        mk_mma_bf16(q, b1, bh1);
+                        mk_mma_bf16(q, b0, bl0);
+                        mk_mma_bf16(q, b1, bl1);
+                        mk_mma_bf16(r, c0, bh0);
+                        mk_mma_bf16(r, c1, bh1);
+                        mk_mma_bf16(r, c0, bl0);
+                        mk_mma_bf16(r, c1, bl1);
+                    }
+                    const float2 xg = *(const float2 *)(xsum + ((k0 - kb) / 32u + u) * tr + 8u * t + 2u * t4);
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        acc[t][e] += s0[e >> 1] * q[e] + s1[e >> 1] * r[e] - mn[e >> 1] * ((e & 1) ? xg.y : xg.x);
+                }
+            }
+        }
+    }
+    for (uint32_t k0 = kb; k0 < ke && !KQ; k0 += 32u * U) {
         if (k0 > kb) load(k0, ah, al);
 #pragma unroll
         for (uint32_t u = 0; u < U; u++) {
@@ -162,11 +370,15 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
 
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)
     mk_chunk_mv(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
-    mk_chunk_mv_body<false, 1u>(a, l);
+    mk_chunk_mv_body<false, 1u, false>(a, l);
 }
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)
     mk_chunk_mv_bf16(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
-    mk_chunk_mv_body<true, 4u>(a, l);
+    mk_chunk_mv_body<true, 4u, false>(a, l);
+}
+extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)
+    mk_chunk_mv_kq(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    mk_chunk_mv_body<false, 1u, true>(a, l);
 }
 
 #endif
