@@ -140,6 +140,23 @@ __device__ __forceinline__ void mk_kq_decode(const struct mk_kq_raw *r, uint32_t
     *mn = dm.y * (float)m;
 }
 
+/* x's B fragments for one 32-column group (this lane's 8 columns of its token row from xp, their lo
+ * half span later): hi and lo for the mma over the group's first and second k16. */
+struct mk_mv_x {
+    uint32_t h0[2], h1[2], l0[2], l1[2];
+};
+__device__ __forceinline__ struct mk_mv_x mk_mv_load_x(const __nv_bfloat16 *xp, uint32_t span) {
+    const uint4 h = *(const uint4 *)xp, l = *(const uint4 *)(xp + span);
+    return { { h.x, h.y }, { h.z, h.w }, { l.x, l.y }, { l.z, l.w } };
+}
+/* d += A . x over the group, A's k16 halves a0 and a1, x as hi plus lo. */
+__device__ __forceinline__ void mk_mv_mma4(float *d, const uint32_t *a0, const uint32_t *a1, const struct mk_mv_x &x) {
+    mk_mma_bf16(d, a0, x.h0);
+    mk_mma_bf16(d, a1, x.h1);
+    mk_mma_bf16(d, a0, x.l0);
+    mk_mma_bf16(d, a1, x.l1);
+}
+
 /* EXACT: every matrix is bf16 (loaded as they are, no lo product); U: 32-column groups a warp
  * loads before it multiplies (bytes in flight, against registers: decoding takes many); KQ: every
  * matrix is a K-quant with whole super-blocks (the integer weights above; their own kernel, so that
@@ -295,29 +312,17 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
 #pragma unroll
                 for (uint32_t t = 0; t < 2u; t++) {
                     if (t >= nt) break;
-                    const __nv_bfloat16 *xp = xrow + t * 8u * XLD + k0 - kb + 32u * u;
-                    const uint4 bh = *(const uint4 *)xp, bl = *(const uint4 *)(xp + span);
-                    const uint32_t bh0[2] = { bh.x, bh.y }, bh1[2] = { bh.z, bh.w }, bl0[2] = { bl.x, bl.y },
-                                   bl1[2] = { bl.z, bl.w };
+                    const struct mk_mv_x x = mk_mv_load_x(xrow + t * 8u * XLD + k0 - kb + 32u * u, span);
                     float q[4] = {}, r[4] = {};
                     if (!halves) {
-                        mk_mma_bf16(q, a0, bh0);
-                        mk_mma_bf16(q, a1, bh1);
-                        mk_mma_bf16(q, a0, bl0);
-                        mk_mma_bf16(q, a1, bl1);
+                        mk_mv_mma4(q, a0, a1, x);
                     } else {
                         const uint32_t b0[4] = { a0[0] & keep0, a0[1] & keep0, a0[2] & keep0, a0[3] & keep0 },
                                        b1[4] = { a1[0] & keep0, a1[1] & keep0, a1[2] & keep0, a1[3] & keep0 },
                                        c0[4] = { a0[0] & keep1, a0[1] & keep1, a0[2] & keep1, a0[3] & keep1 },
                                        c1[4] = { a1[0] & keep1, a1[1] & keep1, a1[2] & keep1, a1[3] & keep1 };
-                        mk_mma_bf16(q, b0, bh0);
-                        mk_mma_bf16(q, b1, bh1);
-                        mk_mma_bf16(q, b0, bl0);
-                        mk_mma_bf16(q, b1, bl1);
-                        mk_mma_bf16(r, c0, bh0);
-                        mk_mma_bf16(r, c1, bh1);
-                        mk_mma_bf16(r, c0, bl0);
-                        mk_mma_bf16(r, c1, bl1);
+                        mk_mv_mma4(q, b0, b1, x);
+                        mk_mv_mma4(r, c0, c1, x);
                     }
                     const float2 xg = *(const float2 *)(xsum + ((k0 - kb) / 32u + u) * tr + 8u * t + 2u * t4);
 #pragma unroll
@@ -338,17 +343,11 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
 #pragma unroll
             for (uint32_t t = 0; t < 2u; t++) {
                 if (t >= nt) break;
-                const __nv_bfloat16 *xp = xrow + t * 8u * XLD + k0 - kb + 32u * u;
-                const uint4 bh = *(const uint4 *)xp, bl = *(const uint4 *)(xp + span);
-                const uint32_t bh0[2] = { bh.x, bh.y }, bh1[2] = { bh.z, bh.w }, bl0[2] = { bl.x, bl.y },
-                               bl1[2] = { bl.z, bl.w };
-                mk_mma_bf16(acc[t], a0, bh0);
-                mk_mma_bf16(acc[t], a1, bh1);
-                mk_mma_bf16(acc[t], a0, bl0);
-                mk_mma_bf16(acc[t], a1, bl1);
+                const struct mk_mv_x x = mk_mv_load_x(xrow + t * 8u * XLD + k0 - kb + 32u * u, span);
+                mk_mv_mma4(acc[t], a0, a1, x);
                 if (!EXACT) {
-                    mk_mma_bf16(acc[t], l0, bh0);
-                    mk_mma_bf16(acc[t], l1, bh1);
+                    mk_mma_bf16(acc[t], l0, x.h0);
+                    mk_mma_bf16(acc[t], l1, x.h1);
                 }
             }
         }
