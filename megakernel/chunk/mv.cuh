@@ -26,9 +26,9 @@
  * mma takes q itself as A (exact in bf16: no lo half, no float decoding) and each group's sums are
  * scaled after it: d sc (q . x) - dmin m (sum of x over the group), the sums of x made once per
  * block. Decoding a lane's 8 values is a few integer operations, where the float decoding
- * (mk_q_value8) took about a hundred instructions per value and bound the products (llama-1b
- * Q4_K_M 8-token step: 3.4 ms of products for 0.8 GB). A lane's 8 columns lie in one 16-column
- * half, so Q6_K's two scales are two masked passes of the same mma. */
+ * (mk_q_value8, then hi and lo halves) bound the products (llama-1b Q4_K_M 8-token step: 3.4 ms of
+ * products for 0.8 GB, about a hundred issue slots per weight at the H100's rate). A lane's 8
+ * columns lie in one 16-column half, so Q6_K's two scales are two masked passes of the same mma. */
 #define MK_KQ_NONE 0u
 #define MK_KQ_4    1u /* Q4_K */
 #define MK_KQ_5    2u /* Q5_K */
