@@ -23,16 +23,17 @@ uint32_t mk_lookup_draft(const int32_t *ctx, size_t n, uint32_t max_draft, int32
     return 0;
 }
 
-uint32_t mk_lookup_choose(double accept, double beta, uint32_t k_max) {
+uint32_t mk_lookup_choose(double accept, double c0, double beta, uint32_t k_max) {
     if (accept < 0) accept = 0;
     if (accept > 0.999) accept = 0.999;
+    if (c0 < 0) c0 = 0;
     if (beta < 0.01) beta = 0.01;
     double best = 1.02, gain = 1, term = 1; /* k = 0: one token for one step */
     uint32_t best_k = 0;
     for (uint32_t k = 1; k <= k_max; k++) {
         term *= accept;
         gain += term;
-        double rate = gain / (1.0 + beta * (double)k);
+        double rate = gain / (1.0 + c0 + beta * (double)k);
         if (rate > best) {
             best = rate;
             best_k = k;
@@ -41,8 +42,15 @@ uint32_t mk_lookup_choose(double accept, double beta, uint32_t k_max) {
     return best_k;
 }
 
+/* The starting line, how strongly the slope is held to it (in weight times draft length squared),
+ * and how much each verification step's weight keeps per later one. */
+#define MK_LOOKUP_C0_START    0.3
+#define MK_LOOKUP_BETA_START  0.05
+#define MK_LOOKUP_SLOPE_HOLD  1.0
+#define MK_LOOKUP_VERIFY_KEEP 0.8
+
 struct mk_lookup_stats mk_lookup_stats_init(void) {
-    return (struct mk_lookup_stats){ 0.5, 0.25, 0.0 };
+    return (struct mk_lookup_stats){ .accept = 0.5, .c0 = MK_LOOKUP_C0_START, .beta = MK_LOOKUP_BETA_START };
 }
 
 void mk_lookup_stats_token(struct mk_lookup_stats *s, int hit) { s->accept += 0.1 * ((hit ? 1.0 : 0.0) - s->accept); }
@@ -53,8 +61,29 @@ void mk_lookup_stats_plain(struct mk_lookup_stats *s, double ms) {
 
 void mk_lookup_stats_verify(struct mk_lookup_stats *s, uint32_t k, double ms) {
     if (s->step_ms <= 0 || !k) return;
-    double b = (ms - s->step_ms) / ((double)k * s->step_ms);
-    if (b < 0) b = 0;
-    if (b > 2) b = 2;
-    s->beta += 0.3 * (b - s->beta);
+    double y = ms / s->step_ms - 1.0, x = (double)k;
+    if (y < 0) y = 0;
+    if (y > 8) y = 8;
+    s->w = MK_LOOKUP_VERIFY_KEEP * s->w + 1.0;
+    s->sk = MK_LOOKUP_VERIFY_KEEP * s->sk + x;
+    s->skk = MK_LOOKUP_VERIFY_KEEP * s->skk + x * x;
+    s->sy = MK_LOOKUP_VERIFY_KEEP * s->sy + y;
+    s->sky = MK_LOOKUP_VERIFY_KEEP * s->sky + x * y;
+    /* The weighted least-squares line, its slope held toward the start's by MK_LOOKUP_SLOPE_HOLD
+     * (so that steps of one length give a line through their mean), and through the origin
+     * where the fixed cost would come out negative. */
+    const double xm = s->sk / s->w, ym = s->sy / s->w;
+    const double sxx = s->skk - s->w * xm * xm, sxy = s->sky - s->w * xm * ym;
+    double beta = (sxy + MK_LOOKUP_SLOPE_HOLD * MK_LOOKUP_BETA_START) / (sxx + MK_LOOKUP_SLOPE_HOLD);
+    if (beta < 0) beta = 0;
+    if (beta > 2) beta = 2;
+    double c0 = ym - beta * xm;
+    if (c0 < 0) {
+        c0 = 0;
+        beta = ym / xm;
+        if (beta > 2) beta = 2;
+    }
+    if (c0 > 4) c0 = 4;
+    s->c0 = c0;
+    s->beta = beta;
 }

@@ -20,20 +20,29 @@ extern "C" {
  * on repeating with period n - p). Writes them to draft and returns how many (0: no match). */
 uint32_t mk_lookup_draft(const int32_t *ctx, size_t n, uint32_t max_draft, int32_t *draft);
 
-/* How much of a draft to verify. A verification step of k drafted tokens costs about 1 + beta k
- * single steps (beta: the extra cost of one more row in a chunk step, near 0 where a step is
- * bound by reading the weights, near 1 where it is bound by arithmetic) and yields on average
- * 1 + a + ... + a^k tokens when each drafted token holds with probability a. The k in 0..k_max
- * with the most tokens per unit of cost; 0 (a plain step) unless some k beats it by 2 %. */
-uint32_t mk_lookup_choose(double accept, double beta, uint32_t k_max);
+/* How much of a draft to verify. A verification step of k drafted tokens costs about
+ * 1 + c0 + beta k single steps (c0: what a step of several tokens costs beyond a plain one
+ * whatever their number, such as its own kernels and launches; beta: the extra cost of one more
+ * row, near 0 where a step is bound by reading the weights, near 1 where it is bound by
+ * arithmetic) and yields on average 1 + a + ... + a^k tokens when each drafted token holds with
+ * probability a. The k in 0..k_max with the most tokens per unit of cost; 0 (a plain step)
+ * unless some k beats it by 2 %. */
+uint32_t mk_lookup_choose(double accept, double c0, double beta, uint32_t k_max);
 
-/* Running estimates for mk_lookup_choose, kept per session. */
+/* Running estimates for mk_lookup_choose, kept per session. c0 and beta are the least-squares
+ * line through the verification steps seen, (k, time / plain step - 1), the older ones weighing
+ * less, its slope held toward the starting one so that steps of one draft length alone still
+ * give a line (through their mean): measured at k = 1 only, a large cost there is not taken to
+ * grow with k. */
 struct mk_lookup_stats {
-    double accept;  /* per drafted token, exponential moving average */
-    double beta;    /* extra cost per drafted token, relative to a plain step */
-    double step_ms; /* a plain step's wall time, moving average; 0 until one was timed */
+    double accept;              /* per drafted token, exponential moving average */
+    double c0;                  /* fixed extra cost of a verification step, relative to a plain step */
+    double beta;                /* extra cost per drafted token, relative to a plain step */
+    double step_ms;             /* a plain step's wall time, moving average; 0 until one was timed */
+    double w, sk, skk, sy, sky; /* the verification steps' decayed weights and sums */
 };
-/* accept 0.5, beta 0.25: speculate after a few matching drafts, until costs are measured. */
+/* accept 0.5, c0 0.3, beta 0.05 (a step of several tokens on a GPU: mostly its fixed cost):
+ * speculate after a few matching drafts, until costs are measured. */
 struct mk_lookup_stats mk_lookup_stats_init(void);
 /* One drafted token held (hit) or did not. */
 void mk_lookup_stats_token(struct mk_lookup_stats *s, int hit);

@@ -498,7 +498,7 @@ static enum mk_status mk_session_advance(struct mk_session *s, uint64_t left) {
         /* The context so far is hist[0..n_past) then next. */
         s->hist[s->n_past] = s->next;
         k = mk_lookup_draft(s->hist, s->n_past + 1, (uint32_t)max, s->chunk + 1);
-        uint32_t use = mk_lookup_choose(s->spec_stats.accept, s->spec_stats.beta, k);
+        uint32_t use = mk_lookup_choose(s->spec_stats.accept, s->spec_stats.c0, s->spec_stats.beta, k);
         if (!use && k && !s->shadow_len) {
             /* A draft not verified is scored as the plain steps go: the estimate keeps learning
              * while speculation does not pay. */

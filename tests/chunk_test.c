@@ -193,12 +193,17 @@ static void check_lookup(void) {
 
     /* Draft length: weight-bound steps (small beta) verify long drafts even at modest acceptance;
      * arithmetic-bound ones (beta near 1) only short drafts at high acceptance, none at low. */
-    MK_CHECK(mk_lookup_choose(0.9, 0.05, 8) == 8);
-    MK_CHECK(mk_lookup_choose(0.5, 0.05, 8) >= 2);
-    MK_CHECK(mk_lookup_choose(0.2, 1.0, 8) == 0);
-    uint32_t c = mk_lookup_choose(0.9, 0.7, 8);
+    MK_CHECK(mk_lookup_choose(0.9, 0.0, 0.05, 8) == 8);
+    MK_CHECK(mk_lookup_choose(0.5, 0.0, 0.05, 8) >= 2);
+    MK_CHECK(mk_lookup_choose(0.2, 0.0, 1.0, 8) == 0);
+    uint32_t c = mk_lookup_choose(0.9, 0.0, 0.7, 8);
     MK_CHECK(c >= 1 && c <= 4);
-    MK_CHECK(mk_lookup_choose(0.99, 0.05, 3) == 3 && mk_lookup_choose(0.9, 0.05, 0) == 0);
+    MK_CHECK(mk_lookup_choose(0.99, 0.0, 0.05, 3) == 3 && mk_lookup_choose(0.9, 0.0, 0.05, 0) == 0);
+    /* A fixed cost per verification step asks for longer drafts, not shorter ones; at 55 %
+     * acceptance a step costing half a plain one more, plus 3 % a token, still pays. */
+    MK_CHECK(mk_lookup_choose(0.55, 0.5, 0.03, 8) >= 3);
+    MK_CHECK(mk_lookup_choose(0.55, 0.0, 0.5, 8) <= 1);
+    MK_CHECK(mk_lookup_choose(0.3, 0.5, 0.03, 8) == 0);
     /* The estimates move toward what they see. */
     struct mk_lookup_stats st = mk_lookup_stats_init();
     for (int i = 0; i < 50; i++) mk_lookup_stats_token(&st, 0);
@@ -206,8 +211,18 @@ static void check_lookup(void) {
     mk_lookup_stats_verify(&st, 4, 2.0); /* no plain step timed yet: no cost estimate */
     MK_CHECK(st.beta == mk_lookup_stats_init().beta);
     for (int i = 0; i < 20; i++) mk_lookup_stats_plain(&st, 1.0);
-    for (int i = 0; i < 30; i++) mk_lookup_stats_verify(&st, 4, 1.2); /* 0.05 per drafted token */
-    MK_CHECK(st.beta > 0.04 && st.beta < 0.06);
+    /* Steps of one draft length: their cost is met there, the slope stays near the start's. */
+    struct mk_lookup_stats one = st;
+    for (int i = 0; i < 30; i++) mk_lookup_stats_verify(&one, 4, 1.2);
+    MK_CHECK(fabs(one.c0 + 4.0 * one.beta - 0.2) < 0.01);
+    MK_CHECK(one.beta < 0.2);
+    /* Two lengths: the line through them, fixed cost and slope apart (1.5 at k = 1, 1.6 at 8). */
+    for (int i = 0; i < 30; i++) {
+        mk_lookup_stats_verify(&st, 1, 1.5);
+        mk_lookup_stats_verify(&st, 8, 1.6);
+    }
+    MK_CHECK(st.c0 > 0.4 && st.c0 < 0.55 && st.beta < 0.03);
+    MK_CHECK(mk_lookup_choose(0.6, st.c0, st.beta, 8) >= 3);
 }
 
 struct run {
