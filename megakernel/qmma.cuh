@@ -68,6 +68,15 @@ __device__ __forceinline__ float mk_qmma_gsum(uint32_t grp, uint32_t G) {
 /* Byte k (0..3) of w, unsigned. */
 __device__ __forceinline__ uint32_t mk_qmma_byte(uint32_t w, uint32_t k) { return (w >> (8u * k)) & 255u; }
 
+/* A Q4_K or Q5_K super-block's 6-bit scales, and its mins, from its header words h[1..3] (bytes
+ * 4-15, ggml's get_scale_min_k4) as bytes of a word: those of sub-blocks 0-3, or of 4-7 (hi). */
+__device__ __forceinline__ uint32_t mk_qmma_k4_scales(const uint32_t *h, bool hi) {
+    return hi ? (h[3] & 0x0f0f0f0fu) | ((h[1] >> 2) & 0x30303030u) : h[1] & 0x3f3f3f3fu;
+}
+__device__ __forceinline__ uint32_t mk_qmma_k4_mins(const uint32_t *h, bool hi) {
+    return hi ? ((h[3] >> 4) & 0x0f0f0f0fu) | ((h[2] >> 2) & 0x30303030u) : h[2] & 0x3f3f3f3fu;
+}
+
 /* Q4_K (FIVE: Q5_K) rows pg (row g) and pg8 (row g + 8) over super-blocks sb0, sb0 + ks, ... < nsb:
  * adds this lane's share of each row's dot to acc[0], acc[1] (the four lanes of a row sum later).
  * xq, xg: shared addresses of x's quants and groups. */
@@ -97,8 +106,8 @@ __device__ __forceinline__ void mk_qmma_k45(const uint8_t *pg, const uint8_t *pg
             mk_w_aligned<true, 2>(b8 + 16u + 8u * c, e8);
         }
         /* 6-bit scales of sub-blocks 0-3 and 4-7, bytes of words; mins likewise. */
-        const uint32_t s0[2] = { h0[1] & 0x3f3f3f3fu, (h0[3] & 0x0f0f0f0fu) | ((h0[1] >> 2) & 0x30303030u) };
-        const uint32_t s8[2] = { h8[1] & 0x3f3f3f3fu, (h8[3] & 0x0f0f0f0fu) | ((h8[1] >> 2) & 0x30303030u) };
+        const uint32_t s0[2] = { mk_qmma_k4_scales(h0, false), mk_qmma_k4_scales(h0, true) };
+        const uint32_t s8[2] = { mk_qmma_k4_scales(h8, false), mk_qmma_k4_scales(h8, true) };
         float v0 = 0.0f, v8 = 0.0f;
         MK_UNROLL
         for (int s = 0; s < 8; s++) {
@@ -122,8 +131,7 @@ __device__ __forceinline__ void mk_qmma_k45(const uint8_t *pg, const uint8_t *pg
             v8 += (float)((d[2] * 254 + d[3]) * sc8) * dx;
         }
         /* Mins: lane c takes sub-blocks 2c and 2c + 1 (the four lanes of a row sum later). */
-        const uint32_t m0w = c < 2u ? h0[2] & 0x3f3f3f3fu : ((h0[3] >> 4) & 0x0f0f0f0fu) | ((h0[2] >> 2) & 0x30303030u);
-        const uint32_t m8w = c < 2u ? h8[2] & 0x3f3f3f3fu : ((h8[3] >> 4) & 0x0f0f0f0fu) | ((h8[2] >> 2) & 0x30303030u);
+        const uint32_t m0w = mk_qmma_k4_mins(h0, c >= 2u), m8w = mk_qmma_k4_mins(h8, c >= 2u);
         float m0 = 0.0f, m8 = 0.0f;
         MK_UNROLL
         for (uint32_t e = 0; e < 2u; e++) {

@@ -46,19 +46,15 @@ __device__ __forceinline__ uint32_t mk_kq_kind(const struct mk_wdesc *w) {
  * needs of one row: its 8 columns of each sub-block and the super-block's scales.
  * Q4_K/Q5_K: q[p] the 8 bytes of sub-blocks 4 hb + 2 p (low nibbles) and + 1 (high), qh Q5_K's
  * fifth bits (bit j for sub-block j), dm the halves d and dmin, sw the 12 bytes of packed scales
- * and mins. Q6_K: q[p] the low-bit bytes of sub-blocks 4 hb + p and + 2 (high nibbles), qh their
+ * and mins (mk_kq_half unpacks the round's half into sw[0..1]). Q6_K: q[p] the low-bit bytes of sub-blocks 4 hb + p and + 2 (high nibbles), qh their
  * high bits (2 bits per sub-block), sw[0..1] the 8 int8 scales of the half, dm d. */
 struct mk_kq_raw {
     uint2 q[2], qh;
     uint32_t dm, sw[3];
 };
 
-/* 8 bytes from a 2-byte aligned address. */
-__device__ __forceinline__ uint2 mk_kq_ld8(const uint8_t *p) {
-    const uint16_t *h = (const uint16_t *)p;
-    return make_uint2((uint32_t)__ldg(h) | (uint32_t)__ldg(h + 1) << 16, (uint32_t)__ldg(h + 2) | (uint32_t)__ldg(h + 3)
-                                                                                                      << 16);
-}
+/* 8 bytes from a 2-byte aligned address (Q6_K's 210-byte blocks). */
+__device__ __forceinline__ uint2 mk_kq_ld8(const uint8_t *p) { return make_uint2(mk_w_w32(p), mk_w_w32(p + 4u)); }
 
 __device__ __forceinline__ void mk_kq_fetch(struct mk_kq_raw *r, const uint8_t *row, uint32_t kind, uint32_t k0,
                                             uint32_t t4) {
@@ -84,15 +80,19 @@ __device__ __forceinline__ void mk_kq_fetch(struct mk_kq_raw *r, const uint8_t *
     for (int i = 0; i < 3; i++) r->sw[i] = __ldg((const uint32_t *)(b + 4u) + i);
 }
 
-/* Byte n (0..11) of the packed scales. */
-__device__ __forceinline__ uint32_t mk_kq_sbyte(const struct mk_kq_raw *r, uint32_t n) {
-    const uint32_t w = n < 4u ? r->sw[0] : n < 8u ? r->sw[1] : r->sw[2];
-    return (w >> (8u * (n & 3u))) & 255u;
+/* Before a round's decoding (its bytes have arrived by then; unpacking at the fetch would wait for
+ * them): a Q4_K/Q5_K r's sw[0], sw[1] become the 6-bit scales and mins of half hb's sub-blocks as
+ * bytes of words, as Q6_K's sw already hold its half's scales. */
+__device__ __forceinline__ void mk_kq_half(struct mk_kq_raw *r, uint32_t kind, uint32_t hb) {
+    if (kind == MK_KQ_6) return;
+    const uint32_t h[4] = { r->dm, r->sw[0], r->sw[1], r->sw[2] };
+    r->sw[0] = mk_qmma_k4_scales(h, hb != 0u);
+    r->sw[1] = mk_qmma_k4_mins(h, hb != 0u);
 }
 
 /* Sub-block j (0..7) of r's super-block: this lane's 8 values of q (Q6_K: q - 32) as 4 bf16 pairs
  * (columns 8 t4 + 2 i, + 1 in pair i), the scales of the group's two halves (equal but for Q6_K)
- * and its offset dmin m (mk_q_scale_min_k4's unpacking; Q6_K: 0). */
+ * and its offset dmin m (Q6_K: 0), r's scales as mk_kq_half left them. */
 __device__ __forceinline__ void mk_kq_decode(const struct mk_kq_raw *r, uint32_t kind, uint32_t j, uint32_t *a,
                                              float *s0, float *s1, float *mn) {
     const bool six = kind == MK_KQ_6;
@@ -127,17 +127,9 @@ __device__ __forceinline__ void mk_kq_decode(const struct mk_kq_raw *r, uint32_t
         *mn = 0.0f;
         return;
     }
-    uint32_t sc, m;
-    if (j < 4u) {
-        sc = mk_kq_sbyte(r, j) & 63u;
-        m = mk_kq_sbyte(r, j + 4u) & 63u;
-    } else {
-        sc = (mk_kq_sbyte(r, j + 4u) & 15u) | ((mk_kq_sbyte(r, j - 4u) >> 6) << 4);
-        m = (mk_kq_sbyte(r, j + 4u) >> 4) | ((mk_kq_sbyte(r, j) >> 6) << 4);
-    }
-    const float2 dm = __half22float2(*(const __half2 *)&r->dm);
-    *s0 = *s1 = dm.x * (float)sc;
-    *mn = dm.y * (float)m;
+    const float2 dm = mk_qmma_h2f(r->dm);
+    *s0 = *s1 = dm.x * (float)mk_qmma_byte(r->sw[0], kk);
+    *mn = dm.y * (float)mk_qmma_byte(r->sw[1], kk);
 }
 
 /* x's B fragments for one 32-column group (this lane's 8 columns of its token row from xp, their lo
@@ -293,7 +285,9 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
     if (KQ) {
         /* A half super-block (4 groups) a round, the next one's bytes loading meanwhile. */
         for (uint32_t k0 = kb; k0 < ke; k0 += 128u) {
-            const struct mk_kq_raw cur[2] = { kr[0], kr[1] };
+            struct mk_kq_raw cur[2] = { kr[0], kr[1] };
+#pragma unroll
+            for (int h = 0; h < 2; h++) mk_kq_half(&cur[h], kind[h], (k0 >> 7) & 1u);
             if (k0 + 128u < ke) {
 #pragma unroll
                 for (int h = 0; h < 2; h++) mk_kq_fetch(&kr[h], krow[h], kind[h], k0 + 128u, t4);
