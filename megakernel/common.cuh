@@ -329,6 +329,10 @@ __device__ __forceinline__ void mk_cp_async8(void *dst, const void *src) {
 }
 __device__ __forceinline__ void mk_cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void mk_cp_async_wait_all(void) { asm volatile("cp.async.wait_all;" ::: "memory"); }
+/* All but the newest N groups have landed. */
+template <uint32_t N> __device__ __forceinline__ void mk_cp_async_wait_group(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 __device__ __forceinline__ void mk_cp_async_wait_stages(void) {
     asm volatile("cp.async.wait_group %0;" ::"n"(MK_QSTAGES - 1) : "memory");
 }

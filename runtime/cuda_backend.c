@@ -942,9 +942,11 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
     /* Block formats over several token blocks: each block would decode the same tiles, so the
      * matrices are decoded once into split rows first. */
     const bool dq = !bf16 && m >= b->c_dq_min && all <= b->c_wsplit_floats;
+    uint32_t smem = MK_CHUNK_MM_SMEM;
     if (bf16 || dq) {
         k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE + (bf16 ? MK_CK_MM_STORE_WIDE : MK_CK_MM_STORE_SPLIT));
-        per_block *= 2u;
+        per_block = bf16 ? MK_CHUNK_MM_WIDE_ROWS : MK_CHUNK_MM_SPLIT_ROWS;
+        smem = bf16 ? MK_CHUNK_MM_WIDE_SMEM : MK_CHUNK_MM_SPLIT_SMEM;
     }
     if (silu)
         per_block /= 2u;
@@ -970,7 +972,6 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
     l.w_off = dq ? b->c_wsplit : 0u;
     /* Token blocks side by side (grid x): the blocks of a weight tile run together. */
     const uint32_t gx = mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS), gy = mk_cuda_div_up(rows, per_block);
-    const uint32_t smem = MK_CHUNK_MM_SMEM(bf16 || dq ? 2u * MK_CHUNK_MM_ROWS : MK_CHUNK_MM_ROWS);
     if (dq) {
         struct mk_chunk_launch d = l;
         d.y_off = b->c_wsplit;
@@ -1583,11 +1584,14 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         if (attn_smem > 48u * 1024u &&
             MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)attn_smem)))
             return MK_ERR_CUDA;
-    const int wide = (int)MK_CHUNK_MM_SMEM(2u * MK_CHUNK_MM_ROWS);
     for (int k = MK_CK_MM_STORE_WIDE; k <= MK_CK_MM_SILU_WIDE; k++)
-        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, wide))) return MK_ERR_CUDA;
+        if (MK_CU(cu, err,
+                  cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MM_WIDE_SMEM)))
+            return MK_ERR_CUDA;
     for (int k = MK_CK_MM_STORE_SPLIT; k <= MK_CK_MM_SILU_SPLIT; k++)
-        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, wide))) return MK_ERR_CUDA;
+        if (MK_CU(cu, err,
+                  cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MM_SPLIT_SMEM)))
+            return MK_ERR_CUDA;
     /* The widest split whose x fits (whole column steps): MK_CHUNK_MV_K on a Hopper's 227 KB. */
     uint32_t mv_k = MK_CHUNK_MV_K;
     while (mv_k && MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, mv_k) > (uint32_t)optin) mv_k -= MK_CHUNK_MV_KSTEP;

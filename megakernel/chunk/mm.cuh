@@ -141,32 +141,61 @@ __device__ __forceinline__ void mk_ldsm_x4(uint32_t *r, const void *p) {
                  : "r"(a));
 }
 
+/* The matrix that holds row r of a block's BN weight rows from n0, and the row in it (SILU: BN / 2
+ * rows of gate, then the same rows of up). */
+template <bool SILU, uint32_t BN>
+__device__ __forceinline__ struct mk_wdesc mk_mm_pick(const struct mk_mm_mats *mm, uint32_t n0, uint32_t r,
+                                                      uint32_t *row) {
+    if (SILU) {
+        *row = n0 + (r & (BN / 2u - 1u));
+        return r < BN / 2u ? mm->m[0] : mm->m[1];
+    }
+    *row = n0 + r;
+    return mk_mm_which(mm, row);
+}
+
+/* mk_mm_fetch_raw of that row, the matrices looked up again: out of line, so that the loads of
+ * rows without 16-byte copies keep no descriptors in the loop's registers. */
+template <bool SILU, uint32_t BN>
+__device__ __noinline__ uint4 mk_mm_fetch_raw_at(const struct mk_kernel_args *a, const struct mk_chunk_launch *l,
+                                                 uint32_t n0, uint32_t r, uint32_t k) {
+    const struct mk_mm_mats mm = mk_mm_launch_mats(a, l, SILU);
+    uint32_t row;
+    const struct mk_wdesc w = mk_mm_pick<SILU, BN>(&mm, n0, r, &row);
+    return mk_mm_fetch_raw(&w, row, k);
+}
+
 /* Block (x, y, z): token rows [m0, m0 + BM) by weight rows [n0, n0 + BN), m0 = x BM, n0 = y BN
  * (token blocks side by side, so that a weight tile is read from memory once for all of them), BN
- * 64 or 128. Warp (wm, wn) = (warp / 4, warp % 4) owns tokens wm*32 .. +32 (two m16 tiles) and rows
- * wn*BN/4 .. +BN/4 (BN/32 n8 tiles). Thread t loads 8 columns of token row t / 4 (a split row:
- * hi and lo as they are) and of weight rows t / 4 + 64 f per stage into the other of two
- * shared-memory stages while the tensor cores work on this one: asynchronous copies for x and bf16
- * weights, through registers for weights decoded from blocks (one barrier per stage). Dynamic
- * shared memory: MK_CHUNK_MM_SMEM(BN). */
+ * 64, 128 or 256. Warp (wm, wn) = (warp / 4, warp % 4) owns tokens wm*32 .. +32 (two m16 tiles) and
+ * rows wn*BN/4 .. +BN/4 (BN/32 n8 tiles). Thread t loads 8 columns of token row t / 4 (a split row:
+ * hi and lo as they are) and of weight rows t / 4 + 64 f per stage into shared memory ahead of the
+ * tensor cores: asynchronous copies for x, bf16 weights and split rows in a ring of STAGES, through
+ * registers for weights decoded from blocks (two stages). One barrier per stage. Dynamic shared
+ * memory: MK_CHUNK_MM_SMEM_AT(BN, STAGES, weight tiles per stage). */
 /* Where a block's weight tiles come from. */
 enum mk_mm_wsrc {
     MK_MM_W_DECODE = 0, /* any format, decoded and split by the block (BN 64) */
-    MK_MM_W_RAW = 1,    /* bf16 weights, copied to the hi tile as they are (BN 128) */
+    MK_MM_W_RAW = 1,    /* bf16 weights, copied to the hi tile as they are (BN 256) */
     MK_MM_W_SPLIT = 2,  /* split rows at l->w_off that mk_chunk_wsplit decoded once (BN 128) */
 };
 
-template <int MODE, uint32_t BN, int WSRC>
+template <int MODE, uint32_t BN, int WSRC, uint32_t STAGES>
 __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a, const struct mk_chunk_launch *l) {
     constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
     constexpr uint32_t BM = MK_MM_BM, BK = MK_MM_BK, LD = MK_MM_LD;
     constexpr int FW = (int)(BN / 64u), NJ = (int)(BN / 32u); /* weight fetches per thread, n8 tiles per warp */
-    constexpr uint32_t XH = BM * LD, WH = BN * LD, STAGE = 2u * XH + 2u * WH; /* halves */
-    __nv_bfloat16 *const sm = (__nv_bfloat16 *)mk_chunk_smem;                 /* per stage: x hi, x lo, w hi, w lo */
-    struct mk_mm_mats mm = mk_mm_launch_mats(a, l, SILU);
     /* RAW takes bf16 weights only (the host launches it when every matrix is bf16): they go to the
-     * hi tile as loaded, and the lo tile, which exact skips, stays unwritten. */
+     * hi tile as loaded, and a stage has no lo tile of weights. */
     constexpr bool RAW = WSRC == MK_MM_W_RAW, SPLITW = WSRC == MK_MM_W_SPLIT;
+    static_assert(WSRC != MK_MM_W_DECODE || STAGES == 2u, "decoded tiles pass through registers");
+    /* Halves of a stage: x's hi and lo tiles, then w's hi (and lo unless RAW) from WB. */
+    constexpr uint32_t XH = BM * LD, WH = BN * LD, WB = 2u * XH, STAGE = WB + (RAW ? 1u : 2u) * WH;
+    static_assert(STAGES * STAGE * 2u <= MK_CHUNK_MM_SMEM_AT(BN, STAGES, RAW ? 1u : 2u) &&
+                      4u * BM * (BN + 4u) <= MK_CHUNK_MM_SMEM_AT(BN, STAGES, RAW ? 1u : 2u),
+                  "the host's shared memory holds the stages and SILU's results");
+    __nv_bfloat16 *const sm = (__nv_bfloat16 *)mk_chunk_smem;
+    struct mk_mm_mats mm = mk_mm_launch_mats(a, l, SILU);
     if (RAW && !mm.exact) __trap();
     if (SPLITW) mm.exact = false;
     /* SILU: the block's BN rows are BN / 2 gate rows from n0 and the same rows of up. */
@@ -186,23 +215,22 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     const uint32_t lr = tid >> 2, lk = (tid & 3u) * 8u;
     uint32_t lrow[FW];
     struct mk_wdesc lw[FW];
-    const __nv_bfloat16 *wsh[FW]; /* SPLITW: the split row's hi half */
+    const __nv_bfloat16 *wsh[FW]; /* SPLITW: the split row's hi half; RAW: the weight row */
     /* Rows of the stacked space (SILU: gate's N, then up's): a row past them repeats the last,
      * whose sums reach only output rows that are never stored. */
     const uint32_t n_split = SILU ? 2u * N : N;
+    /* RAW: every matrix's rows go by 16-byte copies (else each stage's loads look again). */
+    bool wfast = (K & 7u) == 0u;
+    for (uint32_t q = 0; q < mm.n_mats; q++) wfast = wfast && mm.m[q].vec;
 #pragma unroll
     for (int f = 0; f < FW; f++) {
-        const uint32_t r = lr + 64u * (uint32_t)f;
-        uint32_t srow;
-        if (SILU) {
-            lw[f] = r < BN / 2u ? mm.m[0] : mm.m[1];
-            lrow[f] = n0 + (r & (BN / 2u - 1u));
-            srow = (r < BN / 2u ? 0u : N) + lrow[f];
-        } else {
-            lrow[f] = n0 + r;
-            srow = lrow[f];
-            lw[f] = mk_mm_which(&mm, &lrow[f]);
+        lw[f] = mk_mm_pick<SILU, BN>(&mm, n0, lr + 64u * (uint32_t)f, &lrow[f]);
+        if (RAW) {
+            wsh[f] = (const __nv_bfloat16 *)mk_row(&lw[f], min(lrow[f], lw[f].rows - 1u));
+            continue;
         }
+        /* The row in the stacked space (pick made lrow relative to its matrix). */
+        const uint32_t r = lr + 64u * (uint32_t)f, srow = SILU ? (r < BN / 2u ? 0u : N) + lrow[f] : n0 + r;
         wsh[f] = (const __nv_bfloat16 *)((const float *)a->arena + l->w_off + (uint64_t)min(srow, n_split - 1u) * K);
     }
     /* Token rows past m repeat row m - 1: only their own output rows, which are never stored, see
@@ -228,18 +256,19 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
         if constexpr (SPLITW) {
 #pragma unroll
             for (int f = 0; f < FW; f++) {
-                __nv_bfloat16 *d = st + 2u * XH + (lr + 64u * (uint32_t)f) * LD + lk;
+                __nv_bfloat16 *d = st + WB + (lr + 64u * (uint32_t)f) * LD + lk;
                 split8(d, d + WH, wsh[f], K, k, wvec);
             }
         }
         if constexpr (RAW) {
 #pragma unroll
             for (int f = 0; f < FW; f++) {
-                __nv_bfloat16 *d = st + 2u * XH + (lr + 64u * (uint32_t)f) * LD + lk;
-                if (lrow[f] < lw[f].rows && k + 8u <= lw[f].cols && lw[f].vec)
-                    mk_cp_async16(d, mk_row(&lw[f], lrow[f]) + 2ull * k, 16u);
-                else
-                    *(uint4 *)d = mk_mm_fetch_raw(&lw[f], lrow[f], k);
+                __nv_bfloat16 *d = st + WB + (lr + 64u * (uint32_t)f) * LD + lk;
+                if (wfast) {
+                    mk_cp_async16(d, wsh[f] + k, 16u);
+                } else {
+                    *(uint4 *)d = mk_mm_fetch_raw_at<SILU, BN>(a, l, n0, lr + 64u * (uint32_t)f, k);
+                }
             }
         }
     };
@@ -255,8 +284,8 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
         for (int f = 0; f < FW; f++) {
             const uint32_t r = lr + 64u * (uint32_t)f;
             mk_mm_split<4>(wv[f], hi, lo);
-            *(uint4 *)(st + 2u * XH + r * LD + lk) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-            *(uint4 *)(st + 2u * XH + WH + r * LD + lk) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            *(uint4 *)(st + WB + r * LD + lk) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            *(uint4 *)(st + WB + WH + r * LD + lk) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
         }
     };
 
@@ -272,23 +301,8 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
      * by k16 of w) row 8 * (lane / 16) + lane % 8, column 8 * ((lane / 8) % 2). */
     const uint32_t a_off = (wm * 32u + (lane & 15u)) * LD + (lane >> 4) * 8u;
     const uint32_t b_off = (wn * (BN / 4u) + (lane >> 4) * 8u + (lane & 7u)) * LD + ((lane >> 3) & 1u) * 8u;
-    if (kb < ke) {
-        issue(kb, sm);
-        if (WSRC == MK_MM_W_DECODE) {
-            fetch_w(kb);
-            store_w(sm);
-        }
-    }
-    mk_cp_async_wait_all();
-    __syncthreads();
-    uint32_t cur = 0;
-    for (uint32_t k0 = kb; k0 < ke; k0 += BK) {
-        const bool more = k0 + BK < ke;
-        if (more) {
-            issue(k0 + BK, sm + (cur ^ 1u) * STAGE);
-            if (WSRC == MK_MM_W_DECODE) fetch_w(k0 + BK);
-        }
-        const __nv_bfloat16 *st = sm + cur * STAGE;
+    /* The products of the stage at st. */
+    auto mma_stage = [&](const __nv_bfloat16 *st) {
 #pragma unroll
         for (uint32_t kk = 0; kk < BK; kk += 16u) {
             uint32_t ah[2][4], al[2][4], bh[NJ * 2], bl[NJ * 2];
@@ -298,7 +312,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
                 mk_ldsm_x4(al[i], st + XH + a_off + (uint32_t)i * 16u * LD + kk);
             }
 #pragma unroll
-            for (int j = 0; j < NJ; j += 2) mk_ldsm_x4(bh + 2 * j, st + 2u * XH + b_off + (uint32_t)j * 8u * LD + kk);
+            for (int j = 0; j < NJ; j += 2) mk_ldsm_x4(bh + 2 * j, st + WB + b_off + (uint32_t)j * 8u * LD + kk);
 #pragma unroll
             for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -309,17 +323,62 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
             if (!RAW && !mm.exact) {
 #pragma unroll
                 for (int j = 0; j < NJ; j += 2)
-                    mk_ldsm_x4(bl + 2 * j, st + 2u * XH + WH + b_off + (uint32_t)j * 8u * LD + kk);
+                    mk_ldsm_x4(bl + 2 * j, st + WB + WH + b_off + (uint32_t)j * 8u * LD + kk);
 #pragma unroll
                 for (int i = 0; i < 2; i++)
 #pragma unroll
                     for (int j = 0; j < NJ; j++) mk_mma_bf16(acc[i][j], ah[i], bl + 2 * j);
             }
         }
-        if (more && WSRC == MK_MM_W_DECODE) store_w(sm + (cur ^ 1u) * STAGE);
+    };
+    if constexpr (STAGES == 2u) {
+        /* Two stages: the next stage's copies (and decoded weights, through registers) go out
+         * while this one's products run, one barrier per stage. */
+        if (kb < ke) {
+            issue(kb, sm);
+            if (WSRC == MK_MM_W_DECODE) {
+                fetch_w(kb);
+                store_w(sm);
+            }
+        }
         mk_cp_async_wait_all();
         __syncthreads();
-        cur ^= 1u;
+        uint32_t cur = 0;
+        for (uint32_t k0 = kb; k0 < ke; k0 += BK) {
+            const bool more = k0 + BK < ke;
+            if (more) {
+                issue(k0 + BK, sm + (cur ^ 1u) * STAGE);
+                if (WSRC == MK_MM_W_DECODE) fetch_w(k0 + BK);
+            }
+            mma_stage(sm + cur * STAGE);
+            if (more && WSRC == MK_MM_W_DECODE) store_w(sm + (cur ^ 1u) * STAGE);
+            mk_cp_async_wait_all();
+            __syncthreads();
+            cur ^= 1u;
+        }
+    } else {
+        /* A ring of STAGES: copies run STAGES - 1 stages ahead of the products, one group of
+         * copies per stage (empty past the end, so that the count of groups stays in step). The
+         * barrier at the top of a stage also frees the stage the products left last time, which
+         * this stage's copies fill. */
+        uint32_t kn = kb;
+#pragma unroll
+        for (uint32_t s = 0; s + 1u < STAGES; s++, kn += BK) {
+            if (kn < ke) issue(kn, sm + s * STAGE);
+            mk_cp_async_commit();
+        }
+        uint32_t cur = 0, nxt = STAGES - 1u;
+        for (uint32_t k0 = kb; k0 < ke; k0 += BK, kn += BK) {
+            mk_cp_async_wait_group<STAGES - 2u>();
+            __syncthreads();
+            if (kn < ke) issue(kn, sm + nxt * STAGE);
+            mk_cp_async_commit();
+            mma_stage(sm + cur * STAGE);
+            cur = cur + 1u == STAGES ? 0u : cur + 1u;
+            nxt = nxt + 1u == STAGES ? 0u : nxt + 1u;
+        }
+        mk_cp_async_wait_all();
+        __syncthreads(); /* SILU's epilogue reuses the stages */
     }
 
     float *y = (float *)a->arena + l->y_off;
@@ -379,23 +438,22 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 }
 
 /* BN 64 (mk_chunk_mm_*): twice the blocks, for weights decoded from blocks formats, whose decoding
- * wants more warps; BN 128 (mk_chunk_mm_*_wide, _split): each fragment of x feeds twice the
- * products, for bf16 weights and for split rows decoded once. */
-#define MK_MM_KERNEL(name, mode, bn, wsrc)                                                      \
+ * wants more warps; the wide tiles (_wide, _split) feed each fragment of x to more products, in a
+ * ring of three stages: MK_CHUNK_MM_WIDE_ROWS for bf16 weights, MK_CHUNK_MM_SPLIT_ROWS for split
+ * rows decoded once, whose weight tiles are twice as large (measured on the H100, BENCHMARKS.md). */
+#define MK_MM_KERNEL(name, mode, bn, wsrc, stages)                                              \
     extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)                           \
         name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
         mk_grid_dep_wait();                                                                     \
-        mk_chunk_mm_body<mode, bn, wsrc>(&a, &l);                                               \
+        mk_chunk_mm_body<mode, bn, wsrc, stages>(&a, &l);                                       \
     }
-MK_MM_KERNEL(mk_chunk_mm_store, MK_CHUNK_MM_STORE, 64u, MK_MM_W_DECODE)
-MK_MM_KERNEL(mk_chunk_mm_add, MK_CHUNK_MM_ADD, 64u, MK_MM_W_DECODE)
-MK_MM_KERNEL(mk_chunk_mm_silu, MK_CHUNK_MM_SILU, 64u, MK_MM_W_DECODE)
-MK_MM_KERNEL(mk_chunk_mm_store_wide, MK_CHUNK_MM_STORE, 128u, MK_MM_W_RAW)
-MK_MM_KERNEL(mk_chunk_mm_add_wide, MK_CHUNK_MM_ADD, 128u, MK_MM_W_RAW)
-MK_MM_KERNEL(mk_chunk_mm_silu_wide, MK_CHUNK_MM_SILU, 128u, MK_MM_W_RAW)
-MK_MM_KERNEL(mk_chunk_mm_store_split, MK_CHUNK_MM_STORE, 128u, MK_MM_W_SPLIT)
-MK_MM_KERNEL(mk_chunk_mm_add_split, MK_CHUNK_MM_ADD, 128u, MK_MM_W_SPLIT)
-MK_MM_KERNEL(mk_chunk_mm_silu_split, MK_CHUNK_MM_SILU, 128u, MK_MM_W_SPLIT)
+#define MK_MM_KERNELS(suffix, bn, wsrc, stages)                                  \
+    MK_MM_KERNEL(mk_chunk_mm_store##suffix, MK_CHUNK_MM_STORE, bn, wsrc, stages) \
+    MK_MM_KERNEL(mk_chunk_mm_add##suffix, MK_CHUNK_MM_ADD, bn, wsrc, stages)     \
+    MK_MM_KERNEL(mk_chunk_mm_silu##suffix, MK_CHUNK_MM_SILU, bn, wsrc, stages)
+MK_MM_KERNELS(, MK_CHUNK_MM_ROWS, MK_MM_W_DECODE, 2u)
+MK_MM_KERNELS(_wide, MK_CHUNK_MM_WIDE_ROWS, MK_MM_W_RAW, MK_CHUNK_MM_STAGES)
+MK_MM_KERNELS(_split, MK_CHUNK_MM_SPLIT_ROWS, MK_MM_W_SPLIT, MK_CHUNK_MM_STAGES)
 
 /* Thread t: 8 columns of a row of the stacked w0, w1, w2 (rows from 0, then w1's, then w2's),
  * decoded once into split rows at y_off (row r at y_off + r * cols floats), for the _split
