@@ -14,9 +14,11 @@
 
 /* Rows are produced and written in chunks of about this many output bytes. */
 #define MK_GEN_CHUNK_BYTES ((size_t)4 << 20)
-/* A chunk smaller than this many elements is not worth a second thread. */
+/* A worker gets at least this many elements of a chunk (fewer are not worth a thread). */
 #define MK_GEN_THREAD_MIN_ELEMS 65536
-#define MK_GEN_NAME_CAP         48
+/* Most workers a chunk of rows is cut into (--threads). */
+#define MK_GEN_MAX_THREADS 64u
+#define MK_GEN_NAME_CAP    48
 
 /* llama.cpp LLAMA_FTYPE_* values for general.file_type. */
 enum {
@@ -320,15 +322,24 @@ struct mk_gen_stream {
     struct mk_gguf_writer *w;
     uint8_t *buf; /* (chunk rows, dst_row_bytes) */
     size_t buf_cap;
-    float *scratch[2]; /* (scratch_cols) per worker */
+    uint32_t n_threads;                 /* workers per chunk, 1 .. MK_GEN_MAX_THREADS */
+    float *scratch[MK_GEN_MAX_THREADS]; /* (scratch_cols) per worker */
     int64_t scratch_cols;
     struct mk_gen_progress progress;
 };
 
+/* n, or where 0 the online CPUs, within 1 .. MK_GEN_MAX_THREADS. */
+static uint32_t mk_gen_threads(uint32_t n) {
+    if (!n) {
+        const long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (uint32_t)(c < MK_GEN_MAX_THREADS ? c : MK_GEN_MAX_THREADS) : 1u;
+    }
+    return n < MK_GEN_MAX_THREADS ? n : MK_GEN_MAX_THREADS;
+}
+
 static void mk_gen_stream_free(struct mk_gen_stream *s) {
     free(s->buf);
-    free(s->scratch[0]);
-    free(s->scratch[1]);
+    for (uint32_t i = 0; i < MK_GEN_MAX_THREADS; i++) free(s->scratch[i]);
 }
 
 /* Drops mapped source pages once their rows are written, so requantizing a large model does not
@@ -363,18 +374,21 @@ static enum mk_status mk_gen_write_bytes(struct mk_gen_stream *s, const uint8_t 
     return MK_OK;
 }
 
-/* Produces all `rows` rows of job's tensor, two threads per chunk, and appends them to the file. */
+/* Produces all `rows` rows of job's tensor, s->n_threads workers per chunk, and appends them to the
+ * file. */
 static enum mk_status mk_gen_write_rows(struct mk_gen_stream *s, struct mk_gen_rows job, int64_t rows,
                                         struct mk_error *err) {
+    const uint32_t nt = s->n_threads ? s->n_threads : 1u;
     if (job.cols > s->scratch_cols) {
-        for (int i = 0; i < 2; i++) {
+        for (uint32_t i = 0; i < nt; i++) {
             free(s->scratch[i]);
             if (!(s->scratch[i] = malloc((size_t)job.cols * sizeof(float))))
                 return mk_error_set(err, MK_ERR_NOMEM, "no memory for a row of %lld floats", (long long)job.cols);
         }
         s->scratch_cols = job.cols;
     }
-    int64_t chunk_rows = (int64_t)(MK_GEN_CHUNK_BYTES / job.dst_row_bytes);
+    /* A chunk keeps every worker busy for a while: 4 MB per two workers. */
+    int64_t chunk_rows = (int64_t)(MK_GEN_CHUNK_BYTES * ((nt + 1u) / 2u) / job.dst_row_bytes);
     if (chunk_rows < 1) chunk_rows = 1;
     if (chunk_rows > rows) chunk_rows = rows;
     size_t need = (size_t)chunk_rows * job.dst_row_bytes;
@@ -387,24 +401,32 @@ static enum mk_status mk_gen_write_rows(struct mk_gen_stream *s, struct mk_gen_r
         s->buf_cap = need;
     }
     for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
-        int64_t n = rows - r0 < chunk_rows ? rows - r0 : chunk_rows;
-        int64_t second = n >= 2 && n * job.cols >= MK_GEN_THREAD_MIN_ELEMS ? n / 2 : 0;
-        struct mk_gen_rows a = job, b = job;
-        a.row0 = r0;
-        a.n_rows = n - second;
-        a.dst = s->buf;
-        a.scratch = s->scratch[0];
-        b.row0 = r0 + a.n_rows;
-        b.n_rows = second;
-        b.dst = s->buf + (size_t)a.n_rows * job.dst_row_bytes;
-        b.scratch = s->scratch[1];
-        pthread_t th;
-        bool threaded = second > 0 && pthread_create(&th, NULL, mk_gen_rows_run, &b) == 0;
-        mk_gen_rows_run(&a);
-        if (threaded)
-            pthread_join(th, NULL);
-        else if (second)
-            mk_gen_rows_run(&b);
+        const int64_t n = rows - r0 < chunk_rows ? rows - r0 : chunk_rows;
+        /* Workers of at least MK_GEN_THREAD_MIN_ELEMS values each; the caller's thread is worker 0,
+         * and a worker whose thread does not start runs on the caller's after the others. */
+        int64_t workers = n * job.cols / MK_GEN_THREAD_MIN_ELEMS;
+        if (workers > (int64_t)nt) workers = nt;
+        if (workers > n) workers = n;
+        if (workers < 1) workers = 1;
+        struct mk_gen_rows part[MK_GEN_MAX_THREADS];
+        pthread_t th[MK_GEN_MAX_THREADS];
+        bool started[MK_GEN_MAX_THREADS] = { false };
+        for (int64_t i = 0, row = r0; i < workers; i++) {
+            part[i] = job;
+            part[i].row0 = row;
+            part[i].n_rows = n / workers + (i < n % workers ? 1 : 0);
+            part[i].dst = s->buf + (size_t)(row - r0) * job.dst_row_bytes;
+            part[i].scratch = s->scratch[i];
+            row += part[i].n_rows;
+            if (i > 0) started[i] = pthread_create(&th[i], NULL, mk_gen_rows_run, &part[i]) == 0;
+        }
+        mk_gen_rows_run(&part[0]);
+        for (int64_t i = 1; i < workers; i++) {
+            if (started[i])
+                pthread_join(th[i], NULL);
+            else
+                mk_gen_rows_run(&part[i]);
+        }
         enum mk_status st = mk_gen_write_bytes(s, s->buf, (uint64_t)n * job.dst_row_bytes, false, err);
         if (st != MK_OK) return st;
         if (job.src) mk_gen_release_pages(job.src + (uint64_t)r0 * job.src_row_bytes, (uint64_t)n * job.src_row_bytes);
@@ -652,6 +674,7 @@ enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, str
 
     s.w = w;
     s.progress = (struct mk_gen_progress){ .on = p->progress && isatty(2), .label = "mk gen", .last_permille = -1 };
+    s.n_threads = mk_gen_threads(p->n_threads);
     for (size_t i = 0; i < n_ts; i++) {
         uint64_t ne[2] = { (uint64_t)ts[i].cols, (uint64_t)ts[i].rows };
         MK_GEN_TRY(mk_gguf_writer_add_tensor(w, ts[i].name, ts[i].type, ts[i].n_dims, ne));
@@ -876,6 +899,7 @@ enum mk_status mk_gen_quantize_file(const char *in_path, const char *out_path, s
 
     s.w = w;
     s.progress = (struct mk_gen_progress){ .on = p.progress && isatty(2), .label = "mk quantize", .last_permille = -1 };
+    s.n_threads = mk_gen_threads(p.n_threads);
     for (uint64_t i = 0; i < n_t; i++) {
         const struct mk_gguf_tensor *t = mk_gguf_tensor_at(g, i);
         free(key);

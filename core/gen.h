@@ -16,7 +16,8 @@ struct mk_gen_params {
     const char *preset; /* "tiny", "llama-1b", "llama-8b", "tiny-hd128" */
     const char *dtype;  /* a type name ("f32", "q4_0", ...) or a llama.cpp mix ("Q4_K_M"); see mk_gen_format */
     uint64_t seed;
-    bool progress; /* progress bar on stderr, only when stderr is a terminal */
+    bool progress;      /* progress bar on stderr, only when stderr is a terminal */
+    uint32_t n_threads; /* workers that make the rows; 0: one per online CPU (at most 64) */
     /* Written as tokenizer.chat_template when not NULL (a template name such as "chatml" or the
      * Jinja text); the vocab's last tokens then become the control tokens of mk_gen_chat_tokens,
      * so that a test model can be talked to in ChatML or Llama 3 format. */
@@ -106,6 +107,7 @@ struct mk_gen_quantize_params {
                           * llama-quantize's --output-tensor-type; -1: the format's rule */
     int token_embd_type; /* an enum mk_dtype for token_embd.weight (--token-embedding-type); -1: none */
     bool progress;       /* a progress line on a terminal's stderr */
+    uint32_t n_threads;  /* workers that make the rows; 0: one per online CPU (at most 64) */
 };
 struct mk_gen_quantize_params mk_gen_quantize_default_params(void);
 

@@ -356,6 +356,25 @@ static void test_generated(void) {
     MK_CHECK(mk_gen_write(tmp_path("seed8.gguf"), &p, &err) == MK_OK);
     MK_CHECK(!same_file(tmp_path("seed8.gguf"), tmp_path("tiny-f32.gguf")));
     check_tiny_file(tmp_path("seed8.gguf"), "f32", SEED + 1);
+    /* The rows come out the same whatever the number of workers (tiny-hd128's matrices are cut
+     * between several), and so does a requantized file. */
+    p = mk_gen_default_params();
+    p.preset = "tiny-hd128";
+    p.dtype = "Q4_K_M";
+    p.n_threads = 1;
+    MK_CHECK(mk_gen_write(tmp_path("hd128-t1.gguf"), &p, &err) == MK_OK);
+    p.n_threads = 5;
+    MK_CHECK(mk_gen_write(tmp_path("hd128-t5.gguf"), &p, &err) == MK_OK);
+    MK_CHECK(same_file(tmp_path("hd128-t1.gguf"), tmp_path("hd128-t5.gguf")));
+    p.dtype = "f32";
+    MK_CHECK(mk_gen_write(tmp_path("hd128-f32.gguf"), &p, &err) == MK_OK);
+    struct mk_gen_quantize_params q = mk_gen_quantize_default_params();
+    q.dtype = "q6_k";
+    q.n_threads = 1;
+    MK_CHECK(mk_gen_quantize_file(tmp_path("hd128-f32.gguf"), tmp_path("hd128-q6-t1.gguf"), q, &err) == MK_OK);
+    q.n_threads = 3;
+    MK_CHECK(mk_gen_quantize_file(tmp_path("hd128-f32.gguf"), tmp_path("hd128-q6-t3.gguf"), q, &err) == MK_OK);
+    MK_CHECK(same_file(tmp_path("hd128-q6-t1.gguf"), tmp_path("hd128-q6-t3.gguf")));
 }
 
 /* mk_gen_quantize_file to one format, with no per-tensor choices. */

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/gen.h"
+#include "tools/cli.h"
 #include "tools/cmds.h"
 
 static void mk_gen_usage(FILE *f) {
@@ -29,6 +30,8 @@ static void mk_gen_usage(FILE *f) {
                "                 Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS (the\n"
                "                 _S/_M/_L ones also in lowercase); norm weights are always f32\n"
                "  --seed S       weight seed (default 42)\n"
+               "  -t, --threads N  threads that make the weights (default: one per CPU, at most 64; the\n"
+               "                 file is the same for any N)\n"
                "  --chat-template T  write T as tokenizer.chat_template (a template name such as chatml or\n"
                "                 llama3, or Jinja text); the vocab then ends with the control tokens\n"
                "                 <|im_start|> <|im_end|> <|start_header_id|> <|end_header_id|> <|eot_id|>\n"
@@ -75,6 +78,9 @@ int mk_cmd_gen(int argc, char **argv) {
                 return 2;
             }
             p.seed = s;
+        } else if ((v = mk_gen_opt(argc, argv, &i, "--threads", &missing)) ||
+                   (v = mk_gen_opt(argc, argv, &i, "-t", &missing))) {
+            if (mk_cli_uint("gen", "--threads", v, 1, 64, &p.n_threads)) return 2;
         } else if ((v = mk_gen_opt(argc, argv, &i, "--chat-template", &missing))) {
             p.chat_template = v;
         } else if ((v = mk_gen_opt(argc, argv, &i, "--vocab", &missing))) {

@@ -6,11 +6,12 @@
 #include <time.h>
 
 #include "core/gen.h"
+#include "tools/cli.h"
 #include "tools/cmds.h"
 
 static void mk_quantize_usage(FILE *f) {
     fprintf(f, "usage: mk quantize IN OUT --dtype TYPE [--tensor-type PART=TYPE ...] [--output-tensor-type TYPE]\n"
-               "                   [--token-embedding-type TYPE]\n"
+               "                   [--token-embedding-type TYPE] [--threads N]\n"
                "\n"
                "Rewrites the GGUF IN as OUT with every 2-D weight dequantized and requantized to TYPE,\n"
                "row by row (the model is never held in memory). 1-D tensors (norms) become f32, all\n"
@@ -25,6 +26,8 @@ static void mk_quantize_usage(FILE *f) {
                "                 Q5_K_M, Q6_K, IQ4_NL, IQ4_XS (_S/_M/_L also in lowercase). Rows a\n"
                "                 block does not divide fall back as in llama.cpp (q4_k to q5_0, q6_k\n"
                "                 to q8_0, ...), and to f16 when 32 does not divide them either.\n"
+               "  -t, --threads N  threads that quantize (default: one per CPU, at most 64; the file is\n"
+               "                 the same for any N)\n"
                "\n"
                "Per-tensor choices over TYPE's rules, as llama-quantize's options of the same names (a\n"
                "lowercase type name each; rows a block does not divide fall back as above):\n"
@@ -106,6 +109,10 @@ int mk_cmd_quantize(int argc, char **argv) {
             enum mk_dtype t;
             if (!v || mk_quantize_type_arg(opt, v, &t)) return 2;
             *(head ? &qp.output_type : &qp.token_embd_type) = (int)t;
+        } else if (mk_quantize_is(a, "--threads") || mk_quantize_is(a, "-t")) {
+            const char *v = mk_quantize_value(argc, argv, &i, mk_quantize_is(a, "-t") ? "-t" : "--threads");
+            if (!v) return 2;
+            if (mk_cli_uint("quantize", "--threads", v, 1, 64, &qp.n_threads)) return 2;
         } else if (a[0] == '-' && a[1]) {
             fprintf(stderr, "mk quantize: unknown option '%s'\n", a);
             mk_quantize_usage(stderr);
