@@ -51,19 +51,19 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
  * MK_CHUNK_MM_SPLIT_ROWS (_split) weight rows by MK_CHUNK_MM_TOKENS token rows per block,
  * MK_CHUNK_MM_K columns per stage (grid: tokens / MK_CHUNK_MM_TOKENS, rows / tile rows; a
  * MK_CHUNK_MM_SILU block makes half its tile rows), and its dynamic shared memory: two stages
- * (MK_CHUNK_MM_STAGES for _wide and _split) of bf16 hi and lo tiles, rows 40 apart, of the
- * activations and wt tiles of the weights (hi, and lo where 2; _wide's bf16 weights have no lo).
- * The MK_CHUNK_MM_SILU results, (tokens, rows + 4) fp32, fit in them. */
+ * (MK_CHUNK_MM_WIDE_STAGES for _wide) of bf16 hi and lo tiles, rows 40 apart, of the activations
+ * and wt tiles of the weights (hi, and lo where 2; _wide's bf16 weights have no lo). The
+ * MK_CHUNK_MM_SILU results, (tokens, rows + 4) fp32, fit in them. */
 #define MK_CHUNK_MM_ROWS                      64u
 #define MK_CHUNK_MM_WIDE_ROWS                 256u
-#define MK_CHUNK_MM_SPLIT_ROWS                128u
+#define MK_CHUNK_MM_SPLIT_ROWS                256u
 #define MK_CHUNK_MM_TOKENS                    64u
 #define MK_CHUNK_MM_K                         32u
-#define MK_CHUNK_MM_STAGES                    3u
+#define MK_CHUNK_MM_WIDE_STAGES               3u
 #define MK_CHUNK_MM_SMEM_AT(rows, stages, wt) ((stages)*2u * 40u * (2u * MK_CHUNK_MM_TOKENS + (wt) * (rows)))
 #define MK_CHUNK_MM_SMEM                      MK_CHUNK_MM_SMEM_AT(MK_CHUNK_MM_ROWS, 2u, 2u)
-#define MK_CHUNK_MM_WIDE_SMEM                 MK_CHUNK_MM_SMEM_AT(MK_CHUNK_MM_WIDE_ROWS, MK_CHUNK_MM_STAGES, 1u)
-#define MK_CHUNK_MM_SPLIT_SMEM                MK_CHUNK_MM_SMEM_AT(MK_CHUNK_MM_SPLIT_ROWS, MK_CHUNK_MM_STAGES, 2u)
+#define MK_CHUNK_MM_WIDE_SMEM                 MK_CHUNK_MM_SMEM_AT(MK_CHUNK_MM_WIDE_ROWS, MK_CHUNK_MM_WIDE_STAGES, 1u)
+#define MK_CHUNK_MM_SPLIT_SMEM                MK_CHUNK_MM_SMEM_AT(MK_CHUNK_MM_SPLIT_ROWS, 2u, 2u)
 
 /* mk_chunk_mv, the products of at most MK_CHUNK_MV_TOKENS token rows: MK_CHUNK_MV_ROWS weight rows
  * per block (16 a warp), the columns cut into splits of mk_chunk_mv_span columns (grid: rows / that,

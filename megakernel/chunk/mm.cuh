@@ -170,14 +170,15 @@ __device__ __noinline__ uint4 mk_mm_fetch_raw_at(const struct mk_kernel_args *a,
  * 64, 128 or 256. Warp (wm, wn) = (warp / 4, warp % 4) owns tokens wm*32 .. +32 (two m16 tiles) and
  * rows wn*BN/4 .. +BN/4 (BN/32 n8 tiles). Thread t loads 8 columns of token row t / 4 (a split row:
  * hi and lo as they are) and of weight rows t / 4 + 64 f per stage into shared memory ahead of the
- * tensor cores: asynchronous copies for x, bf16 weights and split rows in a ring of STAGES, through
- * registers for weights decoded from blocks (two stages). One barrier per stage. Dynamic shared
- * memory: MK_CHUNK_MM_SMEM_AT(BN, STAGES, weight tiles per stage). */
+ * tensor cores: asynchronous copies for x, bf16 weights and split rows in a ring of STAGES (with
+ * two, the next stage's copies run while this one's products do), through registers for weights
+ * decoded from blocks (two stages). One barrier per stage. Dynamic shared memory:
+ * MK_CHUNK_MM_SMEM_AT(BN, STAGES, weight tiles per stage). */
 /* Where a block's weight tiles come from. */
 enum mk_mm_wsrc {
     MK_MM_W_DECODE = 0, /* any format, decoded and split by the block (BN 64) */
     MK_MM_W_RAW = 1,    /* bf16 weights, copied to the hi tile as they are (BN 256) */
-    MK_MM_W_SPLIT = 2,  /* split rows at l->w_off that mk_chunk_wsplit decoded once (BN 128) */
+    MK_MM_W_SPLIT = 2,  /* split rows at l->w_off that mk_chunk_wsplit decoded once (BN 256) */
 };
 
 template <int MODE, uint32_t BN, int WSRC, uint32_t STAGES>
@@ -438,9 +439,9 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 }
 
 /* BN 64 (mk_chunk_mm_*): twice the blocks, for weights decoded from blocks formats, whose decoding
- * wants more warps; the wide tiles (_wide, _split) feed each fragment of x to more products, in a
- * ring of three stages: MK_CHUNK_MM_WIDE_ROWS for bf16 weights, MK_CHUNK_MM_SPLIT_ROWS for split
- * rows decoded once, whose weight tiles are twice as large (measured on the H100, BENCHMARKS.md). */
+ * wants more warps; the wide tiles (_wide, _split: 256 rows) feed each fragment of x to 8 n8 tiles,
+ * bf16 weights in a ring of three stages, split rows (whose weight tiles are twice as large) in
+ * two, so that two blocks share a multiprocessor (each measured on the H100, BENCHMARKS.md). */
 #define MK_MM_KERNEL(name, mode, bn, wsrc, stages)                                              \
     extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)                           \
         name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
@@ -452,8 +453,8 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     MK_MM_KERNEL(mk_chunk_mm_add##suffix, MK_CHUNK_MM_ADD, bn, wsrc, stages)     \
     MK_MM_KERNEL(mk_chunk_mm_silu##suffix, MK_CHUNK_MM_SILU, bn, wsrc, stages)
 MK_MM_KERNELS(, MK_CHUNK_MM_ROWS, MK_MM_W_DECODE, 2u)
-MK_MM_KERNELS(_wide, MK_CHUNK_MM_WIDE_ROWS, MK_MM_W_RAW, MK_CHUNK_MM_STAGES)
-MK_MM_KERNELS(_split, MK_CHUNK_MM_SPLIT_ROWS, MK_MM_W_SPLIT, MK_CHUNK_MM_STAGES)
+MK_MM_KERNELS(_wide, MK_CHUNK_MM_WIDE_ROWS, MK_MM_W_RAW, MK_CHUNK_MM_WIDE_STAGES)
+MK_MM_KERNELS(_split, MK_CHUNK_MM_SPLIT_ROWS, MK_MM_W_SPLIT, 2u)
 
 /* Thread t: 8 columns of a row of the stacked w0, w1, w2 (rows from 0, then w1's, then w2's),
  * decoded once into split rows at y_off (row r at y_off + r * cols floats), for the _split
