@@ -387,8 +387,9 @@ static enum mk_status mk_gen_write_rows(struct mk_gen_stream *s, struct mk_gen_r
         }
         s->scratch_cols = job.cols;
     }
-    /* A chunk keeps every worker busy for a while: 4 MB per two workers. */
-    int64_t chunk_rows = (int64_t)(MK_GEN_CHUNK_BYTES * ((nt + 1u) / 2u) / job.dst_row_bytes);
+    /* A chunk keeps every worker busy for a while: 4 MB per two workers, at most 32 MB. */
+    const size_t chunk_bytes = MK_GEN_CHUNK_BYTES * (nt < 16u ? (nt + 1u) / 2u : 8u);
+    int64_t chunk_rows = (int64_t)(chunk_bytes / job.dst_row_bytes);
     if (chunk_rows < 1) chunk_rows = 1;
     if (chunk_rows > rows) chunk_rows = rows;
     size_t need = (size_t)chunk_rows * job.dst_row_bytes;
