@@ -62,8 +62,11 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
 #define MK_CHUNK_MM_WIDE_STAGES               3u
 #define MK_CHUNK_MM_SMEM_AT(rows, stages, wt) ((stages)*2u * 40u * (2u * MK_CHUNK_MM_TOKENS + (wt) * (rows)))
 #define MK_CHUNK_MM_SMEM                      MK_CHUNK_MM_SMEM_AT(MK_CHUNK_MM_ROWS, 2u, 2u)
-#define MK_CHUNK_MM_WIDE_SMEM                 MK_CHUNK_MM_SMEM_AT(MK_CHUNK_MM_WIDE_ROWS, MK_CHUNK_MM_WIDE_STAGES, 1u)
-#define MK_CHUNK_MM_SPLIT_SMEM                MK_CHUNK_MM_SMEM_AT(MK_CHUNK_MM_SPLIT_ROWS, 2u, 2u)
+/* _wide: three mma.sync stages, or on sm_90a four of the wgmma ring (2 x 64 x 32 + 256 x 32 bf16). */
+#define MK_CHUNK_MM_WG_SMEM \
+    (4u * 2u * (2u * MK_CHUNK_MM_TOKENS * MK_CHUNK_MM_K + MK_CHUNK_MM_WIDE_ROWS * MK_CHUNK_MM_K))
+#define MK_CHUNK_MM_WIDE_SMEM  MK_CHUNK_MM_WG_SMEM
+#define MK_CHUNK_MM_SPLIT_SMEM MK_CHUNK_MM_SMEM_AT(MK_CHUNK_MM_SPLIT_ROWS, 2u, 2u)
 
 /* mk_chunk_mv, the products of at most MK_CHUNK_MV_TOKENS token rows: MK_CHUNK_MV_ROWS weight rows
  * per block (16 a warp), the columns cut into splits of mk_chunk_mv_span columns (grid: rows / that,

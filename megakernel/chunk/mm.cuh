@@ -165,6 +165,107 @@ __device__ __noinline__ uint4 mk_mm_fetch_raw_at(const struct mk_kernel_args *a,
     return mk_mm_fetch_raw(&w, row, k);
 }
 
+/* Where block (x, y, z) of a product of BN-row tiles works: rows[n0 ..) of the N stacked rows
+ * (SILU: BN / 2 gate rows from n0 and the same rows of up), token rows [m0, m0 + MK_MM_BM), and
+ * split z's columns [kb, ke) of K in whole stages (an empty split writes zeros). */
+struct mk_mm_place {
+    uint32_t N, K, n0, m0, splits, kb, ke;
+};
+template <bool SILU, uint32_t BN>
+__device__ __forceinline__ bool mk_mm_place_of(const struct mk_mm_mats *mm, const struct mk_chunk_launch *l,
+                                               struct mk_mm_place *p) {
+    p->N = mm->rows;
+    p->K = mm->m[0].cols;
+    p->n0 = blockIdx.y * (SILU ? BN / 2u : BN);
+    p->m0 = blockIdx.x * MK_MM_BM;
+    p->splits = l->splits > 1u ? l->splits : 1u;
+    const uint32_t kspan = (p->K + MK_MM_BK * p->splits - 1u) / (MK_MM_BK * p->splits) * MK_MM_BK;
+    p->kb = min(p->K, blockIdx.z * kspan);
+    p->ke = min(p->K, p->kb + kspan);
+    return p->n0 < p->N && p->m0 < l->m;
+}
+
+/* The end of a product block of BN weight rows from n0 by MK_MM_BM token rows from m0, whose sums
+ * each(fn) hands out as fn(token row, tile column, sum) (token rows past l->m left out): a split's
+ * raw sums to the partials, else the mode's epilogue. */
+template <int MODE, uint32_t BN, typename Each>
+__device__ __forceinline__ void mk_mm_epilogue(const struct mk_kernel_args *a, const struct mk_chunk_launch *l,
+                                               uint32_t n0, uint32_t N, uint32_t m0, uint32_t splits, Each each) {
+    constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
+    float *y = (float *)a->arena + l->y_off;
+    if (splits > 1u) {
+        /* A split's raw sums to its (m, ldy) slice of the partials; mk_chunk_mm_reduce adds the
+         * splits in order and applies the mode. SILU puts up's columns after gate's N. */
+        float *py = y + (uint64_t)blockIdx.z * l->m * l->ldy;
+        each([&](uint32_t mt, uint32_t cl, float v) {
+            const uint32_t n = SILU ? (cl < BN / 2u ? n0 + cl : N + n0 + cl - BN / 2u) : n0 + cl;
+            if ((SILU ? n0 + cl % (BN / 2u) : n) < N) py[(uint64_t)mt * l->ldy + n] = v;
+        });
+        return;
+    }
+    if constexpr (SILU) {
+        /* Gate and up of an output sit in different warps: through shared memory (free after the
+         * loop's last barrier). */
+        float *gs = (float *)mk_chunk_smem; /* (BM, BN + 4) */
+        constexpr uint32_t LG = BN + 4u;
+        each([&](uint32_t mt, uint32_t cl, float v) { gs[(mt - m0) * LG + cl] = v; });
+        __syncthreads();
+        for (uint32_t k = threadIdx.x; k < MK_MM_BM * BN / 2u; k += MK_BLOCK_THREADS) {
+            const uint32_t mt = k / (BN / 2u), r = k % (BN / 2u);
+            if (m0 + mt >= l->m || n0 + r >= N) continue;
+            const float gv = gs[mt * LG + r], uv = gs[mt * LG + BN / 2u + r];
+            mk_split_store(y + (uint64_t)(m0 + mt) * l->ldy, l->ldy, n0 + r, gv / (1.0f + expf(-gv)) * uv);
+        }
+    } else {
+        each([&](uint32_t mt, uint32_t cl, float v) {
+            const uint32_t n = n0 + cl;
+            if (n >= N) return;
+            float *yn = y + (uint64_t)mt * l->ldy + n;
+            *yn = MODE == MK_CHUNK_MM_STORE ? v : __ldcg(yn) + v;
+        });
+    }
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* sm_90a: the bf16 products on wgmma. A warpgroup (4 warps) multiplies the block's 64 token rows by
+ * 128 of its weight rows per instruction, both operands read from shared memory by descriptor. */
+#define MK_MM_WGMMA 1
+
+/* The descriptor of a K-major bf16 tile in shared memory from p: rows of 64 bytes (32 columns) with
+ * the 64-byte swizzle (16-byte chunk c of row r at chunk c ^ (r / 2 % 4), mk_wg_at), 8-row groups
+ * 512 bytes apart. Measured: whole 8 x 16-byte core matrices without swizzling ran the products at
+ * under half this rate (BENCHMARKS.md, 2026-11-26). */
+__device__ __forceinline__ uint64_t mk_wg_desc(const void *p) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((s & 0x3ffffu) >> 4) | ((uint64_t)(16u >> 4) << 16) | ((uint64_t)(512u >> 4) << 32) |
+           (2ull << 62);
+}
+
+/* The byte offset of 16-byte chunk c (columns 8c .. 8c + 7) of row r in such a tile. */
+__device__ __forceinline__ uint32_t mk_wg_at(uint32_t r, uint32_t c) { return r * 64u + ((c ^ ((r >> 1) & 3u)) << 4); }
+
+/* d (64 x 128, 64 floats a thread) += a (64 x 16) . b (128 x 16)^T. */
+__device__ __forceinline__ void mk_wg_mma(float *d, uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+                   "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+                   "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+                   "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+                   "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db));
+}
+#endif
+
 /* Block (x, y, z): token rows [m0, m0 + BM) by weight rows [n0, n0 + BN), m0 = x BM, n0 = y BN
  * (token blocks side by side, so that a weight tile is read from memory once for all of them), BN
  * 64, 128 or 256. Warp (wm, wn) = (warp / 4, warp % 4) owns tokens wm*32 .. +32 (two m16 tiles) and
@@ -199,14 +300,9 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     struct mk_mm_mats mm = mk_mm_launch_mats(a, l, SILU);
     if (RAW && !mm.exact) __trap();
     if (SPLITW) mm.exact = false;
-    /* SILU: the block's BN rows are BN / 2 gate rows from n0 and the same rows of up. */
-    const uint32_t N = mm.rows, K = mm.m[0].cols;
-    const uint32_t n0 = blockIdx.y * (SILU ? BN / 2u : BN), m0 = blockIdx.x * BM;
-    if (n0 >= N || m0 >= l->m) return;
-    /* Split z of splits: columns [kb, ke), whole stages (an empty split writes zeros). */
-    const uint32_t splits = l->splits > 1u ? l->splits : 1u;
-    const uint32_t kspan = (K + BK * splits - 1u) / (BK * splits) * BK, kb = min(K, blockIdx.z * kspan),
-                   ke = min(K, kb + kspan);
+    struct mk_mm_place pl;
+    if (!mk_mm_place_of<SILU, BN>(&mm, l, &pl)) return;
+    const uint32_t N = pl.N, K = pl.K, n0 = pl.n0, m0 = pl.m0, splits = pl.splits, kb = pl.kb, ke = pl.ke;
     const float *x = (const float *)a->arena + l->x_off;
     const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, g = lane >> 2, t4 = lane & 3u;
     const uint32_t wm = warp >> 2, wn = warp & 3u;
@@ -382,7 +478,6 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
         __syncthreads(); /* SILU's epilogue reuses the stages */
     }
 
-    float *y = (float *)a->arena + l->y_off;
     /* fn(token row, tile column, sum) for each of this thread's sums in the block's rows. */
     auto each = [&](auto fn) {
 #pragma unroll
@@ -398,45 +493,113 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
                         fn(mt, wn * (BN / 4u) + (uint32_t)j * 8u + 2u * t4 + (uint32_t)e1, acc[i][j][2 * e2 + e1]);
             }
     };
-    if (splits > 1u) {
-        /* A split's raw sums to its (m, ldy) slice of the partials; mk_chunk_mm_reduce adds the
-         * splits in order and applies the mode. SILU puts up's columns after gate's N. */
-        float *py = y + (uint64_t)blockIdx.z * l->m * l->ldy;
-        each([&](uint32_t mt, uint32_t cl, float v) {
-            const uint32_t n = SILU ? (cl < BN / 2u ? n0 + cl : N + n0 + cl - BN / 2u) : n0 + cl;
-            if ((SILU ? n0 + cl % (BN / 2u) : n) < N) py[(uint64_t)mt * l->ldy + n] = v;
-        });
-        return;
-    }
-    if constexpr (SILU) {
-        /* Gate and up of an output sit in different warps: through shared memory (free after the
-         * loop's last barrier). */
-        float *gs = (float *)mk_chunk_smem; /* (BM, BN + 4) */
-        constexpr uint32_t LG = BN + 4u;
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < NJ; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    gs[(wm * 32u + (uint32_t)i * 16u + g + 8u * (uint32_t)(e >> 1)) * LG + wn * (BN / 4u) +
-                       (uint32_t)j * 8u + 2u * t4 + (uint32_t)(e & 1)] = acc[i][j][e];
-        __syncthreads();
-        for (uint32_t k = tid; k < BM * BN / 2u; k += MK_BLOCK_THREADS) {
-            const uint32_t mt = k / (BN / 2u), r = k % (BN / 2u);
-            if (m0 + mt >= l->m || n0 + r >= N) continue;
-            const float gv = gs[mt * LG + r], uv = gs[mt * LG + BN / 2u + r];
-            mk_split_store(y + (uint64_t)(m0 + mt) * l->ldy, l->ldy, n0 + r, gv / (1.0f + expf(-gv)) * uv);
-        }
-    } else {
-        each([&](uint32_t mt, uint32_t cl, float v) {
-            const uint32_t n = n0 + cl;
-            if (n >= N) return;
-            float *yn = y + (uint64_t)mt * l->ldy + n;
-            *yn = MODE == MK_CHUNK_MM_STORE ? v : __ldcg(yn) + v;
-        });
-    }
+    mk_mm_epilogue<MODE, BN>(a, l, n0, N, m0, splits, each);
 }
+
+#if defined(MK_MM_WGMMA)
+/* The bf16 products (MK_MM_W_RAW, BN 256) on wgmma: the same block and loads as mk_chunk_mm_body's,
+ * the tiles swizzled for the tensor cores (mk_wg_at), warpgroup g multiplying x's hi and lo tiles by
+ * weight rows 128 g .. + 128. */
+template <int MODE>
+__device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, const struct mk_chunk_launch *l) {
+    constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
+    /* A ring of 4 stages, copies 2 ahead: the tensor cores may still read the stage before this one
+     * while the copies fill the one after next. */
+    constexpr uint32_t BM = MK_MM_BM, BN = 256u, BK = MK_MM_BK, STAGES = 4u, AHEAD = 2u;
+    constexpr uint32_t XB = BM * BK * 2u, STAGE = 2u * XB + BN * BK * 2u; /* bytes */
+    static_assert(STAGES * STAGE <= MK_CHUNK_MM_WIDE_SMEM, "the wide products' shared memory holds the ring");
+    uint8_t *const sm = (uint8_t *)mk_chunk_smem;
+    const struct mk_mm_mats mm = mk_mm_launch_mats(a, l, SILU);
+    if (!mm.exact) __trap();
+    struct mk_mm_place pl;
+    if (!mk_mm_place_of<SILU, BN>(&mm, l, &pl)) return;
+    const uint32_t N = pl.N, K = pl.K, n0 = pl.n0, m0 = pl.m0, splits = pl.splits, kb = pl.kb, ke = pl.ke;
+    const float *x = (const float *)a->arena + l->x_off;
+    const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const uint32_t lr = tid >> 2, lc = tid & 3u, lk = lc * 8u;
+    const __nv_bfloat16 *wrow[4];
+    bool wfast = (K & 7u) == 0u;
+    for (uint32_t q = 0; q < mm.n_mats; q++) wfast = wfast && mm.m[q].vec;
+#pragma unroll
+    for (int f = 0; f < 4; f++) {
+        uint32_t row;
+        const struct mk_wdesc w = mk_mm_pick<SILU, BN>(&mm, n0, lr + 64u * (uint32_t)f, &row);
+        wrow[f] = (const __nv_bfloat16 *)mk_row(&w, min(row, w.rows - 1u));
+    }
+    const __nv_bfloat16 *xh = (const __nv_bfloat16 *)(x + (uint64_t)min(m0 + lr, l->m - 1u) * l->ldx);
+    const bool xvec = (l->x_off & 3u) == 0 && (l->ldx & 7u) == 0;
+    auto issue = [&](uint32_t k0, uint8_t *st) {
+        const uint32_t k = k0 + lk;
+        __nv_bfloat16 *dh = (__nv_bfloat16 *)(st + mk_wg_at(lr, lc)),
+                      *dl = (__nv_bfloat16 *)(st + XB + mk_wg_at(lr, lc));
+        if (xvec && k + 8u <= K) {
+            mk_cp_async16(dh, xh + k, 16u);
+            mk_cp_async16(dl, xh + l->ldx + k, 16u);
+        } else {
+            mk_mm_split_copy8(dh, dl, xh, l->ldx, k, K);
+        }
+#pragma unroll
+        for (int f = 0; f < 4; f++) {
+            uint8_t *d = st + 2u * XB + mk_wg_at(lr + 64u * (uint32_t)f, lc);
+            if (wfast)
+                mk_cp_async16(d, wrow[f] + k, 16u);
+            else
+                *(uint4 *)d = mk_mm_fetch_raw_at<SILU, BN>(a, l, n0, lr + 64u * (uint32_t)f, k);
+        }
+    };
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+    const uint32_t wg = warp >> 2;
+    uint32_t kn = kb;
+#pragma unroll
+    for (uint32_t s = 0; s < AHEAD; s++, kn += BK) {
+        if (kn < ke) issue(kn, sm + s * STAGE);
+        mk_cp_async_commit();
+    }
+    uint32_t cur = 0, nxt = AHEAD;
+    for (uint32_t k0 = kb; k0 < ke; k0 += BK, kn += BK) {
+        mk_cp_async_wait_group<AHEAD - 1u>();
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the copies, for the tensor cores */
+        /* Past it every warpgroup has seen its products of two stages back finish: their stage
+         * is the one the copies fill next. */
+        __syncthreads();
+        if (kn < ke) issue(kn, sm + nxt * STAGE);
+        mk_cp_async_commit();
+        const uint8_t *st = sm + cur * STAGE;
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (uint32_t kk = 0; kk < BK; kk += 16u) {
+            /* k16 step kk starts kk * 2 bytes into the rows; warpgroup g's rows 8 KB into w's tile */
+            const uint64_t db = mk_wg_desc(st + 2u * XB + wg * 8192u + kk * 2u);
+            mk_wg_mma(acc, mk_wg_desc(st + kk * 2u), db);
+            mk_wg_mma(acc, mk_wg_desc(st + XB + kk * 2u), db);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        cur = cur + 1u == STAGES ? 0u : cur + 1u;
+        nxt = nxt + 1u == STAGES ? 0u : nxt + 1u;
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    mk_cp_async_wait_all();
+    __syncthreads(); /* SILU's epilogue reuses the stages */
+    /* Warp w of warpgroup g holds token rows 16 (w % 4) .. + 16 and weight rows 128 g .. + 128, as
+     * 16 n8 tiles of mma's C layout. */
+    auto each = [&](auto fn) {
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            const uint32_t mt = m0 + 16u * (warp & 3u) + (lane >> 2) + 8u * (uint32_t)e2;
+            if (mt >= l->m) continue;
+#pragma unroll
+            for (int i = 0; i < 16; i++)
+#pragma unroll
+                for (int e1 = 0; e1 < 2; e1++)
+                    fn(mt, 128u * wg + 8u * (uint32_t)i + 2u * (lane & 3u) + (uint32_t)e1, acc[4 * i + 2 * e2 + e1]);
+        }
+    };
+    mk_mm_epilogue<MODE, BN>(a, l, n0, N, m0, splits, each);
+}
+#endif
 
 /* BN 64 (mk_chunk_mm_*): twice the blocks, for weights decoded from blocks formats, whose decoding
  * wants more warps; the wide tiles (_wide, _split: 256 rows) feed each fragment of x to 8 n8 tiles,
@@ -453,7 +616,19 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     MK_MM_KERNEL(mk_chunk_mm_add##suffix, MK_CHUNK_MM_ADD, bn, wsrc, stages)     \
     MK_MM_KERNEL(mk_chunk_mm_silu##suffix, MK_CHUNK_MM_SILU, bn, wsrc, stages)
 MK_MM_KERNELS(, MK_CHUNK_MM_ROWS, MK_MM_W_DECODE, 2u)
+#if defined(MK_MM_WGMMA)
+#define MK_MM_WIDE_KERNEL(name, mode)                                                           \
+    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)                           \
+        name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
+        mk_grid_dep_wait();                                                                     \
+        mk_chunk_mm_wg<mode>(&a, &l);                                                           \
+    }
+MK_MM_WIDE_KERNEL(mk_chunk_mm_store_wide, MK_CHUNK_MM_STORE)
+MK_MM_WIDE_KERNEL(mk_chunk_mm_add_wide, MK_CHUNK_MM_ADD)
+MK_MM_WIDE_KERNEL(mk_chunk_mm_silu_wide, MK_CHUNK_MM_SILU)
+#else
 MK_MM_KERNELS(_wide, MK_CHUNK_MM_WIDE_ROWS, MK_MM_W_RAW, MK_CHUNK_MM_WIDE_STAGES)
+#endif
 MK_MM_KERNELS(_split, MK_CHUNK_MM_SPLIT_ROWS, MK_MM_W_SPLIT, 2u)
 
 /* Thread t: 8 columns of a row of the stacked w0, w1, w2 (rows from 0, then w1's, then w2's),
