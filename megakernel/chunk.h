@@ -67,6 +67,9 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
     (4u * 2u * (2u * MK_CHUNK_MM_TOKENS * MK_CHUNK_MM_K + MK_CHUNK_MM_WIDE_ROWS * MK_CHUNK_MM_K))
 #define MK_CHUNK_MM_WIDE_SMEM  MK_CHUNK_MM_WG_SMEM
 #define MK_CHUNK_MM_SPLIT_SMEM MK_CHUNK_MM_SMEM_AT(MK_CHUNK_MM_SPLIT_ROWS, 2u, 2u)
+/* _split on sm_90a (cc 9.0): three stages of the wgmma ring with weight hi and lo tiles. */
+#define MK_CHUNK_MM_SPLIT_WG_SMEM \
+    (3u * 2u * (2u * MK_CHUNK_MM_TOKENS * MK_CHUNK_MM_K + 2u * MK_CHUNK_MM_SPLIT_ROWS * MK_CHUNK_MM_K))
 
 /* mk_chunk_mv, the products of at most MK_CHUNK_MV_TOKENS token rows: MK_CHUNK_MV_ROWS weight rows
  * per block (16 a warp), the columns cut into splits of mk_chunk_mv_span columns (grid: rows / that,

@@ -135,6 +135,7 @@ struct mk_cuda_backend {
     uint64_t c_wsplit_floats; /* the largest block-format product's (q/k/v, output, gate/up, down; not
                                * the LM head); 0 = products always decode in their blocks */
     uint32_t c_dq_min;        /* products of at least this many token rows use c_wsplit */
+    uint32_t c_split_smem;    /* shared memory of the products over c_wsplit's split rows */
     uint32_t c_mv_k;          /* most columns of an mk_chunk_mv split whose x fits the device's shared
                                * memory (at most MK_CHUNK_MV_K); 0: few-token products take the tiles */
     uint32_t c_head_dim;      /* the chunk program's largest head */
@@ -946,7 +947,7 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
     if (bf16 || dq) {
         k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE + (bf16 ? MK_CK_MM_STORE_WIDE : MK_CK_MM_STORE_SPLIT));
         per_block = bf16 ? MK_CHUNK_MM_WIDE_ROWS : MK_CHUNK_MM_SPLIT_ROWS;
-        smem = bf16 ? MK_CHUNK_MM_WIDE_SMEM : MK_CHUNK_MM_SPLIT_SMEM;
+        smem = bf16 ? MK_CHUNK_MM_WIDE_SMEM : b->c_split_smem;
     }
     if (silu)
         per_block /= 2u;
@@ -1588,9 +1589,11 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         if (MK_CU(cu, err,
                   cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MM_WIDE_SMEM)))
             return MK_ERR_CUDA;
+    /* cc 9.0 runs the sm_90a code, whose split-row products are the wgmma ring. */
+    b->c_split_smem =
+        b->info.cc_major == 9 && b->info.cc_minor == 0 ? MK_CHUNK_MM_SPLIT_WG_SMEM : MK_CHUNK_MM_SPLIT_SMEM;
     for (int k = MK_CK_MM_STORE_SPLIT; k <= MK_CK_MM_SILU_SPLIT; k++)
-        if (MK_CU(cu, err,
-                  cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MM_SPLIT_SMEM)))
+        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)b->c_split_smem)))
             return MK_ERR_CUDA;
     /* The widest split whose x fits (whole column steps): MK_CHUNK_MV_K on a Hopper's 227 KB. */
     uint32_t mv_k = MK_CHUNK_MV_K;

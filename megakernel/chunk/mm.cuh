@@ -497,34 +497,47 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 }
 
 #if defined(MK_MM_WGMMA)
-/* The bf16 products (MK_MM_W_RAW, BN 256) on wgmma: the same block and loads as mk_chunk_mm_body's,
- * the tiles swizzled for the tensor cores (mk_wg_at), warpgroup g multiplying x's hi and lo tiles by
- * weight rows 128 g .. + 128. */
-template <int MODE>
+/* The wide products (BN 256) on wgmma: the same block and loads as mk_chunk_mm_body's, the tiles
+ * swizzled for the tensor cores (mk_wg_at), warpgroup g multiplying x's hi and lo tiles by weight
+ * rows 128 g .. + 128: bf16 weights (MK_MM_W_RAW), or with SPLITW the hi and lo halves of split
+ * rows (MK_MM_W_SPLIT; a third product, x hi by w lo, per step). */
+template <int MODE, bool SPLITW>
 __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, const struct mk_chunk_launch *l) {
     constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
     /* A ring of 4 stages, copies 2 ahead: the tensor cores may still read the stage before this one
-     * while the copies fill the one after next. */
-    constexpr uint32_t BM = MK_MM_BM, BN = 256u, BK = MK_MM_BK, STAGES = 4u, AHEAD = 2u;
-    constexpr uint32_t XB = BM * BK * 2u, STAGE = 2u * XB + BN * BK * 2u; /* bytes */
-    static_assert(STAGES * STAGE <= MK_CHUNK_MM_WIDE_SMEM, "the wide products' shared memory holds the ring");
+     * while the copies fill the one after next. Split rows' stages hold twice the weights: 3 stages,
+     * copies 1 ahead. */
+    constexpr uint32_t BM = MK_MM_BM, BN = 256u, BK = MK_MM_BK, STAGES = SPLITW ? 3u : 4u, AHEAD = STAGES - 2u;
+    constexpr uint32_t XB = BM * BK * 2u, WB = BN * BK * 2u, STAGE = 2u * XB + (SPLITW ? 2u : 1u) * WB; /* bytes */
+    static_assert(STAGES * STAGE <= (SPLITW ? MK_CHUNK_MM_SPLIT_WG_SMEM : MK_CHUNK_MM_WIDE_SMEM),
+                  "the products' shared memory holds the ring");
     uint8_t *const sm = (uint8_t *)mk_chunk_smem;
     const struct mk_mm_mats mm = mk_mm_launch_mats(a, l, SILU);
-    if (!mm.exact) __trap();
+    if (!SPLITW && !mm.exact) __trap();
     struct mk_mm_place pl;
     if (!mk_mm_place_of<SILU, BN>(&mm, l, &pl)) return;
     const uint32_t N = pl.N, K = pl.K, n0 = pl.n0, m0 = pl.m0, splits = pl.splits, kb = pl.kb, ke = pl.ke;
     const float *x = (const float *)a->arena + l->x_off;
     const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const uint32_t lr = tid >> 2, lc = tid & 3u, lk = lc * 8u;
-    const __nv_bfloat16 *wrow[4];
+    const __nv_bfloat16 *wrow[4]; /* the weight row, or SPLITW the split row's hi half */
     bool wfast = (K & 7u) == 0u;
-    for (uint32_t q = 0; q < mm.n_mats; q++) wfast = wfast && mm.m[q].vec;
+    if (SPLITW)
+        wfast = wfast && (l->w_off & 3u) == 0u;
+    else
+        for (uint32_t q = 0; q < mm.n_mats; q++) wfast = wfast && mm.m[q].vec;
 #pragma unroll
     for (int f = 0; f < 4; f++) {
         uint32_t row;
-        const struct mk_wdesc w = mk_mm_pick<SILU, BN>(&mm, n0, lr + 64u * (uint32_t)f, &row);
-        wrow[f] = (const __nv_bfloat16 *)mk_row(&w, min(row, w.rows - 1u));
+        const uint32_t r = lr + 64u * (uint32_t)f;
+        const struct mk_wdesc w = mk_mm_pick<SILU, BN>(&mm, n0, r, &row);
+        if (SPLITW) {
+            const uint32_t srow = SILU ? (r < BN / 2u ? 0u : N) + row : n0 + r;
+            wrow[f] = (const __nv_bfloat16 *)((const float *)a->arena + l->w_off +
+                                              (uint64_t)min(srow, (SILU ? 2u * N : N) - 1u) * K);
+        } else {
+            wrow[f] = (const __nv_bfloat16 *)mk_row(&w, min(row, w.rows - 1u));
+        }
     }
     const __nv_bfloat16 *xh = (const __nv_bfloat16 *)(x + (uint64_t)min(m0 + lr, l->m - 1u) * l->ldx);
     const bool xvec = (l->x_off & 3u) == 0 && (l->ldx & 7u) == 0;
@@ -541,10 +554,18 @@ __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, c
 #pragma unroll
         for (int f = 0; f < 4; f++) {
             uint8_t *d = st + 2u * XB + mk_wg_at(lr + 64u * (uint32_t)f, lc);
-            if (wfast)
+            if (SPLITW) {
+                if (wfast && k + 8u <= K) {
+                    mk_cp_async16(d, wrow[f] + k, 16u);
+                    mk_cp_async16(d + WB, wrow[f] + K + k, 16u);
+                } else {
+                    mk_mm_split_copy8((__nv_bfloat16 *)d, (__nv_bfloat16 *)(d + WB), wrow[f], K, k, K);
+                }
+            } else if (wfast) {
                 mk_cp_async16(d, wrow[f] + k, 16u);
-            else
+            } else {
                 *(uint4 *)d = mk_mm_fetch_raw_at<SILU, BN>(a, l, n0, lr + 64u * (uint32_t)f, k);
+            }
         }
     };
     float acc[64];
@@ -574,6 +595,7 @@ __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, c
             const uint64_t db = mk_wg_desc(st + 2u * XB + wg * 8192u + kk * 2u);
             mk_wg_mma(acc, mk_wg_desc(st + kk * 2u), db);
             mk_wg_mma(acc, mk_wg_desc(st + XB + kk * 2u), db);
+            if (SPLITW) mk_wg_mma(acc, mk_wg_desc(st + kk * 2u), mk_wg_desc(st + 2u * XB + WB + wg * 8192u + kk * 2u));
         }
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
@@ -617,19 +639,22 @@ __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, c
     MK_MM_KERNEL(mk_chunk_mm_silu##suffix, MK_CHUNK_MM_SILU, bn, wsrc, stages)
 MK_MM_KERNELS(, MK_CHUNK_MM_ROWS, MK_MM_W_DECODE, 2u)
 #if defined(MK_MM_WGMMA)
-#define MK_MM_WIDE_KERNEL(name, mode)                                                           \
+#define MK_MM_WG_KERNEL(name, mode, splitw)                                                     \
     extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)                           \
         name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
         mk_grid_dep_wait();                                                                     \
-        mk_chunk_mm_wg<mode>(&a, &l);                                                           \
+        mk_chunk_mm_wg<mode, splitw>(&a, &l);                                                   \
     }
-MK_MM_WIDE_KERNEL(mk_chunk_mm_store_wide, MK_CHUNK_MM_STORE)
-MK_MM_WIDE_KERNEL(mk_chunk_mm_add_wide, MK_CHUNK_MM_ADD)
-MK_MM_WIDE_KERNEL(mk_chunk_mm_silu_wide, MK_CHUNK_MM_SILU)
+MK_MM_WG_KERNEL(mk_chunk_mm_store_wide, MK_CHUNK_MM_STORE, false)
+MK_MM_WG_KERNEL(mk_chunk_mm_add_wide, MK_CHUNK_MM_ADD, false)
+MK_MM_WG_KERNEL(mk_chunk_mm_silu_wide, MK_CHUNK_MM_SILU, false)
+MK_MM_WG_KERNEL(mk_chunk_mm_store_split, MK_CHUNK_MM_STORE, true)
+MK_MM_WG_KERNEL(mk_chunk_mm_add_split, MK_CHUNK_MM_ADD, true)
+MK_MM_WG_KERNEL(mk_chunk_mm_silu_split, MK_CHUNK_MM_SILU, true)
 #else
 MK_MM_KERNELS(_wide, MK_CHUNK_MM_WIDE_ROWS, MK_MM_W_RAW, MK_CHUNK_MM_WIDE_STAGES)
-#endif
 MK_MM_KERNELS(_split, MK_CHUNK_MM_SPLIT_ROWS, MK_MM_W_SPLIT, 2u)
+#endif
 
 /* Thread t: 8 columns of a row of the stacked w0, w1, w2 (rows from 0, then w1's, then w2's),
  * decoded once into split rows at y_off (row r at y_off + r * cols floats), for the _split
