@@ -361,7 +361,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 #pragma unroll
             for (int f = 0; f < FW; f++) {
                 __nv_bfloat16 *d = st + WB + (lr + 64u * (uint32_t)f) * LD + lk;
-                if (wfast) {
+                if (wfast && k < K) { /* K % 8 == 0: the 8 columns are in the row */
                     mk_cp_async16(d, wsh[f] + k, 16u);
                 } else {
                     *(uint4 *)d = mk_mm_fetch_raw_at<SILU, BN>(a, l, n0, lr + 64u * (uint32_t)f, k);
@@ -561,7 +561,7 @@ __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, c
                 } else {
                     mk_mm_split_copy8((__nv_bfloat16 *)d, (__nv_bfloat16 *)(d + WB), wrow[f], K, k, K);
                 }
-            } else if (wfast) {
+            } else if (wfast && k < K) { /* K % 8 == 0: the 8 columns are in the row */
                 mk_cp_async16(d, wrow[f] + k, 16u);
             } else {
                 *(uint4 *)d = mk_mm_fetch_raw_at<SILU, BN>(a, l, n0, lr + 64u * (uint32_t)f, k);
