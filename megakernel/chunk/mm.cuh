@@ -185,6 +185,32 @@ __device__ __forceinline__ bool mk_mm_place_of(const struct mk_mm_mats *mm, cons
     return p->n0 < p->N && p->m0 < l->m;
 }
 
+/* The row a block's loads take for weight row r (of BN from n0; w and row as mk_mm_pick gave them):
+ * a bf16 matrix's own row, or with SPLITROWS its split row at l->w_off (the hi half; lo K values
+ * later). Rows past the matrix, or past the stacked space (SILU: gate's N rows, then up's), repeat
+ * the last: their sums reach only output rows that are never stored. */
+template <bool SILU, uint32_t BN, bool SPLITROWS>
+__device__ __forceinline__ const __nv_bfloat16 *
+mk_mm_wrow(const struct mk_kernel_args *a, const struct mk_chunk_launch *l, const struct mk_wdesc *w, uint32_t row,
+           uint32_t n0, uint32_t N, uint32_t K, uint32_t r) {
+    if (!SPLITROWS) return (const __nv_bfloat16 *)mk_row(w, min(row, w->rows - 1u));
+    const uint32_t srow = SILU ? (r < BN / 2u ? 0u : N) + row : n0 + r;
+    return (const __nv_bfloat16 *)((const float *)a->arena + l->w_off +
+                                   (uint64_t)min(srow, (SILU ? 2u * N : N) - 1u) * K);
+}
+
+/* Whether those rows go by 16-byte copies (K % 8 == 0 and the rows 16-byte aligned). */
+template <bool SPLITROWS>
+__device__ __forceinline__ bool mk_mm_wvec(const struct mk_mm_mats *mm, const struct mk_chunk_launch *l, uint32_t K) {
+    bool v = (K & 7u) == 0u;
+    if constexpr (SPLITROWS) {
+        v = v && (l->w_off & 3u) == 0u;
+    } else {
+        for (uint32_t q = 0; q < mm->n_mats; q++) v = v && mm->m[q].vec;
+    }
+    return v;
+}
+
 /* The end of a product block of BN weight rows from n0 by MK_MM_BM token rows from m0, whose sums
  * each(fn) hands out as fn(token row, tile column, sum) (token rows past l->m left out): a split's
  * raw sums to the partials, else the mode's epilogue. */
@@ -312,29 +338,18 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     const uint32_t lr = tid >> 2, lk = (tid & 3u) * 8u;
     uint32_t lrow[FW];
     struct mk_wdesc lw[FW];
-    const __nv_bfloat16 *wsh[FW]; /* SPLITW: the split row's hi half; RAW: the weight row */
-    /* Rows of the stacked space (SILU: gate's N, then up's): a row past them repeats the last,
-     * whose sums reach only output rows that are never stored. */
-    const uint32_t n_split = SILU ? 2u * N : N;
-    /* RAW: every matrix's rows go by 16-byte copies (else each stage's loads look again). */
-    bool wfast = (K & 7u) == 0u;
-    for (uint32_t q = 0; q < mm.n_mats; q++) wfast = wfast && mm.m[q].vec;
+    const __nv_bfloat16 *wsh[FW]; /* RAW, SPLITW: the rows the copies take (mk_mm_wrow) */
 #pragma unroll
     for (int f = 0; f < FW; f++) {
-        lw[f] = mk_mm_pick<SILU, BN>(&mm, n0, lr + 64u * (uint32_t)f, &lrow[f]);
-        if (RAW) {
-            wsh[f] = (const __nv_bfloat16 *)mk_row(&lw[f], min(lrow[f], lw[f].rows - 1u));
-            continue;
-        }
-        /* The row in the stacked space (pick made lrow relative to its matrix). */
-        const uint32_t r = lr + 64u * (uint32_t)f, srow = SILU ? (r < BN / 2u ? 0u : N) + lrow[f] : n0 + r;
-        wsh[f] = (const __nv_bfloat16 *)((const float *)a->arena + l->w_off + (uint64_t)min(srow, n_split - 1u) * K);
+        const uint32_t r = lr + 64u * (uint32_t)f;
+        lw[f] = mk_mm_pick<SILU, BN>(&mm, n0, r, &lrow[f]);
+        wsh[f] = mk_mm_wrow<SILU, BN, SPLITW>(a, l, &lw[f], lrow[f], n0, N, K, r);
     }
     /* Token rows past m repeat row m - 1: only their own output rows, which are never stored, see
      * them. */
     const __nv_bfloat16 *xh = (const __nv_bfloat16 *)(x + (uint64_t)min(m0 + lr, l->m - 1u) * l->ldx);
     const bool xvec = (l->x_off & 3u) == 0 && (l->ldx & 7u) == 0; /* 16-byte copies of split rows */
-    const bool wvec = (l->w_off & 3u) == 0 && (K & 7u) == 0;
+    const bool wvec = mk_mm_wvec<SPLITW>(&mm, l, K);              /* else each stage's loads look again */
 
     /* 8 values from k of the split row at hi (its lo half ld later) into the tiles at sh and sl. */
     auto split8 = [&](__nv_bfloat16 *sh, __nv_bfloat16 *sl, const __nv_bfloat16 *hi, uint32_t ld, uint32_t k,
@@ -361,7 +376,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 #pragma unroll
             for (int f = 0; f < FW; f++) {
                 __nv_bfloat16 *d = st + WB + (lr + 64u * (uint32_t)f) * LD + lk;
-                if (wfast && k < K) { /* K % 8 == 0: the 8 columns are in the row */
+                if (wvec && k < K) { /* K % 8 == 0: the 8 columns are in the row */
                     mk_cp_async16(d, wsh[f] + k, 16u);
                 } else {
                     *(uint4 *)d = mk_mm_fetch_raw_at<SILU, BN>(a, l, n0, lr + 64u * (uint32_t)f, k);
@@ -520,24 +535,14 @@ __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, c
     const float *x = (const float *)a->arena + l->x_off;
     const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const uint32_t lr = tid >> 2, lc = tid & 3u, lk = lc * 8u;
-    const __nv_bfloat16 *wrow[4]; /* the weight row, or SPLITW the split row's hi half */
-    bool wfast = (K & 7u) == 0u;
-    if (SPLITW)
-        wfast = wfast && (l->w_off & 3u) == 0u;
-    else
-        for (uint32_t q = 0; q < mm.n_mats; q++) wfast = wfast && mm.m[q].vec;
+    const __nv_bfloat16 *wrow[4]; /* mk_mm_wrow */
+    const bool wfast = mk_mm_wvec<SPLITW>(&mm, l, K);
 #pragma unroll
     for (int f = 0; f < 4; f++) {
         uint32_t row;
         const uint32_t r = lr + 64u * (uint32_t)f;
         const struct mk_wdesc w = mk_mm_pick<SILU, BN>(&mm, n0, r, &row);
-        if (SPLITW) {
-            const uint32_t srow = SILU ? (r < BN / 2u ? 0u : N) + row : n0 + r;
-            wrow[f] = (const __nv_bfloat16 *)((const float *)a->arena + l->w_off +
-                                              (uint64_t)min(srow, (SILU ? 2u * N : N) - 1u) * K);
-        } else {
-            wrow[f] = (const __nv_bfloat16 *)mk_row(&w, min(row, w.rows - 1u));
-        }
+        wrow[f] = mk_mm_wrow<SILU, BN, SPLITW>(a, l, &w, row, n0, N, K, r);
     }
     const __nv_bfloat16 *xh = (const __nv_bfloat16 *)(x + (uint64_t)min(m0 + lr, l->m - 1u) * l->ldx);
     const bool xvec = (l->x_off & 3u) == 0 && (l->ldx & 7u) == 0;
@@ -555,7 +560,7 @@ __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, c
         for (int f = 0; f < 4; f++) {
             uint8_t *d = st + 2u * XB + mk_wg_at(lr + 64u * (uint32_t)f, lc);
             if (SPLITW) {
-                if (wfast && k + 8u <= K) {
+                if (wfast && k < K) {
                     mk_cp_async16(d, wrow[f] + k, 16u);
                     mk_cp_async16(d + WB, wrow[f] + K + k, 16u);
                 } else {
