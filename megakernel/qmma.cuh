@@ -77,83 +77,141 @@ __device__ __forceinline__ uint32_t mk_qmma_k4_mins(const uint32_t *h, bool hi) 
     return hi ? ((h[3] >> 4) & 0x0f0f0f0fu) | ((h[2] >> 2) & 0x30303030u) : h[2] & 0x3f3f3f3fu;
 }
 
-/* Q4_K (FIVE: Q5_K) rows pg (row g) and pg8 (row g + 8) over super-blocks sb0, sb0 + ks, ... < nsb:
- * adds this lane's share of each row's dot to acc[0], acc[1] (the four lanes of a row sum later).
- * xq, xg: shared addresses of x's quants and groups. */
+/* One Q4_K or Q5_K super-block of rows g and g + 8 as this lane reads it: header words (d, dmin,
+ * scales, mins), its 8 bytes of each 32-byte quant chunk, and for Q5_K its 8 bytes of the high bits. */
+struct mk_qk45_raw {
+    uint32_t h0[4], h8[4], q0[8], q8[8], e0[2], e8[2];
+};
+
+/* ... from global memory (b0, b8: the rows' super-block). */
 template <bool FIVE>
-__device__ __forceinline__ void mk_qmma_k45(const uint8_t *pg, const uint8_t *pg8, uint32_t sb0, uint32_t nsb,
-                                            uint32_t ks, uint32_t xq, uint32_t xg, float *acc) {
+__device__ __forceinline__ void mk_qmma_k45_load(const uint8_t *b0, const uint8_t *b8, struct mk_qk45_raw *w) {
+    const uint32_t c = threadIdx.x & 3u, QS = FIVE ? 48u : 16u;
+    mk_w_aligned<true, 4>(b0, w->h0);
+    mk_w_aligned<true, 4>(b8, w->h8);
+    MK_UNROLL
+    for (int p = 0; p < 4; p++) {
+        mk_w_aligned<true, 2>(b0 + QS + 32u * p + 8u * c, w->q0 + 2 * p);
+        mk_w_aligned<true, 2>(b8 + QS + 32u * p + 8u * c, w->q8 + 2 * p);
+    }
+    if (FIVE) {
+        mk_w_aligned<true, 2>(b0 + 16u + 8u * c, w->e0);
+        mk_w_aligned<true, 2>(b8 + 16u + 8u * c, w->e8);
+    }
+}
+
+/* Super-block sb of Q4_K (FIVE: Q5_K) rows g and g + 8 (words in w): adds this lane's share of each
+ * row's dot to acc[0], acc[1] (the four lanes of a row sum later). xq, xg: shared addresses of x's
+ * quants and groups. */
+template <bool FIVE>
+__device__ __forceinline__ void mk_qmma_k45_sb(const struct mk_qk45_raw &w, uint32_t sb, uint32_t xq, uint32_t xg,
+                                               float *acc) {
     const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, c = lane & 3u;
-    const uint32_t BB = FIVE ? 176u : 144u, QS = FIVE ? 48u : 16u;
     /* C column 2c holds level 0 (c = 0) or 2 (c = 1) and column 2c + 1 level 1 (c = 0) or none:
      * t = 254 C[2c] + C[2c + 1] weighs 1/254 or 1/254^3; columns 4-7 are empty. */
     const float tw = c == 0u ? 1.0f / MK_XQ_STEP : c == 1u ? 1.0f / (MK_XQ_STEP * MK_XQ_STEP * MK_XQ_STEP) : 0.0f;
     const bool bl = g < 3u;
     const uint32_t xqo = xq + 32u * (bl ? g : 0u) + 8u * c;
-    for (uint32_t sb = sb0; sb < nsb; sb += ks) {
-        const uint8_t *b0 = pg + (uint64_t)sb * BB, *b8 = pg8 + (uint64_t)sb * BB;
-        uint32_t h0[4], h8[4];
-        mk_w_aligned<true, 4>(b0, h0);
-        mk_w_aligned<true, 4>(b8, h8);
-        uint32_t q0[8], q8[8], e0[2] = { 0u, 0u }, e8[2] = { 0u, 0u };
-        MK_UNROLL
-        for (int p = 0; p < 4; p++) {
-            mk_w_aligned<true, 2>(b0 + QS + 32u * p + 8u * c, q0 + 2 * p);
-            mk_w_aligned<true, 2>(b8 + QS + 32u * p + 8u * c, q8 + 2 * p);
-        }
+    const uint32_t *h0 = w.h0, *h8 = w.h8, *q0 = w.q0, *q8 = w.q8, *e0 = w.e0, *e8 = w.e8;
+    /* 6-bit scales of sub-blocks 0-3 and 4-7, bytes of words; mins likewise. */
+    const uint32_t s0[2] = { mk_qmma_k4_scales(h0, false), mk_qmma_k4_scales(h0, true) };
+    const uint32_t s8[2] = { mk_qmma_k4_scales(h8, false), mk_qmma_k4_scales(h8, true) };
+    float v0 = 0.0f, v8 = 0.0f;
+    MK_UNROLL
+    for (int s = 0; s < 8; s++) {
+        const uint32_t G = 8u * sb + (uint32_t)s, p = (uint32_t)s >> 1, sh = 4u * ((uint32_t)s & 1u);
+        const uint2 bx = mk_lds64(xqo + 96u * G);
+        const uint32_t xb0 = bl ? bx.x : 0u, xb1 = bl ? bx.y : 0u;
+        uint32_t a[4] = { (q0[2 * p] >> sh) & 0x0f0f0f0fu, (q8[2 * p] >> sh) & 0x0f0f0f0fu,
+                          (q0[2 * p + 1] >> sh) & 0x0f0f0f0fu, (q8[2 * p + 1] >> sh) & 0x0f0f0f0fu };
         if (FIVE) {
-            mk_w_aligned<true, 2>(b0 + 16u + 8u * c, e0);
-            mk_w_aligned<true, 2>(b8 + 16u + 8u * c, e8);
+            a[0] |= ((e0[0] >> s) & 0x01010101u) << 4;
+            a[1] |= ((e8[0] >> s) & 0x01010101u) << 4;
+            a[2] |= ((e0[1] >> s) & 0x01010101u) << 4;
+            a[3] |= ((e8[1] >> s) & 0x01010101u) << 4;
         }
-        /* 6-bit scales of sub-blocks 0-3 and 4-7, bytes of words; mins likewise. */
-        const uint32_t s0[2] = { mk_qmma_k4_scales(h0, false), mk_qmma_k4_scales(h0, true) };
-        const uint32_t s8[2] = { mk_qmma_k4_scales(h8, false), mk_qmma_k4_scales(h8, true) };
-        float v0 = 0.0f, v8 = 0.0f;
-        MK_UNROLL
-        for (int s = 0; s < 8; s++) {
-            const uint32_t G = 8u * sb + (uint32_t)s, p = (uint32_t)s >> 1, sh = 4u * ((uint32_t)s & 1u);
-            const uint2 bx = mk_lds64(xqo + 96u * G);
-            const uint32_t xb0 = bl ? bx.x : 0u, xb1 = bl ? bx.y : 0u;
-            uint32_t a[4] = { (q0[2 * p] >> sh) & 0x0f0f0f0fu, (q8[2 * p] >> sh) & 0x0f0f0f0fu,
-                              (q0[2 * p + 1] >> sh) & 0x0f0f0f0fu, (q8[2 * p + 1] >> sh) & 0x0f0f0f0fu };
-            if (FIVE) {
-                a[0] |= ((e0[0] >> s) & 0x01010101u) << 4;
-                a[1] |= ((e8[0] >> s) & 0x01010101u) << 4;
-                a[2] |= ((e0[1] >> s) & 0x01010101u) << 4;
-                a[3] |= ((e8[1] >> s) & 0x01010101u) << 4;
-            }
-            int d[4];
-            mk_mma_s8(d, a[0], a[1], a[2], a[3], xb0, xb1);
-            const float dx = __uint_as_float(mk_lds128(xg + 16u * G).x) * tw;
-            const int sc0 = (int)mk_qmma_byte(s0[s >> 2], (uint32_t)s & 3u);
-            const int sc8 = (int)mk_qmma_byte(s8[s >> 2], (uint32_t)s & 3u);
-            v0 += (float)((d[0] * 254 + d[1]) * sc0) * dx;
-            v8 += (float)((d[2] * 254 + d[3]) * sc8) * dx;
-        }
-        /* Mins: lane c takes sub-blocks 2c and 2c + 1 (the four lanes of a row sum later). */
-        const uint32_t m0w = mk_qmma_k4_mins(h0, c >= 2u), m8w = mk_qmma_k4_mins(h8, c >= 2u);
-        float m0 = 0.0f, m8 = 0.0f;
-        MK_UNROLL
-        for (uint32_t e = 0; e < 2u; e++) {
-            const uint32_t s = 2u * c + e;
-            const float gs = mk_qmma_gsum(xg, 8u * sb + s);
-            m0 += (float)mk_qmma_byte(m0w, s & 3u) * gs;
-            m8 += (float)mk_qmma_byte(m8w, s & 3u) * gs;
-        }
-        const float2 d0 = mk_qmma_h2f(h0[0]), d8 = mk_qmma_h2f(h8[0]);
-        acc[0] += d0.x * v0 - d0.y * m0;
-        acc[1] += d8.x * v8 - d8.y * m8;
+        int d[4];
+        mk_mma_s8(d, a[0], a[1], a[2], a[3], xb0, xb1);
+        const float dx = __uint_as_float(mk_lds128(xg + 16u * G).x) * tw;
+        const int sc0 = (int)mk_qmma_byte(s0[s >> 2], (uint32_t)s & 3u);
+        const int sc8 = (int)mk_qmma_byte(s8[s >> 2], (uint32_t)s & 3u);
+        v0 += (float)((d[0] * 254 + d[1]) * sc0) * dx;
+        v8 += (float)((d[2] * 254 + d[3]) * sc8) * dx;
+    }
+    /* Mins: lane c takes sub-blocks 2c and 2c + 1 (the four lanes of a row sum later). */
+    const uint32_t m0w = mk_qmma_k4_mins(h0, c >= 2u), m8w = mk_qmma_k4_mins(h8, c >= 2u);
+    float m0 = 0.0f, m8 = 0.0f;
+    MK_UNROLL
+    for (uint32_t e = 0; e < 2u; e++) {
+        const uint32_t s = 2u * c + e;
+        const float gs = mk_qmma_gsum(xg, 8u * sb + s);
+        m0 += (float)mk_qmma_byte(m0w, s & 3u) * gs;
+        m8 += (float)mk_qmma_byte(m8w, s & 3u) * gs;
+    }
+    const float2 d0 = mk_qmma_h2f(h0[0]), d8 = mk_qmma_h2f(h8[0]);
+    acc[0] += d0.x * v0 - d0.y * m0;
+    acc[1] += d8.x * v8 - d8.y * m8;
+}
+
+/* Rows pg (row g) and pg8 (row g + 8) over super-blocks [sb0, sb1) straight from global memory, the
+ * next super-block's words loading during this one's products: with one block of 8 warps per
+ * multiprocessor a warp that waited for each super-block in turn could not cover the latency
+ * (2.4 % of a llama-8b Q4_K_M token; BENCHMARKS.md 2026-11-26, night). */
+template <bool FIVE>
+__device__ __forceinline__ void mk_qmma_k45(const uint8_t *pg, const uint8_t *pg8, uint32_t sb0, uint32_t sb1,
+                                            uint32_t xq, uint32_t xg, float *acc) {
+    const uint32_t BB = FIVE ? 176u : 144u;
+    if (sb0 >= sb1) return;
+    struct mk_qk45_raw w;
+    mk_qmma_k45_load<FIVE>(pg + (uint64_t)sb0 * BB, pg8 + (uint64_t)sb0 * BB, &w);
+    for (uint32_t sb = sb0; sb < sb1; sb++) {
+        const struct mk_qk45_raw cur = w;
+        if (sb + 1u < sb1) mk_qmma_k45_load<FIVE>(pg + (uint64_t)(sb + 1u) * BB, pg8 + (uint64_t)(sb + 1u) * BB, &w);
+        mk_qmma_k45_sb<FIVE>(cur, sb, xq, xg, acc);
     }
 }
 
-/* Q6_K rows pg, pg8 as mk_qmma_k45 does Q4_K. Each 32-element group has two 16-element scales, so
- * B's columns are (level, half): 0 (0, 0), 1 (1, 0), 2 (0, 1), 3 (1, 1), 4 (2, 0), 6 (2, 1), 5 and
- * 7 empty. Lane c's C columns 2c, 2c + 1 then share one half (c & 1) and combine as Q4_K's do
- * (t = 254 C[2c] + C[2c + 1]): one scale and one conversion per row and group, where a column per
- * level and half took four scales and four conversions. |t| <= 255 * 16 * 32 * 127 < 2^24 and t
- * times an int8 scale stays below 2^31. */
-__device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8, uint32_t sb0, uint32_t nsb,
-                                           uint32_t ks, uint32_t xq, uint32_t xg, float *acc) {
+/* One Q6_K super-block of rows g and g + 8 as this lane reads it: the 4-byte aligned words around
+ * its bytes (shifted into place at use, where the loads have landed), and d. */
+struct mk_qk6_raw {
+    uint32_t sc0[5], sc8[5], l0[2][3][3], l8[2][3][3], d0, d8, sh0, sh8;
+};
+
+__device__ __forceinline__ void mk_qk6_words(const uint8_t *p, int n, uint32_t *v) {
+    const uint8_t *a = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)3);
+    MK_UNROLL
+    for (int i = 0; i < n; i++) v[i] = mk_w_ld32(a + 4 * i);
+}
+
+/* ... from global memory (b0, b8: the rows' super-block). */
+__device__ __forceinline__ void mk_qmma_k6_load(const uint8_t *b0, const uint8_t *b8, struct mk_qk6_raw *w) {
+    const uint32_t c = threadIdx.x & 3u;
+    mk_qk6_words(b0 + 192u, 5, w->sc0);
+    mk_qk6_words(b8 + 192u, 5, w->sc8);
+    MK_UNROLL
+    for (uint32_t n = 0; n < 2u; n++) {
+        mk_qk6_words(b0 + 64u * n + 8u * c, 3, w->l0[n][0]);
+        mk_qk6_words(b0 + 64u * n + 32u + 8u * c, 3, w->l0[n][1]);
+        mk_qk6_words(b0 + 128u + 32u * n + 8u * c, 3, w->l0[n][2]);
+        mk_qk6_words(b8 + 64u * n + 8u * c, 3, w->l8[n][0]);
+        mk_qk6_words(b8 + 64u * n + 32u + 8u * c, 3, w->l8[n][1]);
+        mk_qk6_words(b8 + 128u + 32u * n + 8u * c, 3, w->l8[n][2]);
+    }
+    w->d0 = mk_w_u16(b0 + 208u);
+    w->d8 = mk_w_u16(b8 + 208u);
+    /* Every word of a row's block shares one misalignment (offsets above are multiples of 4). */
+    w->sh0 = 8u * (uint32_t)((uintptr_t)b0 & 3u);
+    w->sh8 = 8u * (uint32_t)((uintptr_t)b8 & 3u);
+}
+
+/* Super-block sb of Q6_K rows g and g + 8 (words in w) as mk_qmma_k45_sb does Q4_K. Each 32-element
+ * group has two 16-element scales, so B's columns are (level, half): 0 (0, 0), 1 (1, 0), 2 (0, 1),
+ * 3 (1, 1), 4 (2, 0), 6 (2, 1), 5 and 7 empty. Lane c's C columns 2c, 2c + 1 then share one half
+ * (c & 1) and combine as Q4_K's do (t = 254 C[2c] + C[2c + 1]): one scale and one conversion per row
+ * and group, where a column per level and half took four scales and four conversions.
+ * |t| <= 255 * 16 * 32 * 127 < 2^24 and t times an int8 scale stays below 2^31. */
+__device__ __forceinline__ void mk_qmma_k6_sb(const struct mk_qk6_raw &cur, uint32_t sb, uint32_t xq, uint32_t xg,
+                                              float *acc) {
     const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, c = lane & 3u;
     /* Column g's level and half; the lane's k slots are elements 8c .. 8c + 7, in half c / 2. */
     const uint32_t lev = g == 4u || g == 6u ? 2u : g & 1u, half = g == 2u || g == 3u || g == 6u ? 1u : 0u;
@@ -161,49 +219,62 @@ __device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8
     const uint32_t xqo = xq + 32u * lev + 8u * c;
     const float tw = c < 2u ? 1.0f / MK_XQ_STEP : 1.0f / (MK_XQ_STEP * MK_XQ_STEP * MK_XQ_STEP);
     const uint32_t hs = 8u * (c & 1u); /* the lane's half: byte 2kk + 1 of a scale word */
-    for (uint32_t sb = sb0; sb < nsb; sb += ks) {
-        const uint8_t *b0 = pg + (uint64_t)sb * 210u, *b8 = pg8 + (uint64_t)sb * 210u;
-        uint32_t sc0[4], sc8[4];
-        mk_w_words<4>(b0 + 192u, sc0);
-        mk_w_words<4>(b8 + 192u, sc8);
+    uint32_t sc0[4], sc8[4];
+    MK_UNROLL
+    for (int i = 0; i < 4; i++) {
+        sc0[i] = __funnelshift_r(cur.sc0[i], cur.sc0[i + 1], cur.sh0) >> hs;
+        sc8[i] = __funnelshift_r(cur.sc8[i], cur.sc8[i + 1], cur.sh8) >> hs;
+    }
+    float v0 = 0.0f, v8 = 0.0f;
+    MK_UNROLL
+    for (uint32_t n = 0; n < 2u; n++) {
+        uint32_t la0[2], lb0[2], hh0[2], la8[2], lb8[2], hh8[2];
         MK_UNROLL
-        for (int i = 0; i < 4; i++) sc0[i] >>= hs, sc8[i] >>= hs;
-        float v0 = 0.0f, v8 = 0.0f;
-        MK_UNROLL
-        for (uint32_t n = 0; n < 2u; n++) {
-            uint32_t la0[2], lb0[2], hh0[2], la8[2], lb8[2], hh8[2];
-            mk_w_words<2>(b0 + 64u * n + 8u * c, la0);
-            mk_w_words<2>(b0 + 64u * n + 32u + 8u * c, lb0);
-            mk_w_words<2>(b0 + 128u + 32u * n + 8u * c, hh0);
-            mk_w_words<2>(b8 + 64u * n + 8u * c, la8);
-            mk_w_words<2>(b8 + 64u * n + 32u + 8u * c, lb8);
-            mk_w_words<2>(b8 + 128u + 32u * n + 8u * c, hh8);
-            MK_UNROLL
-            for (uint32_t kk = 0; kk < 4u; kk++) {
-                const uint32_t G = 8u * sb + 4u * n + kk;
-                const uint2 bx = mk_lds64(xqo + 96u * G);
-                const uint32_t xb0 = bl ? bx.x : 0u, xb1 = bl ? bx.y : 0u;
-                uint32_t a[4];
-                MK_UNROLL
-                for (int k = 0; k < 2; k++) {
-                    const uint32_t l0 = kk & 1u ? lb0[k] : la0[k], l8 = kk & 1u ? lb8[k] : la8[k];
-                    const uint32_t q0 = kk < 2u ? l0 & 0x0f0f0f0fu : (l0 >> 4) & 0x0f0f0f0fu;
-                    const uint32_t q8 = kk < 2u ? l8 & 0x0f0f0f0fu : (l8 >> 4) & 0x0f0f0f0fu;
-                    a[2 * k] = mk_q8_minus32(q0 | (((hh0[k] >> (2u * kk)) & 0x03030303u) << 4));
-                    a[2 * k + 1] = mk_q8_minus32(q8 | (((hh8[k] >> (2u * kk)) & 0x03030303u) << 4));
-                }
-                int d[4];
-                mk_mma_s8(d, a[0], a[1], a[2], a[3], xb0, xb1);
-                const float dx = __uint_as_float(mk_lds128(xg + 16u * G).x) * tw;
-                /* Scale 8n + 2kk + half: byte (2kk) % 4 of word (8n + 2kk) / 4, shifted by half. */
-                const uint32_t wi = (8u * n + 2u * kk) >> 2, bi = (2u * kk) & 3u;
-                const int s0 = (int)(int8_t)mk_qmma_byte(sc0[wi], bi), s8 = (int)(int8_t)mk_qmma_byte(sc8[wi], bi);
-                v0 += (float)((d[0] * 254 + d[1]) * s0) * dx;
-                v8 += (float)((d[2] * 254 + d[3]) * s8) * dx;
-            }
+        for (int k = 0; k < 2; k++) {
+            la0[k] = __funnelshift_r(cur.l0[n][0][k], cur.l0[n][0][k + 1], cur.sh0);
+            lb0[k] = __funnelshift_r(cur.l0[n][1][k], cur.l0[n][1][k + 1], cur.sh0);
+            hh0[k] = __funnelshift_r(cur.l0[n][2][k], cur.l0[n][2][k + 1], cur.sh0);
+            la8[k] = __funnelshift_r(cur.l8[n][0][k], cur.l8[n][0][k + 1], cur.sh8);
+            lb8[k] = __funnelshift_r(cur.l8[n][1][k], cur.l8[n][1][k + 1], cur.sh8);
+            hh8[k] = __funnelshift_r(cur.l8[n][2][k], cur.l8[n][2][k + 1], cur.sh8);
         }
-        acc[0] += mk_q_half(b0 + 208u) * v0;
-        acc[1] += mk_q_half(b8 + 208u) * v8;
+        MK_UNROLL
+        for (uint32_t kk = 0; kk < 4u; kk++) {
+            const uint32_t G = 8u * sb + 4u * n + kk;
+            const uint2 bx = mk_lds64(xqo + 96u * G);
+            const uint32_t xb0 = bl ? bx.x : 0u, xb1 = bl ? bx.y : 0u;
+            uint32_t a[4];
+            MK_UNROLL
+            for (int k = 0; k < 2; k++) {
+                const uint32_t l0 = kk & 1u ? lb0[k] : la0[k], l8 = kk & 1u ? lb8[k] : la8[k];
+                const uint32_t q0 = kk < 2u ? l0 & 0x0f0f0f0fu : (l0 >> 4) & 0x0f0f0f0fu;
+                const uint32_t q8 = kk < 2u ? l8 & 0x0f0f0f0fu : (l8 >> 4) & 0x0f0f0f0fu;
+                a[2 * k] = mk_q8_minus32(q0 | (((hh0[k] >> (2u * kk)) & 0x03030303u) << 4));
+                a[2 * k + 1] = mk_q8_minus32(q8 | (((hh8[k] >> (2u * kk)) & 0x03030303u) << 4));
+            }
+            int d[4];
+            mk_mma_s8(d, a[0], a[1], a[2], a[3], xb0, xb1);
+            const float dx = __uint_as_float(mk_lds128(xg + 16u * G).x) * tw;
+            /* Scale 8n + 2kk + half: byte (2kk) % 4 of word (8n + 2kk) / 4, shifted by half. */
+            const uint32_t wi = (8u * n + 2u * kk) >> 2, bi = (2u * kk) & 3u;
+            const int s0 = (int)(int8_t)mk_qmma_byte(sc0[wi], bi), s8 = (int)(int8_t)mk_qmma_byte(sc8[wi], bi);
+            v0 += (float)((d[0] * 254 + d[1]) * s0) * dx;
+            v8 += (float)((d[2] * 254 + d[3]) * s8) * dx;
+        }
+    }
+    acc[0] += mk_qmma_h2f(cur.d0).x * v0;
+    acc[1] += mk_qmma_h2f(cur.d8).x * v8;
+}
+
+/* Q6_K rows pg, pg8 over super-blocks [sb0, sb1) straight from global memory. Loading the next
+ * super-block ahead as mk_qmma_k45 does measured slower here (its 48 words a lane; llama-1b Q6_K
+ * +2.6 %, llama-8b Q4_K_M +1.9 %), so each super-block loads and then multiplies. */
+__device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8, uint32_t sb0, uint32_t sb1,
+                                           uint32_t xq, uint32_t xg, float *acc) {
+    for (uint32_t sb = sb0; sb < sb1; sb++) {
+        struct mk_qk6_raw w;
+        mk_qmma_k6_load(pg + (uint64_t)sb * 210u, pg8 + (uint64_t)sb * 210u, &w);
+        mk_qmma_k6_sb(w, sb, xq, xg, acc);
     }
 }
 
@@ -222,13 +293,60 @@ __device__ __forceinline__ uint32_t mk_qmma_tile(const struct mk_qseg *all, uint
     }
 }
 
+/* Bytes of one super-block of a K-quant format mk_qmma_type takes. */
+__device__ __forceinline__ uint32_t mk_qmma_sb_bytes(uint32_t t) {
+    return t == MK_DEV_Q4_K ? 144u : t == MK_DEV_Q5_K ? 176u : 210u;
+}
+
+/* Super-blocks [lo, hi) of item `it` (tile it / ks, its share it % ks of nsb). */
+__device__ __forceinline__ uint32_t mk_qmma_lo(uint32_t it, uint32_t ks, uint32_t nsb) { return it % ks * nsb / ks; }
+__device__ __forceinline__ uint32_t mk_qmma_hi(uint32_t it, uint32_t ks, uint32_t nsb) {
+    return (it % ks + 1u) * nsb / ks;
+}
+
+/* Super-blocks [sb0, sb1) of rows g and g + 8 of the tile at row r0 of segment sg, straight from
+ * global memory. */
+__device__ __forceinline__ void mk_qmma_unit_global(const struct mk_qseg *sg, uint32_t r0, uint32_t sb0, uint32_t sb1,
+                                                    uint32_t xq, uint32_t xg, float *acc) {
+    const uint32_t g = (threadIdx.x & 31u) >> 2;
+    const uint8_t *pg = sg->ptr + (uint64_t)(sg->row0 + min(r0 + g, sg->n - 1u)) * sg->row_bytes;
+    const uint8_t *pg8 = sg->ptr + (uint64_t)(sg->row0 + min(r0 + g + 8u, sg->n - 1u)) * sg->row_bytes;
+    if (sg->dtype == MK_DEV_Q4_K)
+        mk_qmma_k45<false>(pg, pg8, sb0, sb1, xq, xg, acc);
+    else if (sg->dtype == MK_DEV_Q5_K)
+        mk_qmma_k45<true>(pg, pg8, sb0, sb1, xq, xg, acc);
+    else
+        mk_qmma_k6(pg, pg8, sb0, sb1, xq, xg, acc);
+}
+
+/* Item sums of rows g and g + 8 (acc, this lane's share) into res, or with ks > 1 into the warp's
+ * row of part for mk_qmma_rows to add up. */
+__device__ __forceinline__ void mk_qmma_put(const struct mk_qseg *sg, uint32_t r0, uint32_t ks, float *acc, float *res,
+                                            float (*part)[MK_QMMA_ROWS]) {
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, g = lane >> 2;
+    MK_UNROLL
+    for (int o = 1; o < 4; o <<= 1) {
+        acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], o);
+        acc[1] += __shfl_xor_sync(0xffffffffu, acc[1], o);
+    }
+    if ((lane & 3u) != 0u) return;
+    if (ks == 1u) {
+        if (r0 + g < sg->n) res[sg->res0 + r0 + g] = acc[0];
+        if (r0 + g + 8u < sg->n) res[sg->res0 + r0 + g + 8u] = acc[1];
+    } else {
+        part[warp][g] = acc[0];
+        part[warp][g + 8u] = acc[1];
+    }
+}
+
 /* res[seg.res0 + i] for every segment of all[0 .. nall) whose format mk_qmma_type takes, by the
- * whole block: tiles of 16 rows across those segments, each tile's super-blocks split over up to
- * MK_BLOCK_WARPS / tiles warps whose shares meet in shared memory in a fixed order. Every thread
- * of the block calls it; it ends with res written (but not synchronised) when no tile was split. */
+ * whole block: tiles of 16 rows across those segments, each tile's super-blocks split into up to
+ * MK_BLOCK_WARPS / tiles contiguous shares whose sums meet in shared memory in a fixed order. Every
+ * thread of the block calls it; it ends
+ * with res written (but not synchronised) when no tile was split. */
 __device__ __noinline__ void mk_qmma_rows(const struct mk_qseg *all, uint32_t nall, struct mk_xq8 x, float *res) {
     __shared__ float part[MK_BLOCK_WARPS][MK_QMMA_ROWS];
-    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, g = lane >> 2, c = lane & 3u;
+    const uint32_t warp = threadIdx.x >> 5;
     uint32_t nt = 0, nsb = 0;
     for (uint32_t i = 0; i < nall; i++)
         if (mk_qmma_type(all[i].dtype)) nt += (all[i].n + MK_QMMA_ROWS - 1u) / MK_QMMA_ROWS, nsb = all[i].cols / 256u;
@@ -238,28 +356,9 @@ __device__ __noinline__ void mk_qmma_rows(const struct mk_qseg *all, uint32_t na
     for (uint32_t it = warp; it < items; it += MK_BLOCK_WARPS) {
         const struct mk_qseg *sg;
         const uint32_t r0 = MK_QMMA_ROWS * mk_qmma_tile(all, it / ks, &sg);
-        const uint8_t *pg = sg->ptr + (uint64_t)(sg->row0 + min(r0 + g, sg->n - 1u)) * sg->row_bytes;
-        const uint8_t *pg8 = sg->ptr + (uint64_t)(sg->row0 + min(r0 + g + 8u, sg->n - 1u)) * sg->row_bytes;
         float acc[2] = { 0.0f, 0.0f };
-        if (sg->dtype == MK_DEV_Q4_K)
-            mk_qmma_k45<false>(pg, pg8, it % ks, nsb, ks, xq, xg, acc);
-        else if (sg->dtype == MK_DEV_Q5_K)
-            mk_qmma_k45<true>(pg, pg8, it % ks, nsb, ks, xq, xg, acc);
-        else
-            mk_qmma_k6(pg, pg8, it % ks, nsb, ks, xq, xg, acc);
-        MK_UNROLL
-        for (int o = 1; o < 4; o <<= 1) {
-            acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], o);
-            acc[1] += __shfl_xor_sync(0xffffffffu, acc[1], o);
-        }
-        if (c != 0u) continue;
-        if (ks == 1u) {
-            if (r0 + g < sg->n) res[sg->res0 + r0 + g] = acc[0];
-            if (r0 + g + 8u < sg->n) res[sg->res0 + r0 + g + 8u] = acc[1];
-        } else {
-            part[warp][g] = acc[0];
-            part[warp][g + 8u] = acc[1];
-        }
+        mk_qmma_unit_global(sg, r0, mk_qmma_lo(it, ks, nsb), mk_qmma_hi(it, ks, nsb), xq, xg, acc);
+        mk_qmma_put(sg, r0, ks, acc, res, part);
     }
     if (ks == 1u) return;
     __syncthreads();

@@ -687,6 +687,14 @@ static void test_chunk_hd128(void) {
     check_generated("tiny-hd128", "Q4_K_M", 512, 200, (const uint32_t[]){ 24, 192, 0 });
 }
 
+/* The name results carry for a model at path: its file name when MK_GPU_LLAMA1B chose it (any
+ * weight type), else the generated file's. */
+static const char *llama1b_label(const char *path) {
+    if (!getenv("MK_GPU_LLAMA1B")) return "llama-1b-bf16";
+    const char *b = strrchr(path, '/');
+    return b ? b + 1 : path;
+}
+
 /* llama-1b shape in BF16: greedy tokens of every backend against the CPU executor for 64 steps;
  * where a token differs, the reference's own margin must be within the logit error there. */
 static void test_llama1b(void) {
@@ -707,9 +715,9 @@ static void test_llama1b(void) {
         mk_model_free(m);
         return;
     }
-    printf("INFO cpu reference llama-1b bf16: %u steps in %.1f s\n", steps, (now_ms() - t0) / 1e3);
-    check_gpu_kinds(m, &t, n_ctx, "llama-1b-bf16");
-    check_chunks(m, &t, n_ctx, 24, "llama-1b-bf16");
+    printf("INFO cpu reference %s: %u steps in %.1f s\n", llama1b_label(path), steps, (now_ms() - t0) / 1e3);
+    check_gpu_kinds(m, &t, n_ctx, llama1b_label(path));
+    check_chunks(m, &t, n_ctx, 24, llama1b_label(path));
     trace_free(&t);
     mk_model_free(m);
 }
@@ -863,10 +871,11 @@ static void test_bench(const char *dir) {
     const char *tmp = getenv("TMPDIR");
     snprintf(path, sizeof path, "%s/mk_llama1b_bf16.gguf", tmp && *tmp ? tmp : "/tmp");
     if (mk_model_load(big ? big : path, &m, &err) == MK_OK) {
-        bench_model(m, "llama-1b-bf16", 128);
+        const char *name = llama1b_label(big ? big : path);
+        bench_model(m, name, 128);
         if (!getenv("MK_BENCH_SKIP_TRACE")) {
-            trace_model(m, "llama-1b-bf16", 16, MK_GPU_TRACE_AFTER_WAITS);
-            trace_model(m, "llama-1b-bf16", 16, MK_GPU_TRACE_AT_FETCH);
+            trace_model(m, name, 16, MK_GPU_TRACE_AFTER_WAITS);
+            trace_model(m, name, 16, MK_GPU_TRACE_AT_FETCH);
         }
         mk_model_free(m);
     } else {
