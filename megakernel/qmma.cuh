@@ -268,7 +268,7 @@ __device__ __forceinline__ void mk_qmma_k6_sb(const struct mk_qk6_raw &cur, uint
 
 /* Q6_K rows pg, pg8 over super-blocks [sb0, sb1) straight from global memory. Loading the next
  * super-block ahead as mk_qmma_k45 does measured slower here (its 48 words a lane; llama-1b Q6_K
- * +2.6 %, llama-8b Q4_K_M +1.9 %), so each super-block loads and then multiplies. */
+ * +2.5 %, llama-8b Q4_K_M +1.9 %), so each super-block loads and then multiplies. */
 __device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8, uint32_t sb0, uint32_t sb1,
                                            uint32_t xq, uint32_t xg, float *acc) {
     for (uint32_t sb = sb0; sb < sb1; sb++) {
@@ -291,11 +291,6 @@ __device__ __forceinline__ uint32_t mk_qmma_tile(const struct mk_qseg *all, uint
         }
         tile -= t;
     }
-}
-
-/* Bytes of one super-block of a K-quant format mk_qmma_type takes. */
-__device__ __forceinline__ uint32_t mk_qmma_sb_bytes(uint32_t t) {
-    return t == MK_DEV_Q4_K ? 144u : t == MK_DEV_Q5_K ? 176u : 210u;
 }
 
 /* Super-blocks [lo, hi) of item `it` (tile it / ks, its share it % ks of nsb). */
