@@ -171,47 +171,16 @@ __device__ __forceinline__ void mk_qmma_k45(const uint8_t *pg, const uint8_t *pg
     }
 }
 
-/* One Q6_K super-block of rows g and g + 8 as this lane reads it: the 4-byte aligned words around
- * its bytes (shifted into place at use, where the loads have landed), and d. */
-struct mk_qk6_raw {
-    uint32_t sc0[5], sc8[5], l0[2][3][3], l8[2][3][3], d0, d8, sh0, sh8;
-};
-
-__device__ __forceinline__ void mk_qk6_words(const uint8_t *p, int n, uint32_t *v) {
-    const uint8_t *a = (const uint8_t *)((uintptr_t)p & ~(uintptr_t)3);
-    MK_UNROLL
-    for (int i = 0; i < n; i++) v[i] = mk_w_ld32(a + 4 * i);
-}
-
-/* ... from global memory (b0, b8: the rows' super-block). */
-__device__ __forceinline__ void mk_qmma_k6_load(const uint8_t *b0, const uint8_t *b8, struct mk_qk6_raw *w) {
-    const uint32_t c = threadIdx.x & 3u;
-    mk_qk6_words(b0 + 192u, 5, w->sc0);
-    mk_qk6_words(b8 + 192u, 5, w->sc8);
-    MK_UNROLL
-    for (uint32_t n = 0; n < 2u; n++) {
-        mk_qk6_words(b0 + 64u * n + 8u * c, 3, w->l0[n][0]);
-        mk_qk6_words(b0 + 64u * n + 32u + 8u * c, 3, w->l0[n][1]);
-        mk_qk6_words(b0 + 128u + 32u * n + 8u * c, 3, w->l0[n][2]);
-        mk_qk6_words(b8 + 64u * n + 8u * c, 3, w->l8[n][0]);
-        mk_qk6_words(b8 + 64u * n + 32u + 8u * c, 3, w->l8[n][1]);
-        mk_qk6_words(b8 + 128u + 32u * n + 8u * c, 3, w->l8[n][2]);
-    }
-    w->d0 = mk_w_u16(b0 + 208u);
-    w->d8 = mk_w_u16(b8 + 208u);
-    /* Every word of a row's block shares one misalignment (offsets above are multiples of 4). */
-    w->sh0 = 8u * (uint32_t)((uintptr_t)b0 & 3u);
-    w->sh8 = 8u * (uint32_t)((uintptr_t)b8 & 3u);
-}
-
-/* Super-block sb of Q6_K rows g and g + 8 (words in w) as mk_qmma_k45_sb does Q4_K. Each 32-element
+/* Q6_K rows pg, pg8 over super-blocks [sb0, sb1), as mk_qmma_k45_sb does Q4_K. Each 32-element
  * group has two 16-element scales, so B's columns are (level, half): 0 (0, 0), 1 (1, 0), 2 (0, 1),
  * 3 (1, 1), 4 (2, 0), 6 (2, 1), 5 and 7 empty. Lane c's C columns 2c, 2c + 1 then share one half
  * (c & 1) and combine as Q4_K's do (t = 254 C[2c] + C[2c + 1]): one scale and one conversion per row
  * and group, where a column per level and half took four scales and four conversions.
- * |t| <= 255 * 16 * 32 * 127 < 2^24 and t times an int8 scale stays below 2^31. */
-__device__ __forceinline__ void mk_qmma_k6_sb(const struct mk_qk6_raw &cur, uint32_t sb, uint32_t xq, uint32_t xg,
-                                              float *acc) {
+ * |t| <= 255 * 16 * 32 * 127 < 2^24 and t times an int8 scale stays below 2^31. Loading the next
+ * super-block during this one's products, as mk_qmma_k45 does, measured slower here (48 words a
+ * lane; llama-1b Q6_K +2.5 %, llama-8b Q4_K_M +1.9 %). */
+__device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8, uint32_t sb0, uint32_t sb1,
+                                           uint32_t xq, uint32_t xg, float *acc) {
     const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, c = lane & 3u;
     /* Column g's level and half; the lane's k slots are elements 8c .. 8c + 7, in half c / 2. */
     const uint32_t lev = g == 4u || g == 6u ? 2u : g & 1u, half = g == 2u || g == 3u || g == 6u ? 1u : 0u;
@@ -219,62 +188,49 @@ __device__ __forceinline__ void mk_qmma_k6_sb(const struct mk_qk6_raw &cur, uint
     const uint32_t xqo = xq + 32u * lev + 8u * c;
     const float tw = c < 2u ? 1.0f / MK_XQ_STEP : 1.0f / (MK_XQ_STEP * MK_XQ_STEP * MK_XQ_STEP);
     const uint32_t hs = 8u * (c & 1u); /* the lane's half: byte 2kk + 1 of a scale word */
-    uint32_t sc0[4], sc8[4];
-    MK_UNROLL
-    for (int i = 0; i < 4; i++) {
-        sc0[i] = __funnelshift_r(cur.sc0[i], cur.sc0[i + 1], cur.sh0) >> hs;
-        sc8[i] = __funnelshift_r(cur.sc8[i], cur.sc8[i + 1], cur.sh8) >> hs;
-    }
-    float v0 = 0.0f, v8 = 0.0f;
-    MK_UNROLL
-    for (uint32_t n = 0; n < 2u; n++) {
-        uint32_t la0[2], lb0[2], hh0[2], la8[2], lb8[2], hh8[2];
-        MK_UNROLL
-        for (int k = 0; k < 2; k++) {
-            la0[k] = __funnelshift_r(cur.l0[n][0][k], cur.l0[n][0][k + 1], cur.sh0);
-            lb0[k] = __funnelshift_r(cur.l0[n][1][k], cur.l0[n][1][k + 1], cur.sh0);
-            hh0[k] = __funnelshift_r(cur.l0[n][2][k], cur.l0[n][2][k + 1], cur.sh0);
-            la8[k] = __funnelshift_r(cur.l8[n][0][k], cur.l8[n][0][k + 1], cur.sh8);
-            lb8[k] = __funnelshift_r(cur.l8[n][1][k], cur.l8[n][1][k + 1], cur.sh8);
-            hh8[k] = __funnelshift_r(cur.l8[n][2][k], cur.l8[n][2][k + 1], cur.sh8);
-        }
-        MK_UNROLL
-        for (uint32_t kk = 0; kk < 4u; kk++) {
-            const uint32_t G = 8u * sb + 4u * n + kk;
-            const uint2 bx = mk_lds64(xqo + 96u * G);
-            const uint32_t xb0 = bl ? bx.x : 0u, xb1 = bl ? bx.y : 0u;
-            uint32_t a[4];
-            MK_UNROLL
-            for (int k = 0; k < 2; k++) {
-                const uint32_t l0 = kk & 1u ? lb0[k] : la0[k], l8 = kk & 1u ? lb8[k] : la8[k];
-                const uint32_t q0 = kk < 2u ? l0 & 0x0f0f0f0fu : (l0 >> 4) & 0x0f0f0f0fu;
-                const uint32_t q8 = kk < 2u ? l8 & 0x0f0f0f0fu : (l8 >> 4) & 0x0f0f0f0fu;
-                a[2 * k] = mk_q8_minus32(q0 | (((hh0[k] >> (2u * kk)) & 0x03030303u) << 4));
-                a[2 * k + 1] = mk_q8_minus32(q8 | (((hh8[k] >> (2u * kk)) & 0x03030303u) << 4));
-            }
-            int d[4];
-            mk_mma_s8(d, a[0], a[1], a[2], a[3], xb0, xb1);
-            const float dx = __uint_as_float(mk_lds128(xg + 16u * G).x) * tw;
-            /* Scale 8n + 2kk + half: byte (2kk) % 4 of word (8n + 2kk) / 4, shifted by half. */
-            const uint32_t wi = (8u * n + 2u * kk) >> 2, bi = (2u * kk) & 3u;
-            const int s0 = (int)(int8_t)mk_qmma_byte(sc0[wi], bi), s8 = (int)(int8_t)mk_qmma_byte(sc8[wi], bi);
-            v0 += (float)((d[0] * 254 + d[1]) * s0) * dx;
-            v8 += (float)((d[2] * 254 + d[3]) * s8) * dx;
-        }
-    }
-    acc[0] += mk_qmma_h2f(cur.d0).x * v0;
-    acc[1] += mk_qmma_h2f(cur.d8).x * v8;
-}
-
-/* Q6_K rows pg, pg8 over super-blocks [sb0, sb1) straight from global memory. Loading the next
- * super-block ahead as mk_qmma_k45 does measured slower here (its 48 words a lane; llama-1b Q6_K
- * +2.5 %, llama-8b Q4_K_M +1.9 %), so each super-block loads and then multiplies. */
-__device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8, uint32_t sb0, uint32_t sb1,
-                                           uint32_t xq, uint32_t xg, float *acc) {
     for (uint32_t sb = sb0; sb < sb1; sb++) {
-        struct mk_qk6_raw w;
-        mk_qmma_k6_load(pg + (uint64_t)sb * 210u, pg8 + (uint64_t)sb * 210u, &w);
-        mk_qmma_k6_sb(w, sb, xq, xg, acc);
+        const uint8_t *b0 = pg + (uint64_t)sb * 210u, *b8 = pg8 + (uint64_t)sb * 210u;
+        uint32_t sc0[4], sc8[4];
+        mk_w_words<4>(b0 + 192u, sc0);
+        mk_w_words<4>(b8 + 192u, sc8);
+        MK_UNROLL
+        for (int i = 0; i < 4; i++) sc0[i] >>= hs, sc8[i] >>= hs;
+        float v0 = 0.0f, v8 = 0.0f;
+        MK_UNROLL
+        for (uint32_t n = 0; n < 2u; n++) {
+            uint32_t la0[2], lb0[2], hh0[2], la8[2], lb8[2], hh8[2];
+            mk_w_words<2>(b0 + 64u * n + 8u * c, la0);
+            mk_w_words<2>(b0 + 64u * n + 32u + 8u * c, lb0);
+            mk_w_words<2>(b0 + 128u + 32u * n + 8u * c, hh0);
+            mk_w_words<2>(b8 + 64u * n + 8u * c, la8);
+            mk_w_words<2>(b8 + 64u * n + 32u + 8u * c, lb8);
+            mk_w_words<2>(b8 + 128u + 32u * n + 8u * c, hh8);
+            MK_UNROLL
+            for (uint32_t kk = 0; kk < 4u; kk++) {
+                const uint32_t G = 8u * sb + 4u * n + kk;
+                const uint2 bx = mk_lds64(xqo + 96u * G);
+                const uint32_t xb0 = bl ? bx.x : 0u, xb1 = bl ? bx.y : 0u;
+                uint32_t a[4];
+                MK_UNROLL
+                for (int k = 0; k < 2; k++) {
+                    const uint32_t l0 = kk & 1u ? lb0[k] : la0[k], l8 = kk & 1u ? lb8[k] : la8[k];
+                    const uint32_t q0 = kk < 2u ? l0 & 0x0f0f0f0fu : (l0 >> 4) & 0x0f0f0f0fu;
+                    const uint32_t q8 = kk < 2u ? l8 & 0x0f0f0f0fu : (l8 >> 4) & 0x0f0f0f0fu;
+                    a[2 * k] = mk_q8_minus32(q0 | (((hh0[k] >> (2u * kk)) & 0x03030303u) << 4));
+                    a[2 * k + 1] = mk_q8_minus32(q8 | (((hh8[k] >> (2u * kk)) & 0x03030303u) << 4));
+                }
+                int d[4];
+                mk_mma_s8(d, a[0], a[1], a[2], a[3], xb0, xb1);
+                const float dx = __uint_as_float(mk_lds128(xg + 16u * G).x) * tw;
+                /* Scale 8n + 2kk + half: byte (2kk) % 4 of word (8n + 2kk) / 4, shifted by half. */
+                const uint32_t wi = (8u * n + 2u * kk) >> 2, bi = (2u * kk) & 3u;
+                const int s0 = (int)(int8_t)mk_qmma_byte(sc0[wi], bi), s8 = (int)(int8_t)mk_qmma_byte(sc8[wi], bi);
+                v0 += (float)((d[0] * 254 + d[1]) * s0) * dx;
+                v8 += (float)((d[2] * 254 + d[3]) * s8) * dx;
+            }
+        }
+        acc[0] += mk_q_half(b0 + 208u) * v0;
+        acc[1] += mk_q_half(b8 + 208u) * v8;
     }
 }
 
