@@ -234,6 +234,12 @@ __device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8
     }
 }
 
+/* Super-blocks [lo, hi) of item `it` (tile it / ks, its share it % ks of nsb). */
+__device__ __forceinline__ uint32_t mk_qmma_lo(uint32_t it, uint32_t ks, uint32_t nsb) { return it % ks * nsb / ks; }
+__device__ __forceinline__ uint32_t mk_qmma_hi(uint32_t it, uint32_t ks, uint32_t nsb) {
+    return (it % ks + 1u) * nsb / ks;
+}
+
 #ifndef MK_QMMA_HOST
 /* Tile `tile` of the segments mk_qmma_type takes, counted across them: its segment (*sg) and its
  * index there. */
@@ -247,12 +253,6 @@ __device__ __forceinline__ uint32_t mk_qmma_tile(const struct mk_qseg *all, uint
         }
         tile -= t;
     }
-}
-
-/* Super-blocks [lo, hi) of item `it` (tile it / ks, its share it % ks of nsb). */
-__device__ __forceinline__ uint32_t mk_qmma_lo(uint32_t it, uint32_t ks, uint32_t nsb) { return it % ks * nsb / ks; }
-__device__ __forceinline__ uint32_t mk_qmma_hi(uint32_t it, uint32_t ks, uint32_t nsb) {
-    return (it % ks + 1u) * nsb / ks;
 }
 
 /* Super-blocks [sb0, sb1) of rows g and g + 8 of the tile at row r0 of segment sg, straight from
@@ -293,8 +293,8 @@ __device__ __forceinline__ void mk_qmma_put(const struct mk_qseg *sg, uint32_t r
 /* res[seg.res0 + i] for every segment of all[0 .. nall) whose format mk_qmma_type takes, by the
  * whole block: tiles of 16 rows across those segments, each tile's super-blocks split into up to
  * MK_BLOCK_WARPS / tiles contiguous shares whose sums meet in shared memory in a fixed order. Every
- * thread of the block calls it; it ends
- * with res written (but not synchronised) when no tile was split. */
+ * thread of the block calls it; it ends with res written (but not synchronised) when no tile was
+ * split. */
 __device__ __noinline__ void mk_qmma_rows(const struct mk_qseg *all, uint32_t nall, struct mk_xq8 x, float *res) {
     __shared__ float part[MK_BLOCK_WARPS][MK_QMMA_ROWS];
     const uint32_t warp = threadIdx.x >> 5;

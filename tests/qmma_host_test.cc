@@ -118,8 +118,9 @@ static void make_xq(const std::vector<float> &x, std::vector<int8_t> &q, std::ve
     memcpy(smem.data() + *xg, grp.data(), 16 * grp.size());
 }
 
-/* 16 rows of type t over n inputs: each row's tile result (summed over its four lanes and over
- * ks contiguous shares of its super-blocks) and the sum of mk_q8_unit over the row, against the float dot. */
+/* 16 rows of type t over n inputs: each row's tile result (summed over its four lanes and over the
+ * ks contiguous shares of its super-blocks mk_qmma_rows gives the warps) and the sum of mk_q8_unit
+ * over the row, against the float dot. */
 static int check(uint32_t t, const char *name, uint32_t n, uint32_t ks, int c, double *worst) {
     const size_t rb = mk_dtype_row_bytes((enum mk_dtype)t, n);
     std::vector<uint8_t> rows(16 * rb + 64);
@@ -146,7 +147,7 @@ static int check(uint32_t t, const char *name, uint32_t n, uint32_t ks, int c, d
             threadIdx.x = lane;
             const uint8_t *pg = rows.data() + (lane >> 2) * rb, *pg8 = rows.data() + ((lane >> 2) + 8) * rb;
             for (uint32_t s = 0; s < ks; s++) {
-                const uint32_t lo = s * (n / 256) / ks, hi = (s + 1) * (n / 256) / ks; /* as mk_qmma_lo, _hi */
+                const uint32_t lo = mk_qmma_lo(s, ks, n / 256), hi = mk_qmma_hi(s, ks, n / 256);
                 if (t == MK_DEV_Q6_K)
                     mk_qmma_k6(pg, pg8, lo, hi, xq, xg, acc[lane]);
                 else if (t == MK_DEV_Q5_K)
