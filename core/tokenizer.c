@@ -700,6 +700,12 @@ bool mk_tokenizer_is_eog(const struct mk_tokenizer *t, int32_t id) {
     return false;
 }
 
+size_t mk_tokenizer_eog_ids(const struct mk_tokenizer *t, int32_t *out, size_t cap) {
+    if (!t) return 0;
+    for (size_t i = 0; i < t->n_eog && i < cap; i++) out[i] = t->eog[i];
+    return t->n_eog;
+}
+
 bool mk_tokenizer_add_bos(const struct mk_tokenizer *t) { return t->add_bos; }
 bool mk_tokenizer_add_eos(const struct mk_tokenizer *t) { return t->add_eos; }
 int32_t mk_tokenizer_eot(const struct mk_tokenizer *t) { return t->eot; }

@@ -73,6 +73,8 @@ int32_t mk_tokenizer_eot(const struct mk_tokenizer *t); /* end of turn, by key o
 /* True when id ends generation: EOS, EOT, EOM, or a token such as <|im_end|> or <|eot_id|> that
  * llama.cpp puts in its end-of-generation set. */
 bool mk_tokenizer_is_eog(const struct mk_tokenizer *t, int32_t id);
+/* The end-of-generation ids: up to cap of them into out; returns how many there are. */
+size_t mk_tokenizer_eog_ids(const struct mk_tokenizer *t, int32_t *out, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -578,6 +578,33 @@ static enum mk_status mk_cpu_backend_step_chunk(struct mk_backend *b, const stru
     return mk_cpu_exec_step_chunk(cb->chunk_exec, cmd, tokens, out_tokens, err);
 }
 
+/* The token loop behind the generate interface, with the megakernel's end rule (mk_gen_end_after)
+ * but each step posted from here: sessions on the CPU take the path they take on the megakernel. */
+static enum mk_status mk_cpu_backend_generate(struct mk_backend *b, const struct mk_step_cmd *cmd,
+                                              const struct mk_backend_gen *gen, struct mk_backend_gen_result *res,
+                                              struct mk_error *err) {
+    memset(res, 0, sizeof *res);
+    if (!gen->max_steps || gen->n_stop > MK_GEN_MAX_STOP || (gen->n_stop && !gen->stop) || !gen->on_token)
+        return mk_error_set(err, MK_ERR_INVALID_ARG,
+                            "generate: max_steps %u must be >= 1, the stop set holds at most %u tokens (got %u), and "
+                            "on_token is required",
+                            gen->max_steps, MK_GEN_MAX_STOP, gen->n_stop);
+    struct mk_step_cmd c = *cmd;
+    c.cmd = MK_CMD_STEP;
+    for (uint32_t i = 0;; i++) {
+        int32_t tok;
+        enum mk_status st = mk_cpu_backend_step(b, &c, &tok, err);
+        if (st != MK_OK) return st;
+        res->n_steps = i + 1u;
+        res->n_delivered++;
+        const uint32_t cancel = gen->on_token(gen->user, i, tok, b->last_step_ns);
+        res->why = mk_gen_end_after(tok, i + 1u, c.pos, b->n_ctx, gen->max_steps, gen->stop, gen->n_stop, cancel);
+        if (res->why != MK_GEN_RUNNING) return MK_OK;
+        c.token = tok;
+        c.pos++;
+    }
+}
+
 static enum mk_status mk_cpu_backend_logits(struct mk_backend *b, float *out, struct mk_error *err) {
     struct mk_cpu_backend *cb = (struct mk_cpu_backend *)b;
     memcpy(out, mk_cpu_exec_logits(cb->last_chunk ? cb->chunk_exec : cb->exec), cb->prog->vocab * sizeof(float));
@@ -613,6 +640,7 @@ static const struct mk_backend_vtbl mk_cpu_backend_vtbl = {
     mk_cpu_backend_free,
     mk_cpu_backend_step_chunk,
     mk_cpu_backend_logits_row,
+    mk_cpu_backend_generate,
 };
 
 uint32_t mk_cpu_allowed_cpus(void) {

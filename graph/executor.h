@@ -99,6 +99,27 @@ struct mk_backend_params {
 };
 
 struct mk_backend;
+/* A generation on the device (mk_backend_vtbl.generate): token i (from 0) on the caller's thread,
+ * in order, with the device time of the step that sampled it (0 if unknown); true stops it (the device ends after its step in
+ * flight, and what it wrote after this token is not delivered). */
+typedef bool (*mk_backend_token_fn)(void *user, uint32_t i, int32_t token, uint64_t step_ns);
+
+struct mk_backend_gen {
+    uint32_t max_steps;  /* >= 1 */
+    const int32_t *stop; /* ends it after such a token (which is delivered); <= MK_GEN_MAX_STOP */
+    uint32_t n_stop;
+    mk_backend_token_fn on_token;
+    void *user;
+};
+
+struct mk_backend_gen_result {
+    uint32_t n_steps;     /* steps run: positions cmd->pos .. + n_steps - 1 hold KV entries */
+    uint32_t n_delivered; /* tokens given to on_token */
+    uint32_t why;         /* enum mk_gen_end */
+    uint64_t t_start_ns;  /* device clock: when the device took the command */
+    uint64_t t_end_ns;    /* ... and when it wrote its last token */
+};
+
 struct mk_backend_vtbl {
     const char *name;
     /* Runs one decode step: cmd->token at cmd->pos, sampling with cmd's parameters. */
@@ -116,6 +137,11 @@ struct mk_backend_vtbl {
                                  int32_t *out_tokens, struct mk_error *err);
     /* Optional: copies the logits (vocab floats) of output row j of the last step. */
     enum mk_status (*logits_row)(struct mk_backend *b, uint32_t j, float *out, struct mk_error *err);
+    /* Optional (NULL: the caller steps token by token): steps from cmd->token at cmd->pos, each
+     * fed the token the one before sampled, with no host round trip between them. The logits are
+     * the last step's, which may be past the last delivered token. */
+    enum mk_status (*generate)(struct mk_backend *b, const struct mk_step_cmd *cmd, const struct mk_backend_gen *gen,
+                               struct mk_backend_gen_result *res, struct mk_error *err);
 };
 struct mk_backend {
     const struct mk_backend_vtbl *vt;

@@ -54,6 +54,8 @@ struct mk_hostqueue {
     uint32_t head, tail;
     uint32_t n_queued; /* tail - head, also read without mu by the spinning feeder */
     bool feeder_sleeping;
+    bool busy;   /* the feeder holds a command (taken, not yet complete) */
+    bool direct; /* a generation posts and drains the mailbox on its caller's thread */
     bool stop_requested;
     bool joined;
     uint32_t poisoned; /* atomic flag; poison_err is written before it is set */
@@ -118,6 +120,7 @@ static void mk_hq_complete(struct mk_hostqueue *q, struct mk_hq_req *req, enum m
     req->st = st;
     __atomic_store_n(&req->state, MK_HQ_DONE, __ATOMIC_RELEASE);
     pthread_mutex_lock(&q->mu);
+    q->busy = false;
     pthread_cond_broadcast(&q->cv_done);
     pthread_mutex_unlock(&q->mu);
 }
@@ -201,16 +204,19 @@ static struct mk_hq_req *mk_hq_take(struct mk_hostqueue *q) {
         if (__atomic_load_n(&q->n_queued, __ATOMIC_ACQUIRE) || (i & 63u) == 0) {
             pthread_mutex_lock(&q->mu);
             bool sleep_now = (i & 63u) == 0 && mk_hq_now_ns() - t0 > MK_HQ_IDLE_SPIN_NS;
-            while (q->head == q->tail && !q->stop_requested && sleep_now) {
+            while ((q->head == q->tail || q->direct) && !(q->stop_requested && !q->direct) && sleep_now) {
                 q->feeder_sleeping = true;
                 pthread_cond_wait(&q->cv_feeder, &q->mu);
                 q->feeder_sleeping = false;
             }
             struct mk_hq_req *req = NULL;
             bool stop = false;
-            if (q->head != q->tail) {
+            if (q->direct) {
+                /* A generation owns the mailbox: nothing is taken, and STOP waits for it. */
+            } else if (q->head != q->tail) {
                 req = q->ring[q->head % MK_HQ_CAP];
                 q->head++;
+                q->busy = true;
                 __atomic_store_n(&q->n_queued, q->tail - q->head, __ATOMIC_RELEASE);
                 __atomic_store_n(&req->state, MK_HQ_POSTED, __ATOMIC_RELAXED);
             } else if (q->stop_requested) {
@@ -297,6 +303,149 @@ enum mk_status mk_hostqueue_submit(struct mk_hostqueue *q, const struct mk_step_
     }
     if (res) *res = req.res;
     return MK_OK;
+}
+
+/* Whether the device side still lives while a generation runs; fills err and poisons if not. */
+static enum mk_status mk_hq_check_device(struct mk_hostqueue *q, const struct mk_step_cmd *cmd, uint32_t n_tok,
+                                         struct mk_error *err) {
+    const char *what = q->p.what ? q->p.what : "device";
+    uint32_t code = __atomic_load_n(&q->mb->error, __ATOMIC_ACQUIRE);
+    enum mk_status st = MK_OK;
+    if (code) {
+        st = mk_error_set(err, MK_ERR_INTERNAL,
+                          "%s stopped on a broken invariant generating from pos %d (%u tokens in): %s %u", what,
+                          cmd->pos, n_tok, mk_hq_deverr_name(code), q->mb->error_arg);
+    } else if (q->p.probe) {
+        st = q->p.probe(q->p.ctx, err);
+        if (st != MK_OK) mk_error_prefix(err, "%s failed generating from pos %d (%u tokens in)", what, cmd->pos, n_tok);
+    }
+    if (st != MK_OK) mk_hq_poison(q, err);
+    return st;
+}
+
+/* Waits until the feeder is idle with nothing queued, then keeps it off the mailbox. */
+static enum mk_status mk_hq_acquire_direct(struct mk_hostqueue *q, struct mk_error *err) {
+    pthread_mutex_lock(&q->mu);
+    while ((q->busy || q->head != q->tail || q->direct) && !q->stop_requested) pthread_cond_wait(&q->cv_done, &q->mu);
+    if (q->stop_requested) {
+        pthread_mutex_unlock(&q->mu);
+        return mk_error_set(err, MK_ERR_CANCELLED, "the command queue is stopping");
+    }
+    q->direct = true;
+    pthread_mutex_unlock(&q->mu);
+    return MK_OK;
+}
+
+static void mk_hq_release_direct(struct mk_hostqueue *q) {
+    pthread_mutex_lock(&q->mu);
+    q->direct = false;
+    if (q->feeder_sleeping) pthread_cond_signal(&q->cv_feeder);
+    pthread_cond_broadcast(&q->cv_done);
+    pthread_mutex_unlock(&q->mu);
+}
+
+enum mk_status mk_hostqueue_generate(struct mk_hostqueue *q, const struct mk_step_cmd *cmd,
+                                     const struct mk_hostqueue_gen *gen, struct mk_hostqueue_gen_result *res,
+                                     struct mk_error *err) {
+    memset(res, 0, sizeof *res);
+    if (mk_hostqueue_poisoned(q)) {
+        if (err) {
+            *err = q->poison_err;
+            mk_error_prefix(err, "refused, an earlier failure poisoned the session");
+        }
+        return q->poison_err.status;
+    }
+    if (!gen->max_steps || gen->n_stop > MK_GEN_MAX_STOP || (gen->n_stop && !gen->stop) || !gen->on_token)
+        return mk_error_set(err, MK_ERR_INVALID_ARG,
+                            "generate: max_steps %u must be >= 1, the stop set holds at most %u tokens (got %u), and "
+                            "on_token is required",
+                            gen->max_steps, MK_GEN_MAX_STOP, gen->n_stop);
+    enum mk_status st = mk_hq_acquire_direct(q, err);
+    if (st != MK_OK) return st;
+
+    struct mk_mailbox *mb = q->mb;
+    mb->gen_max = gen->max_steps;
+    mb->gen_n_stop = gen->n_stop;
+    for (uint32_t i = 0; i < gen->n_stop; i++) mb->gen_stop[i] = gen->stop[i];
+    mb->gen_read = 0;
+    mb->gen_cancel = 0;
+    mb->gen_count = 0;
+    mb->gen_why = MK_GEN_RUNNING;
+    struct mk_step_cmd c = *cmd;
+    c.cmd = MK_CMD_GENERATE;
+    const uint32_t n = mk_hq_post(q, &c); /* its release orders every field above */
+
+    const char *what = q->p.what ? q->p.what : "device";
+    const uint64_t limit = (uint64_t)(q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS) * 1000000ull;
+    uint64_t est = __atomic_load_n(&q->step_ns_est, __ATOMIC_RELAXED);
+    uint64_t t_last = mk_hq_now_ns(), last_probe = t_last, backoff = MK_HQ_SLEEP_MIN_NS;
+    uint32_t seen = 0;
+    uint64_t t_prev_dev = 0; /* device clock: when the token before was written */
+    bool stopped = false;
+    for (;;) {
+        /* done_seq first: once it is posted, gen_count is final. */
+        const bool done = __atomic_load_n(&mb->done_seq, __ATOMIC_ACQUIRE) == n;
+        const uint32_t count = __atomic_load_n(&mb->gen_count, __ATOMIC_ACQUIRE);
+        if (count != seen) {
+            if (count - seen > MK_GEN_RING || count > gen->max_steps) {
+                st = mk_error_set(err, MK_ERR_INTERNAL,
+                                  "%s reported %u generated tokens after %u (ring of %u, at most %u asked): the "
+                                  "mailbox is corrupt",
+                                  what, count, seen, MK_GEN_RING, gen->max_steps);
+                mk_hq_poison(q, err);
+                break;
+            }
+            for (uint32_t i = seen; i < count && !stopped; i++) {
+                const int32_t tok = mb->gen_token[i % MK_GEN_RING];
+                const uint64_t t = mb->gen_t_ns[i % MK_GEN_RING];
+                /* The device wrote its start before its first token. */
+                const uint64_t from = i ? t_prev_dev : mb->t_start_ns;
+                t_prev_dev = t;
+                res->n_delivered++;
+                if (gen->on_token(gen->user, i, tok, t > from ? t - from : 0)) {
+                    stopped = true;
+                    __atomic_store_n(&mb->gen_cancel, 1u, __ATOMIC_RELEASE);
+                }
+            }
+            /* The ring slots are read: the device may reuse them. */
+            __atomic_store_n(&mb->gen_read, count, __ATOMIC_RELEASE);
+            const uint64_t now = mk_hq_now_ns(), per = (now - t_last) / (count - seen);
+            est = est ? est - est / 8 + per / 8 : per;
+            t_last = now;
+            seen = count;
+            backoff = MK_HQ_SLEEP_MIN_NS;
+            continue;
+        }
+        if (done) break;
+        const uint64_t now = mk_hq_now_ns(), el = now - t_last;
+        if (now - last_probe >= MK_HQ_PROBE_NS) {
+            last_probe = now;
+            if ((st = mk_hq_check_device(q, &c, seen, err)) != MK_OK) break;
+        }
+        if (el >= limit) {
+            char info[320];
+            info[0] = '\0';
+            if (q->p.describe) q->p.describe(q->p.ctx, info, sizeof info);
+            st = mk_error_set(err, MK_ERR_TIMEOUT,
+                              "%s generating from pos %d gave no token within %u ms after its %u-th (watchdog)%s%s; "
+                              "the session is unusable now",
+                              what, c.pos, q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS, seen,
+                              info[0] ? ": " : "", info);
+            mk_hq_poison(q, err);
+            break;
+        }
+        const uint64_t half = MK_HQ_SPIN_FIXED_NS + est / MK_HQ_SPIN_SHARE;
+        mk_hq_pause(el, est > half ? est - half : 0, est + half, &backoff);
+    }
+    if (st == MK_OK) {
+        __atomic_store_n(&q->step_ns_est, est, __ATOMIC_RELAXED);
+        res->n_steps = seen;
+        res->why = mb->gen_why;
+        res->t_start_ns = mb->t_start_ns;
+        res->t_end_ns = mb->t_end_ns;
+    }
+    mk_hq_release_direct(q);
+    return st;
 }
 
 void mk_hostqueue_cancel(struct mk_hostqueue *q) {

@@ -52,6 +52,36 @@ uint64_t mk_hostqueue_mailbox_device(const struct mk_hostqueue *q);
 enum mk_status mk_hostqueue_submit(struct mk_hostqueue *q, const struct mk_step_cmd *cmd,
                                    struct mk_hostqueue_result *res, struct mk_error *err);
 
+/* One token of a generation, on the caller's thread, in order: the i-th token (from 0) and the
+ * device time of the step that sampled it (from the token before it was written, or from the
+ * command's start). Returns true to stop: the device is told to end after its step in flight, and
+ * the tokens it wrote after this one are not delivered. */
+typedef bool (*mk_hostqueue_token_fn)(void *user, uint32_t i, int32_t token, uint64_t step_ns);
+
+struct mk_hostqueue_gen {
+    uint32_t max_steps;  /* >= 1 */
+    const int32_t *stop; /* tokens that end the generation after they are delivered */
+    uint32_t n_stop;     /* <= MK_GEN_MAX_STOP */
+    mk_hostqueue_token_fn on_token;
+    void *user;
+};
+
+struct mk_hostqueue_gen_result {
+    uint32_t n_steps;     /* steps the device ran (tokens it wrote) */
+    uint32_t n_delivered; /* tokens given to on_token */
+    uint32_t why;         /* enum mk_gen_end */
+    uint64_t t_start_ns;  /* device clock: when the command was seen */
+    uint64_t t_end_ns;    /* ... and when its last token was written */
+};
+
+/* Runs MK_CMD_GENERATE from cmd (token at pos, sampling settings): the device feeds each sampled
+ * token to its next step, and the calling thread itself drains the ring, pacing its polls by the
+ * recent step time, so no other host thread works meanwhile. Returns once the device posted the
+ * end; the watchdog applies to each token. Commands submitted meanwhile wait. */
+enum mk_status mk_hostqueue_generate(struct mk_hostqueue *q, const struct mk_step_cmd *cmd,
+                                     const struct mk_hostqueue_gen *gen, struct mk_hostqueue_gen_result *res,
+                                     struct mk_error *err);
+
 /* Fails every command queued but not yet posted with MK_ERR_CANCELLED (the one on the device
  * runs to its end). Callable from any thread. */
 void mk_hostqueue_cancel(struct mk_hostqueue *q);

@@ -23,8 +23,10 @@
  * 6: the KV cache holds f16 or f32 elements (mk_kernel_args.kv_type): NORM_QKV_ROPE rounds k and v
  *    to the cache's type, attention widens them back to f32.
  * 7: NORM_GATE_UP_SILU may write, and MATVEC_RESIDUAL may read, the int8-level copy of the FFN
- *    hidden vector (buf[2], MK_XQ_*), so that a block-format FFN-down quantizes its input once. */
-#define MK_ABI_VERSION 7u
+ *    hidden vector (buf[2], MK_XQ_*), so that a block-format FFN-down quantizes its input once.
+ * 8: MK_CMD_GENERATE (the token loop on the device): the mailbox grows a stop set and a token ring,
+ *    done_seq counts commands rather than steps, and the step state carries the generation. */
+#define MK_ABI_VERSION 8u
 
 #define MK_NO_COUNTER 0xffffffffu
 #define MK_NO_WEIGHT  0xffffffffu
@@ -271,7 +273,24 @@ enum mk_cmd {
     MK_CMD_STEP = 1, /* run the program once for token at pos */
     MK_CMD_STOP = 2, /* leave the persistent loop */
     MK_CMD_HANG = 3, /* test only: never answer, so the watchdog can be tested */
+    /* Steps from token at pos, each feeding the token it samples to the next, at most gen_max of
+     * them; each token goes to the mailbox's ring. Ends after a step whose token is in the stop
+     * set, after gen_max steps, at the end of the context, or when the host sets gen_cancel. */
+    MK_CMD_GENERATE = 4,
 };
+
+/* Why a GENERATE command ended (mk_mailbox.gen_why). */
+enum mk_gen_end {
+    MK_GEN_RUNNING = 0,
+    MK_GEN_END_STOP = 1,      /* the last token is in the stop set */
+    MK_GEN_END_MAX = 2,       /* gen_max steps ran */
+    MK_GEN_END_CONTEXT = 3,   /* the last step was at the context's last position */
+    MK_GEN_END_CANCELLED = 4, /* the host set gen_cancel */
+};
+
+/* Tokens the device may run ahead of the host's reading, and the most stop tokens it checks. */
+#define MK_GEN_RING     256u
+#define MK_GEN_MAX_STOP 16u
 
 /* Parameters of one step, as the host posts them and the device copies them. */
 struct mk_step_cmd {
@@ -291,24 +310,37 @@ MK_STATIC_ASSERT(offsetof(struct mk_step_cmd, n_tokens) == 28 && offsetof(struct
                  "mk_step_cmd.n_tokens at 28, n_out at 30 (was reserved0)");
 MK_STATIC_ASSERT(offsetof(struct mk_step_cmd, seed) == 32, "mk_step_cmd.seed at 32");
 
-/* The mailbox in pinned, device-mapped host memory. The host fills cmd, then release-stores
- * cmd_seq = n (n counts commands from 1). The device acquire-loads cmd_seq, copies cmd, runs the
- * step, fills the result fields, then release-stores done_seq = n. Each side's fields sit on their
- * own 64-byte lines. */
+/* The mailbox in pinned, device-mapped host memory. The host fills cmd (and for GENERATE the gen_
+ * fields of line 0 and the stop set), then release-stores cmd_seq = n (n counts commands from 1).
+ * The device acquire-loads cmd_seq, copies cmd, runs the step or steps, fills the result fields,
+ * then release-stores done_seq = n. Under GENERATE each token goes to gen_token[i % MK_GEN_RING]
+ * (and its time to gen_t_ns) before gen_count = i + 1 is release-stored; the device waits while
+ * the host's gen_read is MK_GEN_RING behind. Each side's fields sit on their own 64-byte lines. */
 struct mk_mailbox {
     uint32_t cmd_seq; /* host -> device */
     uint32_t pad0;
     struct mk_step_cmd cmd;
-    uint8_t pad1[64 - 48];
-    uint32_t done_seq; /* device -> host */
+    uint32_t gen_max;    /* GENERATE: most steps, >= 1 */
+    uint32_t gen_n_stop; /* ... entries of gen_stop used, <= MK_GEN_MAX_STOP */
+    uint32_t gen_read;   /* ... tokens the host has taken from the ring (written while it runs) */
+    uint32_t gen_cancel; /* ... nonzero: end after the step in flight (written while it runs) */
+    uint32_t done_seq;   /* device -> host */
     int32_t out_token;
-    uint64_t t_start_ns; /* device globaltimer when the step's command was seen */
-    uint64_t t_end_ns;   /* ... and when the token was written */
+    uint64_t t_start_ns; /* device globaltimer when the command was seen */
+    uint64_t t_end_ns;   /* ... and when its last token was written */
     uint32_t error;      /* nonzero: the device trapped a broken invariant (an MK_DEVERR_*) */
     uint32_t error_arg;
-    uint8_t pad2[64 - 32];
+    uint32_t gen_count; /* GENERATE: tokens in the ring so far (the host zeroes it before posting) */
+    uint32_t gen_why;   /* ... enum mk_gen_end, with done_seq */
+    uint8_t pad2[64 - 40];
+    int32_t gen_stop[MK_GEN_MAX_STOP]; /* host -> device */
+    int32_t gen_token[MK_GEN_RING];    /* device -> host */
+    uint64_t gen_t_ns[MK_GEN_RING];    /* device globaltimer when gen_token[i] was written */
 };
-MK_STATIC_ASSERT(sizeof(struct mk_mailbox) == 128, "mk_mailbox is two lines");
+MK_STATIC_ASSERT(offsetof(struct mk_mailbox, done_seq) == 64, "mk_mailbox: device line at 64");
+MK_STATIC_ASSERT(offsetof(struct mk_mailbox, gen_stop) == 128, "mk_mailbox: stop set at 128");
+MK_STATIC_ASSERT(offsetof(struct mk_mailbox, gen_token) == 192, "mk_mailbox: ring at 192");
+MK_STATIC_ASSERT(sizeof(struct mk_mailbox) == 192 + 12 * MK_GEN_RING, "mk_mailbox: three lines and the ring");
 
 enum mk_device_error {
     MK_DEVERR_NONE = 0,
@@ -323,14 +355,38 @@ struct mk_step_state {
     struct mk_step_cmd cmd;
     uint32_t step; /* 0-based index of the step being run */
     int32_t out_token;
-    uint32_t go; /* step + 1 once cmd holds step's command */
-    uint32_t reserved0;
+    uint32_t go;         /* step + 1 once cmd holds step's command */
+    uint32_t gen_over;   /* megakernel: s + 1 when a GENERATE ended before step s (its command comes
+                        * from the mailbox) */
     uint64_t t_start_ns; /* megakernel: device globaltimer when block 0 saw the command */
-    uint32_t reserved[4];
+    uint32_t n_cmd;      /* megakernel: mailbox commands taken, the one running included */
+    uint32_t gen_max;    /* GENERATE: the mailbox's gen_max, gen_n_stop and gen_stop, copied */
+    uint32_t gen_n_stop;
+    uint32_t gen_count; /* ... tokens written to the ring */
+    uint32_t gen_read;  /* ... the host's gen_read as last seen */
+    uint32_t reserved;
+    int32_t gen_stop[MK_GEN_MAX_STOP];
 };
-MK_STATIC_ASSERT(sizeof(struct mk_step_state) == 80, "mk_step_state is 80 bytes");
+MK_STATIC_ASSERT(sizeof(struct mk_step_state) == 152, "mk_step_state is 152 bytes");
 MK_STATIC_ASSERT(offsetof(struct mk_step_state, out_token) == 44, "mk_step_state.out_token at 44");
 MK_STATIC_ASSERT(offsetof(struct mk_step_state, t_start_ns) == 56, "mk_step_state.t_start_ns at 56");
+MK_STATIC_ASSERT(offsetof(struct mk_step_state, gen_stop) == 88, "mk_step_state.gen_stop at 88");
+
+/* After a GENERATE step that wrote token tok (its count-th), the reason to end there, or
+ * MK_GEN_RUNNING: the one rule for the device and for the host's tests. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+    static inline uint32_t
+    mk_gen_end_after(int32_t tok, uint32_t count, int32_t pos, uint32_t n_ctx, uint32_t gen_max, const int32_t *stop,
+                     uint32_t n_stop, uint32_t cancel) {
+    for (uint32_t i = 0; i < n_stop && i < MK_GEN_MAX_STOP; i++)
+        if (stop[i] == tok) return MK_GEN_END_STOP;
+    if (count >= gen_max) return MK_GEN_END_MAX;
+    if ((uint32_t)pos + 1u >= n_ctx) return MK_GEN_END_CONTEXT;
+    if (cancel) return MK_GEN_END_CANCELLED;
+    return MK_GEN_RUNNING;
+}
 
 /* Maximum candidates the sampler keeps (top_k <= 0 or above it means this many). */
 #define MK_SAMPLE_MAX_CAND 1024

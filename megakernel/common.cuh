@@ -69,6 +69,18 @@ __device__ __forceinline__ float mk_elem(uint32_t dtype, const uint8_t *row, uin
  * without PCIe reads (device-internal state of one module, which lives as long as its session). */
 __device__ uint32_t mk_abort_relay;
 
+/* True when the kernel must leave. The host flag costs a PCIe read, so callers ask for it rarely. */
+__device__ bool mk_should_abort(const struct mk_kernel_args *a, bool read_host) {
+    if (*(volatile uint32_t *)&mk_abort_relay) return true;
+    if (read_host && a->watch) {
+        if (mk_ld_relaxed_sys(&((struct mk_watch *)a->watch)->abort)) {
+            atomicExch(&mk_abort_relay, 1u);
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Broken invariants: record them in the mailbox and end the kernel without a trap, so that the
  * CUDA context, and with it every later session of the process, stays usable (a trap is a sticky
  * error). The calling op returns at once; its block leaves after the op (the flag `block_fail`),

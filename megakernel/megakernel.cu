@@ -33,18 +33,6 @@ __device__ __forceinline__ struct mk_watch_block *mk_watch_slot(const struct mk_
     return (struct mk_watch_block *)((char *)a->watch + sizeof(struct mk_watch)) + blockIdx.x;
 }
 
-/* True when the kernel must leave. The host flag costs a PCIe read, so callers ask for it rarely. */
-__device__ bool mk_should_abort(const struct mk_kernel_args *a, bool read_host) {
-    if (*(volatile uint32_t *)&mk_abort_relay) return true;
-    if (read_host && a->watch) {
-        if (mk_ld_relaxed_sys(&((struct mk_watch *)a->watch)->abort)) {
-            atomicExch(&mk_abort_relay, 1u);
-            return true;
-        }
-    }
-    return false;
-}
-
 __device__ void mk_watch_publish(const struct mk_kernel_args *a, uint32_t state, uint32_t step, uint32_t ii,
                                  uint32_t ctr, uint32_t target, uint32_t seen) {
     struct mk_watch_block *w = mk_watch_slot(a);
@@ -94,16 +82,34 @@ __device__ bool mk_wait_counter(const struct mk_kernel_args *a, const struct mk_
     return true;
 }
 
-/* Thread 0: waits for command number s + 1 and returns its code (MK_ABORTED when told to leave).
- * Block 0 reads the mailbox and publishes the command in the step state; the others wait for it. */
-__device__ uint32_t mk_wait_command(const struct mk_kernel_args *a, uint32_t s, struct mk_step_cmd *s_cmd) {
+/* Thread 0: waits for step s's command and returns its code (MK_ABORTED when told to leave).
+ * Block 0 takes the next mailbox command, copies it into the step state and opens the step; under
+ * GENERATE the SAMPLE task opens the next step itself, and block 0 goes back to the mailbox only
+ * once it says the generation ended. The other blocks wait for the step to open. prev: the code of
+ * step s - 1's command (MK_CMD_NONE before the first). */
+__device__ uint32_t mk_wait_command(const struct mk_kernel_args *a, uint32_t s, uint32_t prev,
+                                    struct mk_step_cmd *s_cmd) {
     struct mk_step_state *st = (struct mk_step_state *)a->step_state;
     uint32_t *dst = (uint32_t *)s_cmd;
     const uint32_t words = sizeof(struct mk_step_cmd) / 4u;
-    if (blockIdx.x == 0) {
-        struct mk_mailbox *mb = (struct mk_mailbox *)a->mailbox;
+    bool fed = false; /* opened by the previous step's SAMPLE */
+    if (blockIdx.x == 0 && prev == MK_CMD_GENERATE) {
+        uint32_t ns = 16;
         for (uint32_t it = 1;; it++) {
-            if (mk_reached(mk_ld_acquire_sys(&mb->cmd_seq), s + 1u)) break;
+            if (mk_reached(mk_ld_acquire_gpu(&st->go), s + 1u)) {
+                fed = true;
+                break;
+            }
+            if (mk_ld_acquire_gpu(&st->gen_over) == s + 1u) break;
+            mk_spin_pause(&ns);
+            if ((it & 255u) == 0 && mk_should_abort(a, true)) return MK_ABORTED;
+        }
+    }
+    if (blockIdx.x == 0 && !fed) {
+        struct mk_mailbox *mb = (struct mk_mailbox *)a->mailbox;
+        const uint32_t n = __ldcg(&st->n_cmd) + 1u;
+        for (uint32_t it = 1;; it++) {
+            if (mk_reached(mk_ld_acquire_sys(&mb->cmd_seq), n)) break;
             if ((it & 15u) == 0 && mk_should_abort(a, true)) return MK_ABORTED;
         }
         const uint64_t t0 = mk_globaltimer();
@@ -114,15 +120,29 @@ __device__ uint32_t mk_wait_command(const struct mk_kernel_args *a, uint32_t s, 
             gcmd[i] = v;
             dst[i] = v;
         }
+        if (s_cmd->cmd == MK_CMD_GENERATE) {
+            const volatile struct mk_mailbox *vmb = mb;
+            uint32_t n_stop = vmb->gen_n_stop;
+            if (n_stop > MK_GEN_MAX_STOP) n_stop = MK_GEN_MAX_STOP;
+            for (uint32_t i = 0; i < n_stop; i++) st->gen_stop[i] = vmb->gen_stop[i];
+            st->gen_n_stop = n_stop;
+            st->gen_max = vmb->gen_max;
+            st->gen_count = 0;
+            st->gen_read = 0;
+            mb->t_start_ns = t0;
+        }
+        st->n_cmd = n;
         st->step = s;
         st->t_start_ns = t0;
         mk_st_release_gpu(&st->go, s + 1u);
     } else {
-        uint32_t ns = 16;
-        for (uint32_t it = 1;; it++) {
-            if (mk_reached(mk_ld_acquire_gpu(&st->go), s + 1u)) break;
-            mk_spin_pause(&ns);
-            if ((it & 255u) == 0 && mk_should_abort(a, false)) return MK_ABORTED;
+        if (blockIdx.x != 0) {
+            uint32_t ns = 16;
+            for (uint32_t it = 1;; it++) {
+                if (mk_reached(mk_ld_acquire_gpu(&st->go), s + 1u)) break;
+                mk_spin_pause(&ns);
+                if ((it & 255u) == 0 && mk_should_abort(a, false)) return MK_ABORTED;
+            }
         }
         const uint32_t *gcmd = (const uint32_t *)&st->cmd;
         for (uint32_t i = 0; i < words; i++) dst[i] = __ldcg(gcmd + i);
@@ -246,8 +266,9 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER
     const bool dynamic = a.sched_offsets == 0;
     uint64_t held = ~0ull; /* thread 0, dynamic: a work item of a later step, kept for it */
     uint32_t cursor = 0, end = 0;
+    uint32_t prev = MK_CMD_NONE; /* thread 0: the last step's command */
     for (uint32_t s = 0;; s++) {
-        if (threadIdx.x == 0) s_ctl[0] = mk_wait_command(&a, s, &s_cmd);
+        if (threadIdx.x == 0) prev = s_ctl[0] = mk_wait_command(&a, s, prev, &s_cmd);
         if (a.fault_kind && s == a.fault_step && threadIdx.x == 0 && blockIdx.x == gridDim.x - 1u)
             s_ctl[0] = mk_fault_inject(&a, s, s_ctl[0]);
         __syncthreads();
@@ -256,7 +277,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_MIN_BLOCKS_PER
             if (threadIdx.x == 0) mk_hang(&a, s);
             return;
         }
-        if (cmd != MK_CMD_STEP) return; /* STOP, abort */
+        if (cmd != MK_CMD_STEP && cmd != MK_CMD_GENERATE) return; /* STOP, abort */
         c.step = s;
         if (!dynamic && threadIdx.x == 0) {
             cursor = __ldg((const uint32_t *)a.sched_offsets + blockIdx.x);

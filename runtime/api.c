@@ -48,6 +48,10 @@ struct mk_session {
     int32_t *shadow; /* (ubatch) */
     uint32_t shadow_len, shadow_at;
     uint32_t logits_pos0, logits_rows; /* position of the last step's output row 0, and its rows */
+    bool host_loop;                    /* generate steps one token at a time even where the backend has generate */
+    bool logits_ahead;                 /* the backend's last step is past n_past - 1 (a device generation ran on) */
+    int32_t stop_ids[MK_GEN_MAX_STOP]; /* the device generation's stop set: the end-of-generation ids */
+    uint32_t n_stop_ids;
 };
 
 static double mk_api_now_ms(void) {
@@ -298,6 +302,7 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
     s->next = -1;
     s->last_token = -1;
     s->ignore_eog = p->ignore_eog != 0;
+    s->host_loop = p->host_loop != 0;
     struct mk_backend_params bp = {
         .ubatch = p->ubatch,
         .kind = p->backend,
@@ -326,6 +331,15 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
     s->queue = malloc((size_t)s->ubatch * sizeof *s->queue);
     s->shadow = malloc((size_t)s->ubatch * sizeof *s->shadow);
     s->spec_stats = mk_lookup_stats_init();
+    if (!s->ignore_eog) {
+        /* More than the device checks: the host still stops on every one, a few steps later. */
+        if (lm->tok) {
+            size_t n = mk_tokenizer_eog_ids(lm->tok, s->stop_ids, MK_GEN_MAX_STOP);
+            s->n_stop_ids = n < MK_GEN_MAX_STOP ? (uint32_t)n : MK_GEN_MAX_STOP;
+        } else if (lm->model->vocab.eos >= 0) {
+            s->stop_ids[s->n_stop_ids++] = lm->model->vocab.eos;
+        }
+    }
     if (!s->hist || !s->chunk || !s->outs || !s->queue || !s->shadow) {
         mk_session_free(s);
         return mk_error_set(err, MK_ERR_NOMEM, "mk_session_create: out of memory for %u positions", n_ctx);
@@ -378,6 +392,7 @@ static enum mk_status mk_session_step_n(struct mk_session *s, const int32_t *tok
     memcpy(s->hist + s->n_past, tokens, n * sizeof *tokens);
     s->logits_pos0 = s->n_past + n - n_out;
     s->logits_rows = n_out;
+    s->logits_ahead = false;
     s->n_past += n;
     s->next = s->outs[n_out - 1];
     s->next_emitted = false;
@@ -558,79 +573,159 @@ const char *mk_stop_reason_str(enum mk_stop_reason r) {
     return "unknown";
 }
 
+/* One generation's progress, shared by the host's token loop and the device's. */
+struct mk_gen_run {
+    struct mk_session *s;
+    mk_token_fn fn;
+    void *user;
+    int32_t n_max;
+    uint32_t count;
+    enum mk_stop_reason reason;
+    enum mk_status st;
+    char small[64];
+    char *piece;
+    size_t piece_cap;
+};
+
+/* Hands s->next (sampled, not yet given out) to the caller; true when generation ends here. */
+static bool mk_gen_emit(struct mk_gen_run *g) {
+    struct mk_session *s = g->s;
+    const int32_t tok = s->next;
+    if (!s->ignore_eog && mk_lm_is_eog(s->lm, tok)) {
+        g->reason = tok == s->lm->model->vocab.eos ? MK_STOP_EOS : MK_STOP_EOG;
+        return true;
+    }
+    s->next_emitted = true;
+    g->count++;
+    s->timings.n_generated++;
+    if (!g->fn) return false;
+    size_t len = mk_lm_token_piece(s->lm, s->last_token, tok, g->piece, g->piece_cap);
+    if (len > g->piece_cap) {
+        char *grown = malloc(len);
+        if (!grown) {
+            g->st = mk_error_set(&s->err, MK_ERR_NOMEM, "generate: out of memory for a piece of %zu bytes", len);
+            return true;
+        }
+        if (g->piece != g->small) free(g->piece);
+        g->piece = grown;
+        g->piece_cap = len;
+        len = mk_lm_token_piece(s->lm, s->last_token, tok, g->piece, g->piece_cap);
+    }
+    if (g->fn(g->user, tok, g->piece, len)) {
+        g->reason = MK_STOP_CALLBACK;
+        return true;
+    }
+    return false;
+}
+
+/* Token i of a device generation: the step evaluated s->next at n_past and sampled token. */
+static bool mk_gen_on_device_token(void *user, uint32_t i, int32_t token, uint64_t step_ns) {
+    (void)i;
+    struct mk_gen_run *g = user;
+    struct mk_session *s = g->s;
+    s->backend->last_step_ns = step_ns; /* what mk_session_timings reports while the callback runs */
+    s->hist[s->n_past++] = s->next;
+    s->last_token = s->next;
+    s->next = token;
+    s->next_emitted = false;
+    s->timings.n_eval++;
+    if (mk_gen_emit(g)) return true;
+    if (g->n_max >= 0 && g->count >= (uint32_t)g->n_max) {
+        g->reason = MK_STOP_LENGTH;
+        return true;
+    }
+    if (__atomic_exchange_n(&s->cancel, 0, __ATOMIC_ACQ_REL)) {
+        g->reason = MK_STOP_CANCELLED;
+        return true;
+    }
+    return false;
+}
+
+/* The rest of the generation as one device token loop (s->next is emitted, room >= 1). */
+static enum mk_status mk_gen_on_device(struct mk_gen_run *g) {
+    struct mk_session *s = g->s;
+    uint64_t max = s->backend->n_ctx - s->n_past;
+    if (g->n_max >= 0 && (uint64_t)g->n_max - g->count < max) max = (uint64_t)g->n_max - g->count;
+    const struct mk_step_cmd cmd = {
+        .cmd = MK_CMD_STEP,
+        .token = s->next,
+        .pos = (int32_t)s->n_past,
+        .temperature = s->sampling.temperature,
+        .top_k = s->sampling.top_k,
+        .top_p = s->sampling.top_p,
+        .min_p = s->sampling.min_p,
+        .seed = s->sampling.seed,
+    };
+    const struct mk_backend_gen gen = {
+        .max_steps = (uint32_t)max,
+        .stop = s->stop_ids,
+        .n_stop = s->n_stop_ids,
+        .on_token = mk_gen_on_device_token,
+        .user = g,
+    };
+    const uint32_t base = s->n_past;
+    struct mk_backend_gen_result r;
+    const double t0 = mk_api_now_ms();
+    enum mk_status st = s->backend->vt->generate(s->backend, &cmd, &gen, &r, &s->err);
+    s->timings.eval_ms += mk_api_now_ms() - t0;
+    s->logits_pos0 = s->n_past - 1;
+    s->logits_rows = 1;
+    s->logits_ahead = st != MK_OK || r.n_steps != s->n_past - base;
+    s->q_len = 0;
+    if (st == MK_OK && !r.n_delivered)
+        st = mk_error_set(&s->err, MK_ERR_INTERNAL, "%s: a generation from position %u gave no token",
+                          s->backend->vt->name, (unsigned)base);
+    return st;
+}
+
 enum mk_status mk_session_generate(struct mk_session *s, int32_t n_max, mk_token_fn fn, void *user,
                                    enum mk_stop_reason *why, uint32_t *n_generated) {
     mk_error_clear(&s->err);
-    enum mk_stop_reason reason = MK_STOP_NONE;
-    uint32_t count = 0;
-    enum mk_status st = MK_OK;
+    struct mk_gen_run g = { .s = s, .fn = fn, .user = user, .n_max = n_max, .reason = MK_STOP_NONE, .st = MK_OK };
+    g.piece = g.small;
+    g.piece_cap = sizeof g.small;
     if (s->next < 0) {
-        st = mk_error_set(&s->err, MK_ERR_INVALID_ARG, "generate: nothing was fed: feed a prompt (or BOS) first");
+        g.st = mk_error_set(&s->err, MK_ERR_INVALID_ARG, "generate: nothing was fed: feed a prompt (or BOS) first");
         goto done;
     }
-    const int32_t eos = s->lm->model->vocab.eos;
-    const bool stop_eog = !s->ignore_eog;
-    char small[64];
-    char *piece = small;
-    size_t piece_cap = sizeof small;
+    const bool device_loop = s->backend->vt->generate && !s->host_loop && !s->spec;
     for (;;) {
-        if (n_max >= 0 && count >= (uint32_t)n_max) {
-            reason = MK_STOP_LENGTH;
+        if (n_max >= 0 && g.count >= (uint32_t)n_max) {
+            g.reason = MK_STOP_LENGTH;
             break;
         }
         if (!s->next_emitted && __atomic_exchange_n(&s->cancel, 0, __ATOMIC_ACQ_REL)) {
-            reason = MK_STOP_CANCELLED;
+            g.reason = MK_STOP_CANCELLED;
             break;
         }
         if (s->next_emitted) {
             if (s->n_past >= s->backend->n_ctx) {
-                reason = MK_STOP_CONTEXT_FULL;
+                g.reason = MK_STOP_CONTEXT_FULL;
                 break;
+            }
+            if (device_loop && !s->q_len) {
+                if ((g.st = mk_gen_on_device(&g)) != MK_OK || g.reason != MK_STOP_NONE) break;
+                continue; /* it ended by its budget or at the context's end: the checks above say which */
             }
             double t0 = mk_api_now_ms();
-            st = mk_session_advance(s, n_max >= 0 ? (uint64_t)n_max - count - 1 : UINT64_MAX);
+            g.st = mk_session_advance(s, n_max >= 0 ? (uint64_t)n_max - g.count - 1 : UINT64_MAX);
             s->timings.eval_ms += mk_api_now_ms() - t0;
-            if (st == MK_ERR_CANCELLED) {
+            if (g.st == MK_ERR_CANCELLED) {
                 mk_error_clear(&s->err);
-                st = MK_OK;
-                reason = MK_STOP_CANCELLED;
+                g.st = MK_OK;
+                g.reason = MK_STOP_CANCELLED;
                 break;
             }
-            if (st != MK_OK) break;
+            if (g.st != MK_OK) break;
             s->timings.n_eval++;
         }
-        const int32_t tok = s->next;
-        if (stop_eog && mk_lm_is_eog(s->lm, tok)) {
-            reason = tok == eos ? MK_STOP_EOS : MK_STOP_EOG;
-            break;
-        }
-        s->next_emitted = true;
-        count++;
-        s->timings.n_generated++;
-        if (fn) {
-            size_t len = mk_lm_token_piece(s->lm, s->last_token, tok, piece, piece_cap);
-            if (len > piece_cap) {
-                char *grown = malloc(len);
-                if (!grown) {
-                    st = mk_error_set(&s->err, MK_ERR_NOMEM, "generate: out of memory for a piece of %zu bytes", len);
-                    break;
-                }
-                if (piece != small) free(piece);
-                piece = grown;
-                piece_cap = len;
-                len = mk_lm_token_piece(s->lm, s->last_token, tok, piece, piece_cap);
-            }
-            if (fn(user, tok, piece, len)) {
-                reason = MK_STOP_CALLBACK;
-                break;
-            }
-        }
+        if (mk_gen_emit(&g)) break;
     }
-    if (piece != small) free(piece);
+    if (g.piece != g.small) free(g.piece);
 done:
-    if (why) *why = st == MK_OK ? reason : MK_STOP_NONE;
-    if (n_generated) *n_generated = count;
-    return st;
+    if (why) *why = g.st == MK_OK ? g.reason : MK_STOP_NONE;
+    if (n_generated) *n_generated = g.count;
+    return g.st;
 }
 
 void mk_session_cancel(struct mk_session *s) { __atomic_store_n(&s->cancel, 1, __ATOMIC_RELEASE); }
@@ -703,6 +798,11 @@ enum mk_status mk_session_logits(struct mk_session *s, float *out, size_t cap) {
         return mk_error_set(&s->err, MK_ERR_INVALID_ARG, "logits: room for %zu floats, the vocabulary has %u", cap,
                             (unsigned)n_vocab);
     if (s->n_past == 0) return mk_error_set(&s->err, MK_ERR_INVALID_ARG, "logits: nothing was evaluated yet");
+    if (s->logits_ahead)
+        return mk_error_set(&s->err, MK_ERR_UNSUPPORTED,
+                            "logits: the device's token loop ran past position %u before generation stopped; create "
+                            "the session with host_loop set to read logits after generating",
+                            (unsigned)(s->n_past - 1));
     /* After a verification step the last evaluated position may be any of its rows. */
     uint32_t row = s->n_past - 1 - s->logits_pos0;
     if (s->logits_rows > 1 && row < s->logits_rows && s->backend->vt->logits_row)

@@ -752,6 +752,32 @@ static enum mk_status mk_cuda_mega_step(struct mk_backend *base, const struct mk
     return MK_OK;
 }
 
+static enum mk_status mk_cuda_mega_generate(struct mk_backend *base, const struct mk_step_cmd *cmd,
+                                            const struct mk_backend_gen *gen, struct mk_backend_gen_result *res,
+                                            struct mk_error *err) {
+    struct mk_cuda_backend *b = (struct mk_cuda_backend *)base;
+    memset(res, 0, sizeof *res);
+    enum mk_status st = mk_cuda_check_cmd(b, cmd, err);
+    if (st != MK_OK) return st;
+    if (!b->launched && (st = mk_cuda_relaunch(b, err)) != MK_OK) return mk_cuda_poison(b, st, err);
+    b->last_chunk = false;
+    const struct mk_hostqueue_gen hg = { .max_steps = gen->max_steps,
+                                         .stop = gen->stop,
+                                         .n_stop = gen->n_stop,
+                                         .on_token = gen->on_token,
+                                         .user = gen->user };
+    struct mk_hostqueue_gen_result hr;
+    st = mk_hostqueue_generate(b->hq, cmd, &hg, &hr, err);
+    res->n_delivered = hr.n_delivered;
+    if (st != MK_OK) return mk_hostqueue_poisoned(b->hq) ? mk_cuda_poison(b, st, err) : st;
+    res->n_steps = hr.n_steps;
+    res->why = hr.why;
+    res->t_start_ns = hr.t_start_ns;
+    res->t_end_ns = hr.t_end_ns;
+    b->base.last_step_ns = hr.n_steps && hr.t_end_ns > hr.t_start_ns ? (hr.t_end_ns - hr.t_start_ns) / hr.n_steps : 0;
+    return MK_OK;
+}
+
 /* A launch of an op kernel (per-op or chunk) on b's stream: with programmatic stream serialization
  * where b->pdl says. MK_CU's result. */
 static int mk_cuda_launch_ops(struct mk_cuda_backend *b, mk_cu_function fn, uint32_t gx, uint32_t gy, uint32_t gz,
@@ -1266,14 +1292,15 @@ static void mk_cuda_free(struct mk_backend *base) {
 /* Chunk steps run as per-op launches of megakernel/chunk.cu on every kind (the megakernel leaves
  * its loop for them); without a chunk program (ubatch 1) step_chunk refuses and sessions feed
  * one token per step. */
-#define MK_CUDA_VTBL(kind, step_fn)                                                                            \
+#define MK_CUDA_VTBL(kind, step_fn, generate_fn)                                                               \
     {                                                                                                          \
         .name = kind, .step = step_fn, .logits = mk_cuda_logits, .reset = mk_cuda_reset, .free = mk_cuda_free, \
-        .step_chunk = mk_cuda_step_chunk, .logits_row = mk_cuda_logits_row                                     \
+        .step_chunk = mk_cuda_step_chunk, .logits_row = mk_cuda_logits_row, .generate = generate_fn            \
     }
-static const struct mk_backend_vtbl mk_cuda_mega_vtbl = MK_CUDA_VTBL("megakernel", mk_cuda_mega_step);
-static const struct mk_backend_vtbl mk_cuda_perop_vtbl = MK_CUDA_VTBL("perop", mk_cuda_launch_step);
-static const struct mk_backend_vtbl mk_cuda_graph_vtbl = MK_CUDA_VTBL("graph", mk_cuda_launch_step);
+static const struct mk_backend_vtbl mk_cuda_mega_vtbl =
+    MK_CUDA_VTBL("megakernel", mk_cuda_mega_step, mk_cuda_mega_generate);
+static const struct mk_backend_vtbl mk_cuda_perop_vtbl = MK_CUDA_VTBL("perop", mk_cuda_launch_step, NULL);
+static const struct mk_backend_vtbl mk_cuda_graph_vtbl = MK_CUDA_VTBL("graph", mk_cuda_launch_step, NULL);
 
 static bool mk_cuda_is_ours(const struct mk_backend *b) {
     return b && (b->vt == &mk_cuda_mega_vtbl || b->vt == &mk_cuda_perop_vtbl || b->vt == &mk_cuda_graph_vtbl);

@@ -266,6 +266,10 @@ struct mk_session_params {
     int spec;                /* enum mk_spec; default MK_SPEC_OFF */
     uint32_t n_draft;        /* most tokens one speculation proposes; 0 = 8; at most ubatch - 1 are used */
     enum mk_kv_type kv_type; /* the KV cache's elements; default MK_KV_F16 (as llama.cpp's) */
+    /* nonzero: mk_session_generate posts one step at a time even where the backend can run the
+     * token loop itself (the megakernel samples each token and feeds it to its next step, and the
+     * calling thread only collects them). Default 0. */
+    int host_loop;
 };
 struct mk_session_params mk_session_default_params(void);
 

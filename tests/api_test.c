@@ -41,9 +41,10 @@ static int collect_token(void *user, int32_t id, const char *piece, size_t len) 
     return c->stop_after > 0 && c->n >= c->stop_after;
 }
 
-static struct mk_session *open_session(const struct mk_lm *lm, enum mk_backend_kind kind, uint32_t n_ctx, float temp,
-                                       uint64_t seed) {
+static struct mk_session *open_session_loop(const struct mk_lm *lm, enum mk_backend_kind kind, uint32_t n_ctx,
+                                            float temp, uint64_t seed, int host_loop) {
     struct mk_session_params sp = mk_session_default_params();
+    sp.host_loop = host_loop;
     sp.backend = kind;
     sp.n_ctx = n_ctx;
     sp.sampling.temperature = temp;
@@ -57,6 +58,11 @@ static struct mk_session *open_session(const struct mk_lm *lm, enum mk_backend_k
         return NULL;
     }
     return s;
+}
+
+static struct mk_session *open_session(const struct mk_lm *lm, enum mk_backend_kind kind, uint32_t n_ctx, float temp,
+                                       uint64_t seed) {
+    return open_session_loop(lm, kind, n_ctx, temp, seed, 0);
 }
 
 static void test_defaults(void) {
@@ -274,6 +280,59 @@ static void test_context_full(const struct mk_lm *lm) {
     mk_session_free(s);
 }
 
+/* What one scripted run of a session did: its tokens, stop reasons and positions. */
+struct loop_run {
+    struct collect c;
+    enum mk_stop_reason why[4];
+    uint32_t n[4], past[4];
+};
+
+static void loop_script(struct mk_session *s, struct loop_run *r) {
+    memset(r, 0, sizeof *r);
+    MK_CHECK(mk_session_feed_text(s, "Once upon a time") == MK_OK);
+    r->c.stop_after = 7; /* the callback stops it */
+    MK_CHECK(mk_session_generate(s, 40, collect_token, &r->c, &r->why[0], &r->n[0]) == MK_OK);
+    r->past[0] = mk_session_n_past(s);
+    r->c.stop_after = 0; /* the budget stops it */
+    MK_CHECK(mk_session_generate(s, 33, collect_token, &r->c, &r->why[1], &r->n[1]) == MK_OK);
+    r->past[1] = mk_session_n_past(s);
+    MK_CHECK(mk_session_feed_text(s, " The end.") == MK_OK); /* the pending token first */
+    r->past[2] = mk_session_n_past(s);
+    MK_CHECK(mk_session_generate(s, -1, collect_token, &r->c, &r->why[3], &r->n[3]) == MK_OK); /* the context */
+    r->past[3] = mk_session_n_past(s);
+}
+
+/* The token loop behind the backend's generate (the cpu executor's, taking the megakernel's path
+ * through the session) against one step per token, greedy and sampled: the same tokens, stop
+ * reasons and positions, whichever way generation ends. */
+static void test_device_loop(const struct mk_lm *lm) {
+    for (int k = 0; k < 2; k++) {
+        const float temp = k ? 1.0f : 0.0f;
+        struct mk_session *a = open_session_loop(lm, MK_BACKEND_CPU, 128, temp, 1234, 0);
+        struct mk_session *b = open_session_loop(lm, MK_BACKEND_CPU, 128, temp, 1234, 1);
+        static struct loop_run ra, rb;
+        if (a && b) {
+            loop_script(a, &ra);
+            loop_script(b, &rb);
+            MK_CHECK(ra.c.n == rb.c.n && !memcmp(ra.c.ids, rb.c.ids, sizeof(int32_t) * (size_t)ra.c.n));
+            MK_CHECK(!memcmp(ra.why, rb.why, sizeof ra.why) && !memcmp(ra.n, rb.n, sizeof ra.n));
+            MK_CHECK(!memcmp(ra.past, rb.past, sizeof ra.past));
+            MK_CHECK(ra.why[0] == MK_STOP_CALLBACK && ra.n[0] == 7 && ra.why[1] == MK_STOP_LENGTH && ra.n[1] == 33);
+            MK_CHECK(ra.why[3] == MK_STOP_CONTEXT_FULL && ra.past[3] == 128);
+            if (!k) MK_CHECK(!memcmp(ra.c.ids, mk_test_golden_ids + 4, 40 * sizeof(int32_t)));
+            printf("api: %s, generate's loop and the host's step loop: %d tokens alike, ends %s, %s, %s\n",
+                   k ? "sampled" : "greedy", ra.c.n, mk_stop_reason_str(ra.why[0]), mk_stop_reason_str(ra.why[1]),
+                   mk_stop_reason_str(ra.why[3]));
+            /* Logits after generate are those of the last evaluated position. */
+            static float la[512], lb[512];
+            MK_CHECK(mk_session_logits(a, la, 512) == MK_OK && mk_session_logits(b, lb, 512) == MK_OK);
+            MK_CHECK(!memcmp(la, lb, sizeof la));
+        }
+        mk_session_free(a);
+        mk_session_free(b);
+    }
+}
+
 /* Sampling: a fixed seed reproduces the run in another session; another seed does not. */
 static void test_sampling_sessions(const struct mk_lm *lm) {
     struct collect a = { .stop_after = 0 }, b = { .stop_after = 0 }, d = { .stop_after = 0 };
@@ -455,20 +514,23 @@ static void test_eos(void) {
     MK_CHECK(mk_lm_load(path, &lm, &err) == MK_OK);
     if (lm) {
         MK_CHECK(mk_lm_get_info(lm).eos == 1);
-        struct mk_session *s = open_session(lm, MK_BACKEND_REF, 512, 0.0f, 1);
-        if (s) {
-            struct collect c = { .stop_after = 0 };
-            enum mk_stop_reason why;
-            uint32_t n;
-            MK_CHECK(mk_session_feed_text(s, "") == MK_OK);
-            MK_CHECK(mk_session_generate(s, -1, collect_token, &c, &why, &n) == MK_OK);
-            printf("api: with eos = 1 the first story ends after %u tokens (%s)\n", n, mk_stop_reason_str(why));
-            MK_CHECK(why == MK_STOP_EOS && n > 60 && n < 500);
-            int has_eos = 0;
-            for (int i = 0; i < c.n && i < 1024; i++) has_eos |= c.ids[i] == 1;
-            MK_CHECK(!has_eos);
-            MK_CHECK(!memcmp(c.ids, mk_test_golden_ids, sizeof mk_test_golden_ids));
-            mk_session_free(s);
+        /* The reference steps token by token; the cpu backend's generate checks the stop set. */
+        for (int k = 0; k < 2; k++) {
+            struct mk_session *s = open_session(lm, k ? MK_BACKEND_CPU : MK_BACKEND_REF, 512, 0.0f, 1);
+            if (s) {
+                struct collect c = { .stop_after = 0 };
+                enum mk_stop_reason why;
+                uint32_t n;
+                MK_CHECK(mk_session_feed_text(s, "") == MK_OK);
+                MK_CHECK(mk_session_generate(s, -1, collect_token, &c, &why, &n) == MK_OK);
+                printf("api: with eos = 1 the first story ends after %u tokens (%s)\n", n, mk_stop_reason_str(why));
+                MK_CHECK(why == MK_STOP_EOS && n > 60 && n < 500);
+                int has_eos = 0;
+                for (int i = 0; i < c.n && i < 1024; i++) has_eos |= c.ids[i] == 1;
+                MK_CHECK(!has_eos);
+                MK_CHECK(!memcmp(c.ids, mk_test_golden_ids, sizeof mk_test_golden_ids));
+                mk_session_free(s);
+            }
         }
         mk_lm_free(lm);
     }
@@ -769,6 +831,7 @@ int main(void) {
     test_prompt_and_callback_stop(lm);
     test_context_full(lm);
     test_sampling_sessions(lm);
+    test_device_loop(lm);
     test_two_sessions(lm);
     test_auto_backend(lm);
     mk_lm_free(lm);

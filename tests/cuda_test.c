@@ -895,6 +895,170 @@ static void test_bench8b(void) {
     mk_model_free(m);
 }
 
+/* ---- The token loop on the device (MK_CMD_GENERATE). ---- */
+
+struct gen_rec {
+    int32_t *tok; /* (cap) */
+    uint32_t n, cap, stop_at, slow_every;
+    bool stop_now; /* stop_at reached */
+};
+
+static bool gen_rec_token(void *user, uint32_t i, int32_t token, uint64_t step_ns) {
+    (void)step_ns;
+    struct gen_rec *r = user;
+    if (i == r->n && r->n < r->cap) r->tok[r->n++] = token;
+    if (r->slow_every && i % r->slow_every == r->slow_every - 1) {
+        struct timespec ts = { 0, 3000000 };
+        nanosleep(&ts, NULL);
+    }
+    return r->stop_at && i == r->stop_at;
+}
+
+/* Steps token by token from first at pos0 with cmd's sampling; out[i] is step i's token. */
+static enum mk_status step_loop(struct mk_backend *b, struct mk_step_cmd c, int32_t first, int32_t pos0, uint32_t n,
+                                int32_t *out, struct mk_error *err) {
+    int32_t tok = first;
+    for (uint32_t i = 0; i < n; i++) {
+        c.token = tok;
+        c.pos = pos0 + (int32_t)i;
+        enum mk_status st = b->vt->step(b, &c, &tok, err);
+        if (st != MK_OK) return st;
+        out[i] = tok;
+    }
+    return MK_OK;
+}
+
+static enum mk_status gen_run(struct mk_backend *b, struct mk_step_cmd c, int32_t first, int32_t pos0, uint32_t max,
+                              const int32_t *stop, uint32_t n_stop, struct gen_rec *r,
+                              struct mk_backend_gen_result *res, struct mk_error *err) {
+    c.token = first;
+    c.pos = pos0;
+    r->n = 0;
+    const struct mk_backend_gen gen = {
+        .max_steps = max, .stop = stop, .n_stop = n_stop, .on_token = gen_rec_token, .user = r
+    };
+    return b->vt->generate(b, &c, &gen, res, err);
+}
+
+static uint32_t first_diff_u(const int32_t *a, const int32_t *b, uint32_t n) {
+    uint32_t i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* The megakernel's device loop against its own one-command-per-token steps (the same kernel and
+ * program, so equal token for token), greedy and sampled, across several rings of tokens with a
+ * consumer that falls behind; the CPU executor's greedy tokens beside it; stop tokens, cancel
+ * (and the KV cache after it), and the context's end. */
+static void check_generate(const struct mk_model *m, const char *label, uint32_t n, uint32_t n_ctx,
+                           bool want_cpu_equal) {
+    struct mk_backend *b = create_gpu(m, MK_BACKEND_MEGAKERNEL, n_ctx, 0);
+    if (!b) return;
+    MK_CHECK(b->vt->generate != NULL);
+    int32_t *want = calloc(n, sizeof *want), *cpu = calloc(n, sizeof *cpu);
+    struct gen_rec r = { .tok = calloc(n, sizeof *r.tok), .cap = n };
+    struct mk_backend_gen_result res;
+    struct mk_error err;
+    const int32_t first = m->vocab.bos >= 0 ? m->vocab.bos : 1;
+
+    struct mk_backend_params cp = params(MK_BACKEND_CPU, n_ctx);
+    cp.verbose = 0;
+    struct mk_backend *cb = NULL;
+    const double t0 = now_ms();
+    if (mk_backend_create_cpu(m, &cp, &cb, &err) == MK_OK) {
+        MK_CHECK(step_loop(cb, greedy_cmd(0, 0), first, 0, n, cpu, &err) == MK_OK);
+        cb->vt->free(cb);
+    }
+    printf("INFO generate %s: cpu reference of %u steps in %.1f s\n", label, n, (now_ms() - t0) / 1e3);
+
+    struct mk_step_cmd sampled = greedy_cmd(0, 0);
+    sampled.temperature = 0.8f;
+    sampled.top_k = 40;
+    sampled.top_p = 0.95f;
+    sampled.min_p = 0.05f;
+    sampled.seed = 4242;
+    for (int k = 0; k < 2; k++) {
+        const struct mk_step_cmd c = k ? sampled : greedy_cmd(0, 0);
+        MK_CHECK(b->vt->reset(b, &err) == MK_OK);
+        MK_CHECK(step_loop(b, c, first, 0, n, want, &err) == MK_OK);
+        MK_CHECK(b->vt->reset(b, &err) == MK_OK);
+        r.slow_every = k ? 0 : 97; /* greedy: the ring fills while the consumer sleeps */
+        const double g0 = now_ms();
+        enum mk_status st = gen_run(b, c, first, 0, n, NULL, 0, &r, &res, &err);
+        const double g_ms = now_ms() - g0;
+        if (st != MK_OK) fprintf(stderr, "generate %s: %s\n", label, err.msg);
+        MK_CHECK(st == MK_OK);
+        const uint32_t d = first_diff_u(r.tok, want, n);
+        printf("RESULT generate %s %s: %u tokens, %u equal to the step loop's before the first difference, "
+               "why %u, %.3f ms/token wall (device %.3f)\n",
+               label, k ? "sampled" : "greedy", r.n, d, res.why, g_ms / n,
+               res.n_steps ? (res.t_end_ns - res.t_start_ns) / 1e6 / res.n_steps : 0.0);
+        MK_CHECK(r.n == n && res.n_steps == n && res.n_delivered == n && res.why == MK_GEN_END_MAX);
+        MK_CHECK(d == n);
+        if (!k) {
+            const uint32_t dc = first_diff_u(r.tok, cpu, n);
+            printf("RESULT generate %s greedy: %u of %u tokens equal the cpu executor's before the first difference\n",
+                   label, dc, n);
+            if (want_cpu_equal) MK_CHECK(dc == n);
+        }
+    }
+
+    /* Greedy again for the rest: want is the greedy sequence. */
+    MK_CHECK(b->vt->reset(b, &err) == MK_OK);
+    MK_CHECK(step_loop(b, greedy_cmd(0, 0), first, 0, n, want, &err) == MK_OK);
+    r.slow_every = 0;
+
+    /* A stop token ends it after its first occurrence, delivered. */
+    const uint32_t k_stop = n / 3;
+    const int32_t stop[2] = { (int32_t)m->cfg.n_vocab - 1 == want[k_stop] ? 0 : (int32_t)m->cfg.n_vocab - 1,
+                              want[k_stop] };
+    uint32_t at = 0;
+    while (want[at] != want[k_stop]) at++;
+    if (stop[0] != want[k_stop])
+        for (uint32_t i = 0; i < at; i++)
+            if (want[i] == stop[0]) at = i;
+    MK_CHECK(gen_run(b, greedy_cmd(0, 0), first, 0, n, stop, 2, &r, &res, &err) == MK_OK);
+    printf("RESULT generate %s stop: ended after %u tokens (stop token first at %u), why %u\n", label, res.n_steps, at,
+           res.why);
+    MK_CHECK(res.why == MK_GEN_END_STOP && res.n_steps == at + 1 && r.n == at + 1);
+
+    /* The consumer stops at token 20: the device ends soon after, and the cache up to there holds,
+     * so a step at position 21 gives greedy's token. */
+    r.stop_at = 20;
+    MK_CHECK(gen_run(b, greedy_cmd(0, 0), first, 0, n, NULL, 0, &r, &res, &err) == MK_OK);
+    printf("RESULT generate %s cancel: %u delivered, the device ran %u steps, why %u\n", label, res.n_delivered,
+           res.n_steps, res.why);
+    MK_CHECK(res.n_delivered == 21 && r.n == 21 && res.why == MK_GEN_END_CANCELLED);
+    MK_CHECK(res.n_steps >= 21 && res.n_steps <= 21 + 16);
+    r.stop_at = 0;
+    int32_t next = -1;
+    struct mk_step_cmd c21 = greedy_cmd(want[20], 21);
+    MK_CHECK(b->vt->step(b, &c21, &next, &err) == MK_OK && next == want[21]);
+
+    /* The context's last position ends it. */
+    MK_CHECK(gen_run(b, greedy_cmd(0, 0), want[n_ctx - 6 < n ? n_ctx - 6 : 0], (int32_t)n_ctx - 5, 100, NULL, 0, &r,
+                     &res, &err) == MK_OK);
+    MK_CHECK(res.why == MK_GEN_END_CONTEXT && res.n_steps == 5);
+
+    /* A position past the context is refused before anything runs. */
+    MK_CHECK(gen_run(b, greedy_cmd(0, 0), first, (int32_t)n_ctx, 10, NULL, 0, &r, &res, &err) == MK_ERR_CONTEXT_FULL);
+    free(want);
+    free(cpu);
+    free(r.tok);
+    b->vt->free(b);
+}
+
+static void test_generate(const struct mk_model *m) {
+    check_generate(m, "stories260K", 600, 1024, true);
+    const char *path = getenv("MK_GPU_GEN_MODEL");
+    if (!path) return;
+    struct mk_model *g = load_or_generate(path, "llama-1b", "q4_k_m");
+    if (!g) return;
+    const char *base = strrchr(path, '/');
+    check_generate(g, base ? base + 1 : path, 300, 512, false);
+    mk_model_free(g);
+}
+
 int main(int argc, char **argv) {
     const struct mk_cuda *cu = NULL;
     struct mk_error err;
@@ -937,6 +1101,7 @@ int main(int argc, char **argv) {
     if (all || !strcmp(only, "chunk")) test_chunk_stories(m);
     if (all || !strcmp(only, "sampling")) test_sampling(m);
     if (all || !strcmp(only, "context")) test_context_limit(m);
+    if (all || !strcmp(only, "generate")) test_generate(m);
     if (all || !strcmp(only, "hang")) test_hang(m);
     if (all || !strcmp(only, "faults")) test_faults(m, argc > 2 ? argv[2] : NULL);
     mk_model_free(m);

@@ -37,6 +37,7 @@ struct mk_bench_opts {
     uint32_t n_prompt, ubatch, n_draft; /* pp<n_prompt> (0: none); chunk steps of up to ubatch */
     int spec;                           /* nonzero (MK_SPEC_LOOKUP): also the speculative-decoding tests */
     bool breakdown;                     /* per op kind time and bandwidth of one traced step */
+    bool host_loop;                     /* tg posts one step at a time even where the backend can generate */
     enum mk_kv_type kv_type;
 };
 
@@ -55,7 +56,8 @@ struct mk_bench_row {
 
 static void mk_bench_usage(FILE *f) {
     fprintf(f, "usage: mk bench [-m FILE] [--backend all|ref,cpu,megakernel,perop,graph] [-n 128] [-d 0] [--ctx 512]\n"
-               "                [--threads N] [--preset llama-1b,llama-8b] [--dtype bf16] [--breakdown] [--json]\n"
+               "                [--threads N] [--preset llama-1b,llama-8b] [--dtype bf16] [--breakdown] [--host-loop] "
+               "[--json]\n"
                "  Times -n greedy decode steps (tg<n>) from an empty context on each backend and prints\n"
                "  ms/token p50 and p99, host CPU ms/token (every thread of the process: the cost to the\n"
                "  machine beside the wall time), tokens/s, the weight bandwidth achieved (weight bytes per token over\n"
@@ -86,6 +88,10 @@ static void mk_bench_usage(FILE *f) {
                "  --spec lookup adds greedy decoding of -n tokens with and without prompt-lookup\n"
                "  speculation (--draft K) on a shipped repetitive task (rewrite a passage with small edits)\n"
                "  and on free text (a story), with the acceptance rate and whether the outputs agree.\n"
+               "  tg on the megakernel runs the token loop on the device (one command for all -n tokens,\n"
+               "  the host only collects them): the times are then between tokens as the host receives\n"
+               "  them, and 'host +N us' is the wall time of the whole run beyond the device's own, per\n"
+               "  token. --host-loop posts one step per token instead, as the other backends do.\n"
                "  --breakdown adds, for the cpu and megakernel backends, the time and weight bandwidth\n"
                "  per op kind of one more step, run with per-task timestamps (mk trace writes the whole\n"
                "  step as a Perfetto trace).\n");
@@ -123,6 +129,25 @@ static enum mk_status mk_bench_untimed(struct mk_backend *b, struct mk_step_cmd 
     return MK_OK;
 }
 
+/* A timed device generation: each token's arrival gap on the host and its device time. */
+struct mk_bench_gen {
+    double *ms;       /* (n) host ms since the token before (or the call) */
+    uint64_t *dev_ns; /* (n) device time of the step that sampled each token */
+    uint32_t n;
+    double t_prev;
+};
+
+static bool mk_bench_on_token(void *user, uint32_t i, int32_t token, uint64_t step_ns) {
+    (void)token;
+    struct mk_bench_gen *g = user;
+    const double now = mk_now_ms();
+    g->ms[i] = now - g->t_prev;
+    g->dev_ns[i] = step_ns;
+    g->t_prev = now;
+    g->n = i + 1u;
+    return false;
+}
+
 /* Times one backend on one model; 0 on success, else prints why and returns -1. */
 static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_backend_kind kind,
                         const struct mk_bench_opts *o, struct mk_bench_row *row, struct mk_bench_row *pp) {
@@ -153,7 +178,37 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
     uint64_t bytes = mk_model_bytes_per_token(m);
     row->size = bytes;
     row->backend = b->vt->name;
-    if (o->n) { /* -n 0: the prompt test alone, as llama-bench -n 0 */
+    if (o->n && b->vt->generate && !o->host_loop && b->kind == MK_BACKEND_MEGAKERNEL) {
+        /* One device generation: its tokens as the host receives them. */
+        struct mk_bench_gen bg = { .ms = ms, .dev_ns = calloc(o->n, sizeof(uint64_t)), .n = 0 };
+        if (!bg.dev_ns) goto done;
+        cmd.token = tok;
+        cmd.pos = (int32_t)o->depth;
+        const struct mk_backend_gen gen = { .max_steps = o->n, .on_token = mk_bench_on_token, .user = &bg };
+        struct mk_backend_gen_result r;
+        struct mk_cpu_span span = mk_cpu_span_start();
+        bg.t_prev = mk_now_ms();
+        const double t0 = bg.t_prev;
+        enum mk_status gst = b->vt->generate(b, &cmd, &gen, &r, &err);
+        const double wall = mk_now_ms() - t0;
+        row->cpu_ms = mk_cpu_span_ms_per(&span, o->n, NULL);
+        if (gst == MK_OK && (r.n_steps != o->n || bg.n != o->n))
+            gst = mk_error_set(&err, MK_ERR_INTERNAL, "the device generation ran %u steps and gave %u tokens for %u",
+                               r.n_steps, bg.n, o->n);
+        if (gst != MK_OK) {
+            free(bg.dev_ns);
+            goto fail;
+        }
+        uint32_t n_dev = 0;
+        for (uint32_t i = 0; i < o->n; i++)
+            if (bg.dev_ns[i]) dev[n_dev++] = bg.dev_ns[i] / 1e6;
+        const double dev_total = r.t_end_ns > r.t_start_ns ? (r.t_end_ns - r.t_start_ns) / 1e6 : 0;
+        snprintf(row->note, sizeof row->note, "device loop, host +%.1f us, device p99 %.3f ms",
+                 (wall - dev_total) / o->n * 1e3, n_dev ? mk_percentile(dev, n_dev, 0.99) : 0.0);
+        row->dev_p50_ms = n_dev ? mk_percentile(dev, n_dev, 0.50) : 0;
+        b->last_step_ns = 0;
+        free(bg.dev_ns);
+    } else if (o->n) {
         uint32_t n_dev = 0;
         struct mk_cpu_span span = mk_cpu_span_start();
         for (uint32_t i = 0; i < o->n; i++) {
@@ -175,12 +230,14 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
                      mk_percentile(host, n_dev, 0.50) * 1e3, mk_percentile(dev, n_dev, 0.99));
             free(host);
         }
+        row->dev_p50_ms = n_dev ? mk_percentile(dev, n_dev, 0.50) : 0;
+    }
+    if (o->n) { /* -n 0: the prompt test alone, as llama-bench -n 0 */
         double sum = 0;
         for (uint32_t i = 0; i < o->n; i++) sum += ms[i];
         row->mean_ms = sum / o->n;
         row->p99_ms = mk_percentile(ms, o->n, 0.99);
         row->p50_ms = mk_percentile(ms, o->n, 0.50);
-        row->dev_p50_ms = n_dev ? mk_percentile(dev, n_dev, 0.50) : 0;
         row->bw_gbs = bytes / (row->p50_ms * 1e-3) / 1e9;
         if (o->depth)
             snprintf(row->test, sizeof row->test, "tg%u@d%u", o->n, o->depth);
@@ -452,6 +509,10 @@ int mk_cmd_bench(int argc, char **argv) {
         if (g) continue;
         if (!strcmp(a, "--breakdown")) {
             o.breakdown = true;
+            continue;
+        }
+        if (!strcmp(a, "--host-loop")) {
+            o.host_loop = true;
             continue;
         }
         if (!strcmp(a, "--json")) {

@@ -214,12 +214,68 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
     return chosen;
 }
 
+/* Thread 0 under GENERATE, after step tok was sampled: the token into the ring (waiting while the
+ * host is MK_GEN_RING behind), then either the next step opened with tok at pos + 1, or the end
+ * posted to the host and block 0 sent back to the mailbox. cancel: the host's flag, read early. */
+__device__ void mk_sample_generate(const struct mk_task_ctx *c, int32_t tok, uint32_t cancel) {
+    const struct mk_kernel_args *a = c->a;
+    struct mk_step_state *st = (struct mk_step_state *)a->step_state;
+    struct mk_mailbox *mb = (struct mk_mailbox *)a->mailbox;
+    const struct mk_step_cmd *cmd = c->cmd;
+    const uint32_t i = __ldcg(&st->gen_count);
+    uint32_t read = __ldcg(&st->gen_read);
+    if (i - read >= MK_GEN_RING) {
+        uint64_t last = mk_globaltimer();
+        for (;;) {
+            read = mk_ld_acquire_sys(&mb->gen_read);
+            if (i - read < MK_GEN_RING) break;
+            __nanosleep(2000);
+            const uint64_t now = mk_globaltimer();
+            const bool host = now - last > 100000u;
+            if (host) last = now;
+            if (mk_should_abort(a, host)) return; /* the others leave by the relay */
+        }
+        st->gen_read = read;
+    }
+    const uint64_t now = mk_globaltimer();
+    mb->gen_token[i % MK_GEN_RING] = tok;
+    mb->gen_t_ns[i % MK_GEN_RING] = now;
+    const uint32_t why = mk_gen_end_after(tok, i + 1u, cmd->pos, a->n_ctx, __ldcg(&st->gen_max), st->gen_stop,
+                                          __ldcg(&st->gen_n_stop), cancel);
+    __threadfence_system();
+    mk_st_release_sys(&mb->gen_count, i + 1u);
+    st->gen_count = i + 1u;
+    if (why == MK_GEN_RUNNING) {
+        struct mk_step_cmd next = *cmd;
+        next.token = tok;
+        next.pos = cmd->pos + 1;
+        st->cmd = next;
+        st->step = c->step + 1u;
+        st->t_start_ns = now;
+        mk_st_release_gpu(&st->go, c->step + 2u);
+        return;
+    }
+    mb->out_token = tok;
+    mb->t_end_ns = now;
+    mb->gen_why = why;
+    __threadfence_system();
+    mk_st_release_sys(&mb->done_seq, __ldcg(&st->n_cmd));
+    mk_st_release_gpu(&st->gen_over, c->step + 2u);
+}
+
 __device__ void mk_op_sample(const struct mk_task_ctx *c) {
+    const bool gen = c->cmd->cmd == MK_CMD_GENERATE && c->a->mailbox;
+    /* The host's cancel flag crosses PCIe: asked for before the selection so that the read's
+     * latency hides behind it. */
+    uint32_t cancel = 0;
+    if (gen && threadIdx.x == 0) cancel = mk_ld_relaxed_sys(&((struct mk_mailbox *)c->a->mailbox)->gen_cancel);
     int32_t tok = c->cmd->temperature <= 0.0f ? mk_sample_greedy(c) : mk_sample_topk(c);
     if (threadIdx.x != 0) return;
     struct mk_step_state *st = (struct mk_step_state *)c->a->step_state;
     st->out_token = tok;
-    if (c->a->mailbox) {
+    if (gen) {
+        mk_sample_generate(c, tok, cancel);
+    } else if (c->a->mailbox) {
         struct mk_mailbox *mb = (struct mk_mailbox *)c->a->mailbox;
         /* Block 0 wrote the step's start time when it took the command. */
         uint64_t t0 = __ldcg((const unsigned long long *)&st->t_start_ns);
@@ -227,7 +283,7 @@ __device__ void mk_op_sample(const struct mk_task_ctx *c) {
         mb->t_start_ns = t0;
         mb->t_end_ns = mk_globaltimer();
         __threadfence_system();
-        mk_st_release_sys(&mb->done_seq, c->step + 1u);
+        mk_st_release_sys(&mb->done_seq, __ldcg(&st->n_cmd));
     }
 }
 
