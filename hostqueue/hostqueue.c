@@ -416,11 +416,12 @@ enum mk_status mk_hostqueue_generate(struct mk_hostqueue *q, const struct mk_ste
             backoff = MK_HQ_SLEEP_MIN_NS;
             continue;
         }
-        if (done) break;
+        if (done || st != MK_OK) break;
         const uint64_t now = mk_hq_now_ns(), el = now - t_last;
         if (now - last_probe >= MK_HQ_PROBE_NS) {
             last_probe = now;
-            if ((st = mk_hq_check_device(q, &c, seen, err)) != MK_OK) break;
+            /* A failed device still hands over the tokens it finished: one more look at the ring. */
+            if ((st = mk_hq_check_device(q, &c, seen, err)) != MK_OK) continue;
         }
         if (el >= limit) {
             char info[320];

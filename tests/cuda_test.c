@@ -424,6 +424,8 @@ static uint32_t run_until_failure(struct mk_backend *b, uint32_t n, enum mk_stat
     return n;
 }
 
+static void test_faults_generate(const struct mk_model *m);
+
 /* Injected megakernel faults (mk_kernel_args.fault_kind): an error code, a trap, a store to a bad
  * address, a block that stops signalling. Each ends its session with an error naming the step;
  * freeing the session destroys its context (and the sticky error with it), and a new session on
@@ -494,6 +496,7 @@ static void test_faults(const struct mk_model *m, const char *only_kind) {
         b->vt->free(b);
     }
     if (only_kind) return; /* after a sticky error CUDA refuses everything */
+    test_faults_generate(m);
     /* The per-op backends refuse fault injection. */
     struct mk_backend_params p = params(MK_BACKEND_PEROP, 64);
     p.fault.kind = MK_FAULT_TRAP;
@@ -1046,6 +1049,46 @@ static void check_generate(const struct mk_model *m, const char *label, uint32_t
     free(cpu);
     free(r.tok);
     b->vt->free(b);
+}
+
+/* The faults that leave CUDA usable (a block that stops, an error code) in the middle of a device
+ * generation: it fails with the fault's status and names it, after delivering the golden tokens
+ * of the steps before; a new session then generates the golden text. */
+static void test_faults_generate(const struct mk_model *m) {
+    const enum mk_fault_kind kinds[2] = { MK_FAULT_HANG, MK_FAULT_ERROR };
+    const enum mk_status want[2] = { MK_ERR_TIMEOUT, MK_ERR_INTERNAL };
+    const char *names[2] = { "hang", "error" }, *says[2] = { "no token within 1500 ms after its 7-th", "at step 7" };
+    const uint32_t at = 7;
+    for (int k = 0; k < 2; k++) {
+        struct mk_backend_params p = params(MK_BACKEND_MEGAKERNEL, 64);
+        p.watchdog_ms = 1500;
+        p.gpu.dynamic_schedule = false;
+        p.fault.kind = kinds[k];
+        p.fault.step = at;
+        struct mk_backend *b = create_gpu_with(m, &p);
+        if (!b) continue;
+        struct gen_rec r = { .tok = calloc(64, sizeof(int32_t)), .cap = 64 };
+        struct mk_backend_gen_result res;
+        struct mk_error err;
+        double t0 = now_ms();
+        enum mk_status st = gen_run(b, greedy_cmd(0, 0), 1, 0, 20, NULL, 0, &r, &res, &err);
+        double took = now_ms() - t0;
+        printf("RESULT fault %s at step %u of a device generation: %s after %u tokens, %.0f ms: %s\n", names[k], at,
+               mk_status_str(st), r.n, took, err.msg);
+        MK_CHECK(st == want[k] && r.n == at && res.n_delivered == at);
+        MK_CHECK(!memcmp(r.tok, mk_test_golden_ids, at * sizeof(int32_t)));
+        MK_CHECK_MSG(strstr(err.msg, "generating from pos 0") && strstr(err.msg, says[k]), "%s: %s", names[k], err.msg);
+        MK_CHECK(took < (kinds[k] == MK_FAULT_HANG ? 6000.0 : 3000.0));
+        MK_CHECK(gen_run(b, greedy_cmd(0, 0), 1, 0, 5, NULL, 0, &r, &res, &err) == want[k]); /* poisoned */
+        b->vt->free(b);
+        b = create_gpu(m, MK_BACKEND_MEGAKERNEL, 64, 0);
+        if (b) {
+            MK_CHECK(gen_run(b, greedy_cmd(0, 0), 1, 0, 20, NULL, 0, &r, &res, &err) == MK_OK && r.n == 20);
+            MK_CHECK_MSG(!memcmp(r.tok, mk_test_golden_ids, 20 * sizeof(int32_t)), "after %s", names[k]);
+            b->vt->free(b);
+        }
+        free(r.tok);
+    }
 }
 
 static void test_generate(const struct mk_model *m) {

@@ -18,6 +18,7 @@ struct fake_device {
     uint32_t delay_us;       /* per step */
     uint32_t n_ctx;          /* GENERATE ends at its last position (0: 1 << 20) */
     uint32_t gen_hang_after; /* GENERATE goes silent after this many tokens (0: never) */
+    uint32_t die_on_hang;    /* ... and then the probe reports it dead */
     uint32_t gen_steps;      /* GENERATE steps run, all commands */
     pthread_t thread;
 };
@@ -41,6 +42,7 @@ static bool fake_generate(struct fake_device *d, uint32_t s) {
     mb->t_start_ns = 1000000ull * s; /* every step takes 3 ns on this clock */
     for (uint32_t i = 0;; i++) {
         if (d->gen_hang_after && i == d->gen_hang_after) {
+            if (d->die_on_hang) __atomic_store_n(&d->die, 1u, __ATOMIC_RELEASE);
             while (!__atomic_load_n(&d->stopped, __ATOMIC_ACQUIRE)) sleep_us(200);
             return false;
         }
@@ -420,6 +422,19 @@ static void test_generate_watchdog(void) {
     MK_CHECK(mk_hostqueue_poisoned(q));
     MK_CHECK(run_gen(q, 1, 0, 5, NULL, 0, &g, &r, &err) == MK_ERR_TIMEOUT); /* refused */
     stop_hung(q, &d);
+
+    /* A device that dies: its finished tokens are delivered, then the probe's error names it. */
+    struct fake_device d2 = { .hang_on_token = 0xffffffffu, .gen_hang_after = 30, .die_on_hang = 1 };
+    q = start(&d2, 5000);
+    memset(&g, 0, sizeof g);
+    t0 = now_ms();
+    MK_CHECK(run_gen(q, 1, 0, 500, NULL, 0, &g, &r, &err) == MK_ERR_CUDA);
+    MK_CHECK(now_ms() - t0 < 1000);
+    MK_CHECK(g.n == 30 && r.n_delivered == 30);
+    MK_CHECK(strstr(err.msg, "fake failed generating from pos 0") != NULL);
+    MK_CHECK(strstr(err.msg, "CUDA_ERROR_LAUNCH_FAILED") != NULL);
+    MK_CHECK(mk_hostqueue_poisoned(q));
+    stop_hung(q, &d2);
 }
 
 int main(void) {
