@@ -355,9 +355,10 @@ struct mk_step_state {
     struct mk_step_cmd cmd;
     uint32_t step; /* 0-based index of the step being run */
     int32_t out_token;
-    uint32_t go;         /* step + 1 once cmd holds step's command */
-    uint32_t gen_over;   /* megakernel: s + 1 when a GENERATE ended before step s (its command comes
-                        * from the mailbox) */
+    /* step + 1 once cmd holds step's command */
+    uint32_t go;
+    /* megakernel: s + 1 when a GENERATE ended before step s, whose command comes from the mailbox */
+    uint32_t gen_over;
     uint64_t t_start_ns; /* megakernel: device globaltimer when block 0 saw the command */
     uint32_t n_cmd;      /* megakernel: mailbox commands taken, the one running included */
     uint32_t gen_max;    /* GENERATE: the mailbox's gen_max, gen_n_stop and gen_stop, copied */
@@ -375,11 +376,13 @@ MK_STATIC_ASSERT(offsetof(struct mk_step_state, gen_stop) == 88, "mk_step_state.
 /* After a GENERATE step that wrote token tok (its count-th), the reason to end there, or
  * MK_GEN_RUNNING: the one rule for the device and for the host's tests. */
 #ifdef __CUDACC__
-__host__ __device__
+#define MK_ABI_HD __host__ __device__
+#else
+#define MK_ABI_HD
 #endif
-    static inline uint32_t
-    mk_gen_end_after(int32_t tok, uint32_t count, int32_t pos, uint32_t n_ctx, uint32_t gen_max, const int32_t *stop,
-                     uint32_t n_stop, uint32_t cancel) {
+static inline MK_ABI_HD uint32_t mk_gen_end_after(int32_t tok, uint32_t count, int32_t pos, uint32_t n_ctx,
+                                                  uint32_t gen_max, const int32_t *stop, uint32_t n_stop,
+                                                  uint32_t cancel) {
     for (uint32_t i = 0; i < n_stop && i < MK_GEN_MAX_STOP; i++)
         if (stop[i] == tok) return MK_GEN_END_STOP;
     if (count >= gen_max) return MK_GEN_END_MAX;

@@ -108,6 +108,12 @@ if [ -n "$M" ]; then
     done
     run 0 "$MK" run -m "$M/stories260K-f32.gguf" --backend cpu --temp 0 -n 12 --kv-type f32
     has "$T/out" "Once upon a time, there was a little girl"
+    # The backend's token loop and one step per token print the same story.
+    run 0 "$MK" run -m "$M/stories260K-f32.gguf" --backend cpu --temp 0.8 --seed 7 -n 40
+    cp "$T/out" "$T/loop.out"
+    run 0 "$MK" run -m "$M/stories260K-f32.gguf" --backend cpu --temp 0.8 --seed 7 -n 40 --host-loop
+    cmp -s "$T/out" "$T/loop.out" || fail "mk run --host-loop printed another story"
+    has "$T/out" "Once upon a time"
 fi
 
 if [ "$failures" != 0 ]; then

@@ -35,6 +35,8 @@ void mk_tool_print_usage(FILE *f, long long n_predict) {
             "                     refused with the list)\n"
             "  --system TEXT      system message of the conversation\n"
             "  --ignore-eos       go on through end-of-generation tokens (EOS, <|im_end|>, <|eot_id|>, ...)\n"
+            "  --host-loop        one command per generated token, even on the megakernel (whose token loop\n"
+            "                     otherwise runs on the GPU)\n"
             "  --ids              print the generated token ids, space-separated, instead of text\n"
             "  -v, --verbose      report backend choices and the prompt's token ids\n",
             n_predict);
@@ -123,6 +125,8 @@ int mk_tool_parse_flag(struct mk_tool_opts *o, int argc, char **argv, int *i) {
         o->no_special = true;
     } else if (!strcmp(a, "--ignore-eos")) {
         o->sp.ignore_eog = 1;
+    } else if (!strcmp(a, "--host-loop")) {
+        o->sp.host_loop = 1;
     } else {
         bool takes_value = false;
         for (size_t k = 0; k < sizeof mk_tool_value_flags / sizeof mk_tool_value_flags[0]; k++)
