@@ -704,7 +704,9 @@ enum mk_status mk_session_generate(struct mk_session *s, int32_t n_max, mk_token
                 break;
             }
             if (device_loop && !s->q_len) {
-                if ((g.st = mk_gen_on_device(&g)) != MK_OK || g.reason != MK_STOP_NONE) break;
+                const enum mk_status dst = mk_gen_on_device(&g);
+                if (dst != MK_OK) g.st = dst; /* else keep what the callback path set (out of memory) */
+                if (g.st != MK_OK || g.reason != MK_STOP_NONE) break;
                 continue; /* it ended by its budget or at the context's end: the checks above say which */
             }
             double t0 = mk_api_now_ms();
