@@ -11,7 +11,8 @@ static void mk_trace_usage(FILE *f) {
     fprintf(f,
             "usage: mk trace -m FILE [-n 16] [--ctx 512] [-o mk_trace.json] [--backend megakernel|cpu]\n"
             "                [--threads N] [--ubatch N] [--kv-type f16|f32] [--fetch] [GPU options]\n"
-            "  Runs -n greedy decode steps from BOS with per-task timestamps on, and writes the last\n"
+            "  Runs -n greedy decode steps from BOS with per-task timestamps on (on the megakernel as\n"
+            "  one generation, the token loop on the device, as mk run decodes), and writes the last\n"
             "  step as a Chrome trace (open it in ui.perfetto.dev or chrome://tracing): one track per\n"
             "  GPU block (megakernel, the default) or CPU executor worker (cpu, --threads N), one slice\n"
             "  per task named by its instruction (blk.3.ffn_down, ...) with its op, task index, weight\n"

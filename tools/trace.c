@@ -140,6 +140,11 @@ static int mk_trace_run_cpu(const char *tool, const struct mk_model *m, struct m
     return *tk ? 0 : -1;
 }
 
+static bool mk_trace_on_token(void *user, uint32_t i, int32_t token, uint64_t step_ns) {
+    (void)user, (void)i, (void)token, (void)step_ns;
+    return false;
+}
+
 /* mk_trace_run on the megakernel backend: the device's timestamps, the program compiled again with
  * the backend's parameters to name each task's instruction and block. */
 static int mk_trace_run_gpu(const char *tool, const struct mk_model *m, struct mk_compile_params cp, uint32_t steps,
@@ -165,7 +170,18 @@ static int mk_trace_run_gpu(const char *tool, const struct mk_model *m, struct m
                 tool, err.msg);
         return -1;
     }
-    for (uint32_t i = 0; i < steps; i++) {
+    if (b->vt->generate) {
+        /* As tokens are generated: the token loop on the device, each step opened by the last. */
+        const struct mk_backend_gen gen = { .max_steps = steps, .on_token = mk_trace_on_token };
+        struct mk_backend_gen_result r;
+        cmd.token = tok;
+        cmd.pos = 0;
+        if (b->vt->generate(b, &cmd, &gen, &r, &err) != MK_OK) {
+            fprintf(stderr, "mk %s: generating %u steps: %s\n", tool, steps, err.msg);
+            goto done;
+        }
+    }
+    for (uint32_t i = 0; i < steps && !b->vt->generate; i++) {
         cmd.token = tok;
         cmd.pos = (int32_t)i;
         if (b->vt->step(b, &cmd, &tok, &err) != MK_OK) {
