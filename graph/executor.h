@@ -100,8 +100,8 @@ struct mk_backend_params {
 
 struct mk_backend;
 /* A generation on the device (mk_backend_vtbl.generate): token i (from 0) on the caller's thread,
- * in order, with the device time of the step that sampled it (0 if unknown); true stops it (the device ends after its step in
- * flight, and what it wrote after this token is not delivered). */
+ * in order, with the device time of the step that sampled it (0 if unknown); true stops it (the
+ * device ends after its step in flight, and what it wrote after this token is not delivered). */
 typedef bool (*mk_backend_token_fn)(void *user, uint32_t i, int32_t token, uint64_t step_ns);
 
 struct mk_backend_gen {

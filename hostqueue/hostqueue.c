@@ -1,4 +1,4 @@
-/* The feeder thread between the backend and the device: one command at a time through the mailbox, release/acquire ordered, with a watchdog. */
+/* The feeder thread between the backend and the device (one command at a time through the mailbox, release/acquire ordered, with a watchdog) and the token ring of a device generation. */
 #include "hostqueue/hostqueue.h"
 
 #include <pthread.h>

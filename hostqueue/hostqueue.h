@@ -1,4 +1,4 @@
-/* The host side of the mailbox: a feeder thread posts step commands one at a time and watches for the answer with a watchdog. */
+/* The host side of the mailbox: a feeder thread posts step commands one at a time, a generation is posted and drained on the caller's thread, both watched by a watchdog. */
 #ifndef MK_HOSTQUEUE_H
 #define MK_HOSTQUEUE_H
 

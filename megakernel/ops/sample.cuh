@@ -1,4 +1,4 @@
-/* MK_OP_SAMPLE: the step's token, greedy from the LM head's tile maxima or drawn from the top-k of the logits, posted to the host. */
+/* MK_OP_SAMPLE: the step's token, greedy from the LM head's tile maxima or drawn from the top-k of the logits, posted to the host (or, under GENERATE, fed to the next step). */
 #ifndef MK_OP_SAMPLE_CUH
 #define MK_OP_SAMPLE_CUH
 
