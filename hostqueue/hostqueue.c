@@ -135,9 +135,39 @@ static const char *mk_hq_deverr_name(uint32_t code) {
     }
 }
 
+/* Whether the device side still lives; else fills err (naming where it was: `in` after "broken
+ * invariant", `during` after "failed"), poisons the queue and returns the status. */
+static enum mk_status mk_hq_check_device(struct mk_hostqueue *q, const char *in, const char *during,
+                                         struct mk_error *err) {
+    const char *what = q->p.what ? q->p.what : "device";
+    uint32_t code = __atomic_load_n(&q->mb->error, __ATOMIC_ACQUIRE);
+    enum mk_status st = MK_OK;
+    if (code) {
+        st = mk_error_set(err, MK_ERR_INTERNAL, "%s stopped on a broken invariant %s: %s %u", what, in,
+                          mk_hq_deverr_name(code), q->mb->error_arg);
+    } else if (q->p.probe) {
+        st = q->p.probe(q->p.ctx, err);
+        if (st != MK_OK) mk_error_prefix(err, "%s failed %s", what, during);
+    }
+    if (st != MK_OK) mk_hq_poison(q, err);
+    return st;
+}
+
+/* The watchdog fired: "<what> <head> within N ms<tail> (watchdog): <what the device waits on>";
+ * poisons the queue. */
+static enum mk_status mk_hq_timeout(struct mk_hostqueue *q, const char *head, const char *tail, struct mk_error *err) {
+    char info[320];
+    info[0] = '\0';
+    if (q->p.describe) q->p.describe(q->p.ctx, info, sizeof info);
+    mk_error_set(err, MK_ERR_TIMEOUT, "%s %s within %u ms%s (watchdog)%s%s; the session is unusable now",
+                 q->p.what ? q->p.what : "device", head,
+                 q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS, tail, info[0] ? ": " : "", info);
+    mk_hq_poison(q, err);
+    return MK_ERR_TIMEOUT;
+}
+
 /* Waits for the answer to command n; on failure poisons the queue and fills req->err. */
 static enum mk_status mk_hq_wait_done(struct mk_hostqueue *q, struct mk_hq_req *req, uint32_t n) {
-    const char *what = q->p.what ? q->p.what : "device";
     const uint64_t limit = (uint64_t)(q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS) * 1000000ull;
     const uint64_t t0 = mk_hq_now_ns();
     const uint64_t est = __atomic_load_n(&q->step_ns_est, __ATOMIC_RELAXED),
@@ -156,33 +186,17 @@ static enum mk_status mk_hq_wait_done(struct mk_hostqueue *q, struct mk_hq_req *
         uint64_t now = mk_hq_now_ns(), el = now - t0;
         if (now - last_probe >= MK_HQ_PROBE_NS) {
             last_probe = now;
-            uint32_t code = __atomic_load_n(&q->mb->error, __ATOMIC_ACQUIRE);
-            enum mk_status st = MK_OK;
-            if (code) {
-                st = mk_error_set(&req->err, MK_ERR_INTERNAL,
-                                  "%s stopped on a broken invariant in step %u (pos %d): %s %u", what, n - 1,
-                                  req->cmd.pos, mk_hq_deverr_name(code), q->mb->error_arg);
-            } else if (q->p.probe) {
-                st = q->p.probe(q->p.ctx, &req->err);
-                if (st != MK_OK)
-                    mk_error_prefix(&req->err, "%s failed during step %u (pos %d)", what, n - 1, req->cmd.pos);
-            }
-            if (st != MK_OK) {
-                mk_hq_poison(q, &req->err);
-                return st;
-            }
+            char in[64], during[64];
+            snprintf(in, sizeof in, "in step %u (pos %d)", n - 1, req->cmd.pos);
+            snprintf(during, sizeof during, "during step %u (pos %d)", n - 1, req->cmd.pos);
+            enum mk_status st = mk_hq_check_device(q, in, during, &req->err);
+            if (st != MK_OK) return st;
         }
         if (el >= limit) {
-            char info[320];
-            info[0] = '\0';
-            if (q->p.describe) q->p.describe(q->p.ctx, info, sizeof info);
-            mk_error_set(&req->err, MK_ERR_TIMEOUT,
-                         "%s step %u (pos %d, token %d) got no answer within %u ms (watchdog)%s%s; the session is "
-                         "unusable now",
-                         what, n - 1, req->cmd.pos, req->cmd.token,
-                         q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS, info[0] ? ": " : "", info);
-            mk_hq_poison(q, &req->err);
-            return MK_ERR_TIMEOUT;
+            char head[96];
+            snprintf(head, sizeof head, "step %u (pos %d, token %d) got no answer", n - 1, req->cmd.pos,
+                     req->cmd.token);
+            return mk_hq_timeout(q, head, "", &req->err);
         }
         mk_hq_pause(el, spin_from, spin_to, &backoff);
     }
@@ -305,24 +319,6 @@ enum mk_status mk_hostqueue_submit(struct mk_hostqueue *q, const struct mk_step_
     return MK_OK;
 }
 
-/* Whether the device side still lives while a generation runs; fills err and poisons if not. */
-static enum mk_status mk_hq_check_device(struct mk_hostqueue *q, const struct mk_step_cmd *cmd, uint32_t n_tok,
-                                         struct mk_error *err) {
-    const char *what = q->p.what ? q->p.what : "device";
-    uint32_t code = __atomic_load_n(&q->mb->error, __ATOMIC_ACQUIRE);
-    enum mk_status st = MK_OK;
-    if (code) {
-        st = mk_error_set(err, MK_ERR_INTERNAL,
-                          "%s stopped on a broken invariant generating from pos %d (%u tokens in): %s %u", what,
-                          cmd->pos, n_tok, mk_hq_deverr_name(code), q->mb->error_arg);
-    } else if (q->p.probe) {
-        st = q->p.probe(q->p.ctx, err);
-        if (st != MK_OK) mk_error_prefix(err, "%s failed generating from pos %d (%u tokens in)", what, cmd->pos, n_tok);
-    }
-    if (st != MK_OK) mk_hq_poison(q, err);
-    return st;
-}
-
 /* Waits until the feeder is idle with nothing queued, then keeps it off the mailbox. */
 static enum mk_status mk_hq_acquire_direct(struct mk_hostqueue *q, struct mk_error *err) {
     pthread_mutex_lock(&q->mu);
@@ -421,18 +417,15 @@ enum mk_status mk_hostqueue_generate(struct mk_hostqueue *q, const struct mk_ste
         if (now - last_probe >= MK_HQ_PROBE_NS) {
             last_probe = now;
             /* A failed device still hands over the tokens it finished: one more look at the ring. */
-            if ((st = mk_hq_check_device(q, &c, seen, err)) != MK_OK) continue;
+            char where[64];
+            snprintf(where, sizeof where, "generating from pos %d (%u tokens in)", c.pos, seen);
+            if ((st = mk_hq_check_device(q, where, where, err)) != MK_OK) continue;
         }
         if (el >= limit) {
-            char info[320];
-            info[0] = '\0';
-            if (q->p.describe) q->p.describe(q->p.ctx, info, sizeof info);
-            st = mk_error_set(err, MK_ERR_TIMEOUT,
-                              "%s generating from pos %d gave no token within %u ms after its %u-th (watchdog)%s%s; "
-                              "the session is unusable now",
-                              what, c.pos, q->p.watchdog_ms ? q->p.watchdog_ms : MK_HQ_DEFAULT_WATCHDOG_MS, seen,
-                              info[0] ? ": " : "", info);
-            mk_hq_poison(q, err);
+            char head[64], tail[32];
+            snprintf(head, sizeof head, "generating from pos %d gave no token", c.pos);
+            snprintf(tail, sizeof tail, " after its %u-th", seen);
+            st = mk_hq_timeout(q, head, tail, err);
             break;
         }
         const uint64_t half = MK_HQ_SPIN_FIXED_NS + est / MK_HQ_SPIN_SHARE;

@@ -369,21 +369,26 @@ const char *mk_session_last_error(const struct mk_session *s) { return s->err.ms
 
 const struct mk_error *mk_session_error(const struct mk_session *s) { return &s->err; }
 
-/* One step of the n tokens at the next positions (a chunk step when n > 1); the last n_out rows'
- * tokens go to s->outs, the last one becomes s->next, and n_past moves past all n. */
-static enum mk_status mk_session_step_n(struct mk_session *s, const int32_t *tokens, uint32_t n, uint32_t n_out) {
-    struct mk_step_cmd cmd = {
+/* A step of token at the next position with the session's sampling settings. */
+static struct mk_step_cmd mk_session_cmd(const struct mk_session *s, int32_t token) {
+    return (struct mk_step_cmd){
         .cmd = MK_CMD_STEP,
-        .token = tokens[0],
+        .token = token,
         .pos = (int32_t)s->n_past,
         .temperature = s->sampling.temperature,
         .top_k = s->sampling.top_k,
         .top_p = s->sampling.top_p,
         .min_p = s->sampling.min_p,
-        .n_tokens = (uint16_t)n,
-        .n_out = (uint16_t)n_out,
         .seed = s->sampling.seed,
     };
+}
+
+/* One step of the n tokens at the next positions (a chunk step when n > 1); the last n_out rows'
+ * tokens go to s->outs, the last one becomes s->next, and n_past moves past all n. */
+static enum mk_status mk_session_step_n(struct mk_session *s, const int32_t *tokens, uint32_t n, uint32_t n_out) {
+    struct mk_step_cmd cmd = mk_session_cmd(s, tokens[0]);
+    cmd.n_tokens = (uint16_t)n;
+    cmd.n_out = (uint16_t)n_out;
     if (__atomic_exchange_n(&s->cancel, 0, __ATOMIC_ACQ_REL))
         return mk_error_set(&s->err, MK_ERR_CANCELLED, "cancelled before position %u", (unsigned)s->n_past);
     enum mk_status st = n == 1 ? s->backend->vt->step(s->backend, &cmd, &s->outs[0], &s->err)
@@ -646,16 +651,7 @@ static enum mk_status mk_gen_on_device(struct mk_gen_run *g) {
     struct mk_session *s = g->s;
     uint64_t max = s->backend->n_ctx - s->n_past;
     if (g->n_max >= 0 && (uint64_t)g->n_max - g->count < max) max = (uint64_t)g->n_max - g->count;
-    const struct mk_step_cmd cmd = {
-        .cmd = MK_CMD_STEP,
-        .token = s->next,
-        .pos = (int32_t)s->n_past,
-        .temperature = s->sampling.temperature,
-        .top_k = s->sampling.top_k,
-        .top_p = s->sampling.top_p,
-        .min_p = s->sampling.min_p,
-        .seed = s->sampling.seed,
-    };
+    const struct mk_step_cmd cmd = mk_session_cmd(s, s->next);
     const struct mk_backend_gen gen = {
         .max_steps = (uint32_t)max,
         .stop = s->stop_ids,

@@ -206,7 +206,6 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
         snprintf(row->note, sizeof row->note, "device loop, host +%.1f us, device p99 %.3f ms",
                  (wall - dev_total) / o->n * 1e3, n_dev ? mk_percentile(dev, n_dev, 0.99) : 0.0);
         row->dev_p50_ms = n_dev ? mk_percentile(dev, n_dev, 0.50) : 0;
-        b->last_step_ns = 0;
         free(bg.dev_ns);
     } else if (o->n) {
         uint32_t n_dev = 0;
