@@ -71,6 +71,22 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
 #define MK_CHUNK_MM_SPLIT_WG_SMEM \
     (3u * 2u * (2u * MK_CHUNK_MM_TOKENS * MK_CHUNK_MM_K + 2u * MK_CHUNK_MM_SPLIT_ROWS * MK_CHUNK_MM_K))
 
+/* mk_chunk_mm_*_kq, the products of Q4_K, Q5_K and Q6_K matrices over more than MK_CHUNK_MV_TOKENS
+ * token rows (up to the host's limit), their integers on the tensor cores (megakernel/chunk/mmq.cuh): MK_CHUNK_MMQ_ROWS
+ * weight rows by MK_CHUNK_MM_TOKENS token rows a block (grid: tokens / that, rows / that; SILU
+ * half the rows), x through shared memory MK_CHUNK_MMQ_KS columns a stage in a ring of
+ * MK_CHUNK_MMQ_STAGES, MK_CHUNK_MMQ_BLOCKS blocks a multiprocessor. */
+#define MK_CHUNK_MMQ_ROWS 128u
+#define MK_CHUNK_MMQ_KS   128u
+#ifndef MK_CHUNK_MMQ_STAGES
+#define MK_CHUNK_MMQ_STAGES 3u
+#endif
+#ifndef MK_CHUNK_MMQ_BLOCKS
+#define MK_CHUNK_MMQ_BLOCKS 1
+#endif
+#define MK_CHUNK_MMQ_SMEM \
+    (MK_CHUNK_MMQ_STAGES * MK_CHUNK_MM_TOKENS * (2u * (2u * MK_CHUNK_MMQ_KS + 32u) + 4u * MK_CHUNK_MMQ_KS / 32u))
+
 /* mk_chunk_mv, the products of at most MK_CHUNK_MV_TOKENS token rows: MK_CHUNK_MV_ROWS weight rows
  * per block (16 a warp), the columns cut into splits of mk_chunk_mv_span columns (grid: rows / that,
  * 1, splits), each at most MK_CHUNK_MV_K (less where the device has less) so that the split's x

@@ -27,6 +27,11 @@
 /* Chunk products of block-format weights over at least this many token rows (two token blocks)
  * decode their matrices once (mk_chunk_wsplit) instead of in every block (MK_CUDA_CHUNK_DEQUANT_MIN). */
 #define MK_CUDA_DEFAULT_DQ_MIN 128u
+/* K-quant chunk products over at most this many token rows (and over more than
+ * MK_CHUNK_MV_TOKENS) multiply the matrices' integers (mk_chunk_mm_*_kq): 1.2-1.9x the decoded
+ * paths' rate from 20 to 128 tokens on llama-1b Q4_K_M (H100), 0.94x at 160 and 0.67x at 512,
+ * where the split rows' three wgmma products win (BENCHMARKS.md, run86/run87). */
+#define MK_CUDA_KQ_MAX 128u
 
 /* GPU memory a session needs beyond its own buffers: the context, the module, the resident
  * grid's local memory and stacks. */
@@ -62,20 +67,33 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_ADD_SPLIT,
     MK_CK_MM_SILU_SPLIT,
     MK_CK_WSPLIT,
-    MK_CK_MV,      /* products of up to MK_CHUNK_MV_TOKENS token rows */
-    MK_CK_MV_BF16, /* the same over bf16 weights only */
-    MK_CK_MV_KQ,   /* the same over Q4_K, Q5_K and Q6_K weights only (mk_cuda_chunk_kquants) */
+    MK_CK_MV,          /* products of up to MK_CHUNK_MV_TOKENS token rows */
+    MK_CK_MV_BF16,     /* the same over bf16 weights only */
+    MK_CK_MV_KQ,       /* the same over Q4_K, Q5_K and Q6_K weights only (mk_cuda_chunk_kquants) */
+    MK_CK_MM_STORE_KQ, /* the products over more token rows of those weights, their integers as they are */
+    MK_CK_MM_ADD_KQ,
+    MK_CK_MM_SILU_KQ,
+    MK_CK_MM_STORE_KQ32, /* the same with 32 token rows a block, for chunks of at most 32 */
+    MK_CK_MM_ADD_KQ32,
+    MK_CK_MM_SILU_KQ32,
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
-    "mk_chunk_embed",        "mk_chunk_rmsnorm",       "mk_chunk_mm_store",
-    "mk_chunk_mm_add",       "mk_chunk_mm_silu",       "mk_chunk_mm_store_wide",
-    "mk_chunk_mm_add_wide",  "mk_chunk_mm_silu_wide",  "mk_chunk_mm_reduce",
-    "mk_chunk_qkv",          "mk_chunk_attn",          "mk_chunk_attn_mma_32",
-    "mk_chunk_attn_mma_64",  "mk_chunk_attn_mma_128",  "mk_chunk_attn_merge",
-    "mk_chunk_lm_tiles",     "mk_chunk_sample",        "mk_chunk_mm_store_split",
-    "mk_chunk_mm_add_split", "mk_chunk_mm_silu_split", "mk_chunk_wsplit",
-    "mk_chunk_mv",           "mk_chunk_mv_bf16",       "mk_chunk_mv_kq",
+    "mk_chunk_embed",        "mk_chunk_rmsnorm",
+    "mk_chunk_mm_store",     "mk_chunk_mm_add",
+    "mk_chunk_mm_silu",      "mk_chunk_mm_store_wide",
+    "mk_chunk_mm_add_wide",  "mk_chunk_mm_silu_wide",
+    "mk_chunk_mm_reduce",    "mk_chunk_qkv",
+    "mk_chunk_attn",         "mk_chunk_attn_mma_32",
+    "mk_chunk_attn_mma_64",  "mk_chunk_attn_mma_128",
+    "mk_chunk_attn_merge",   "mk_chunk_lm_tiles",
+    "mk_chunk_sample",       "mk_chunk_mm_store_split",
+    "mk_chunk_mm_add_split", "mk_chunk_mm_silu_split",
+    "mk_chunk_wsplit",       "mk_chunk_mv",
+    "mk_chunk_mv_bf16",      "mk_chunk_mv_kq",
+    "mk_chunk_mm_store_kq",  "mk_chunk_mm_add_kq",
+    "mk_chunk_mm_silu_kq",   "mk_chunk_mm_store_kq32",
+    "mk_chunk_mm_add_kq32",  "mk_chunk_mm_silu_kq32",
 };
 
 struct mk_cuda_backend {
@@ -843,9 +861,21 @@ static enum mk_status mk_cuda_launch_step(struct mk_backend *base, const struct 
     return MK_OK;
 }
 
-/* The weights of the chunk program's largest product that is not all bf16, as split rows (the LM
- * head aside: it serves a few rows per step): the space mk_chunk_wsplit decodes them into. */
-static uint64_t mk_cuda_wsplit_floats(const struct mk_program *p) {
+/* Whether every matrix of w is Q4_K, Q5_K or Q6_K of whole super-blocks, which mk_chunk_mv_kq
+ * multiplies as integers (the device copies are 256-byte aligned, so its loads are too). */
+static bool mk_cuda_chunk_kquants(const struct mk_weight_ref *wt, const uint32_t w[3]) {
+    for (int j = 0; j < 3; j++) {
+        if (w[j] == MK_NO_WEIGHT) continue;
+        const uint32_t t = wt[w[j]].dtype;
+        if ((t != MK_DTYPE_Q4_K && t != MK_DTYPE_Q5_K && t != MK_DTYPE_Q6_K) || wt[w[j]].cols % 256u) return false;
+    }
+    return true;
+}
+
+/* The weights of the chunk program's largest product that is not all bf16 (nor, with kq, all
+ * K-quants: mk_chunk_mm_*_kq reads those as they are), as split rows (the LM head aside: it serves
+ * a few rows per step): the space mk_chunk_wsplit decodes them into. */
+static uint64_t mk_cuda_wsplit_floats(const struct mk_program *p, bool kq) {
     uint64_t most = 0;
     for (uint32_t i = 0; i < p->n_instr; i++) {
         const struct mk_instr *in = &p->instrs[i];
@@ -858,12 +888,14 @@ static uint64_t mk_cuda_wsplit_floats(const struct mk_program *p) {
         }
         uint64_t floats = 0;
         bool bf16 = true;
+        uint32_t ws[3] = { MK_NO_WEIGHT, MK_NO_WEIGHT, MK_NO_WEIGHT };
         for (int j = first; j < first + count; j++) {
             const struct mk_weight_ref *w = &p->weights[in->weight[j]];
             floats += (uint64_t)w->rows * w->cols;
             bf16 = bf16 && w->dtype == MK_DTYPE_BF16;
+            ws[j - first] = in->weight[j];
         }
-        if (!bf16 && floats > most) most = floats;
+        if (!bf16 && !(kq && mk_cuda_chunk_kquants(p->weights, ws)) && floats > most) most = floats;
     }
     return most;
 }
@@ -940,15 +972,20 @@ static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chun
     return mk_cuda_chunk_split_launch(b, k, gx, 1, splits, MK_CHUNK_MV_SMEM(l.m, span), l, rows, all, err);
 }
 
-/* Whether every matrix of w is Q4_K, Q5_K or Q6_K of whole super-blocks, which mk_chunk_mv_kq
- * multiplies as integers (the device copies are 256-byte aligned, so its loads are too). */
-static bool mk_cuda_chunk_kquants(const struct mk_weight_ref *wt, const uint32_t w[3]) {
-    for (int j = 0; j < 3; j++) {
-        if (w[j] == MK_NO_WEIGHT) continue;
-        const uint32_t t = wt[w[j]].dtype;
-        if ((t != MK_DTYPE_Q4_K && t != MK_DTYPE_Q5_K && t != MK_DTYPE_Q6_K) || wt[w[j]].cols % 256u) return false;
-    }
-    return true;
+/* Product kernel k on (gx, gy) tiles of stages of kstage columns. Too few tiles to fill the GPU (few
+ * tokens, or few rows for a long row): the columns are split too, each split at least two stages,
+ * and the partial sums added in order after. */
+static enum mk_status mk_cuda_chunk_mm_grid(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
+                                            uint32_t gy, uint32_t smem, struct mk_chunk_launch l, uint32_t rows,
+                                            uint32_t kstage, struct mk_error *err) {
+    const bool silu = l.mode == MK_CHUNK_MM_SILU;
+    const uint32_t want = 2u * (uint32_t)b->info.sm_count, ldp = silu ? 2u * rows : rows;
+    uint32_t splits = gx * gy < want ? mk_cuda_div_up(want, gx * gy) : 1u;
+    const uint32_t most = b->cprog->weights[l.w0].cols / (2u * kstage);
+    if (splits > most) splits = most;
+    while (splits > 1u && (uint64_t)splits * l.m * ldp > mk_cuda_part_floats(b)) splits--;
+    if (splits <= 1u) return mk_cuda_chunk_launch(b, k, gx, gy, smem, l, err);
+    return mk_cuda_chunk_split_launch(b, k, gx, gy, splits, smem, l, rows, ldp, err);
 }
 
 /* The matrix product y (m rows from y_off, ldy apart) = w . x rows, where w is w0 alone, w0 with
@@ -968,7 +1005,8 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
     for (int j = 0; j < 3; j++) all += w[j] == MK_NO_WEIGHT ? 0u : (uint64_t)wt[w[j]].rows * wt[w[j]].cols;
     /* Block formats over several token blocks: each block would decode the same tiles, so the
      * matrices are decoded once into split rows first. */
-    const bool dq = !bf16 && m >= b->c_dq_min && all <= b->c_wsplit_floats;
+    const bool kq = !bf16 && !b->gpu.no_chunk_kq && m <= MK_CUDA_KQ_MAX && mk_cuda_chunk_kquants(wt, w);
+    const bool dq = !bf16 && !kq && m >= b->c_dq_min && all <= b->c_wsplit_floats;
     uint32_t smem = MK_CHUNK_MM_SMEM;
     if (bf16 || dq) {
         k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE + (bf16 ? MK_CK_MM_STORE_WIDE : MK_CK_MM_STORE_SPLIT));
@@ -996,6 +1034,15 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
         enum mk_status st = mk_cuda_chunk_mv(b, l, rows, mv, err);
         if (st != MK_ERR_UNSUPPORTED) return st;
     }
+    if (kq) {
+        /* The K-quant integers as they are: no decoded copy, each block reads the quantized rows. */
+        k = silu ? MK_CK_MM_SILU_KQ : mode == MK_CHUNK_MM_ADD ? MK_CK_MM_ADD_KQ : MK_CK_MM_STORE_KQ;
+        const bool k32 = m <= MK_CHUNK_MM_TOKENS / 2u;
+        if (k32) k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE_KQ + MK_CK_MM_STORE_KQ32);
+        const uint32_t gx = mk_cuda_div_up(m, k32 ? MK_CHUNK_MM_TOKENS / 2u : MK_CHUNK_MM_TOKENS);
+        const uint32_t gy = mk_cuda_div_up(rows, silu ? MK_CHUNK_MMQ_ROWS / 2u : MK_CHUNK_MMQ_ROWS);
+        return mk_cuda_chunk_mm_grid(b, k, gx, gy, MK_CHUNK_MMQ_SMEM, l, rows, MK_CHUNK_MMQ_KS, err);
+    }
     l.w_off = dq ? b->c_wsplit : 0u;
     /* Token blocks side by side (grid x): the blocks of a weight tile run together. */
     const uint32_t gx = mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS), gy = mk_cuda_div_up(rows, per_block);
@@ -1007,15 +1054,7 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
             b, MK_CK_WSPLIT, (uint32_t)((threads + MK_BLOCK_THREADS - 1u) / MK_BLOCK_THREADS), 1, 0, d, err);
         if (st != MK_OK) return st;
     }
-    /* Too few tiles to fill the GPU (few tokens, or few rows for a long row): the columns are
-     * split too, each split at least two stages, and the partial sums added in order after. */
-    const uint32_t want = 2u * (uint32_t)b->info.sm_count, ldp = silu ? 2u * rows : rows;
-    uint32_t splits = gx * gy < want ? mk_cuda_div_up(want, gx * gy) : 1u;
-    const uint32_t most = wt[w[0]].cols / (2u * MK_CHUNK_MM_K);
-    if (splits > most) splits = most;
-    while (splits > 1u && (uint64_t)splits * m * ldp > mk_cuda_part_floats(b)) splits--;
-    if (splits <= 1u) return mk_cuda_chunk_launch(b, k, gx, gy, smem, l, err);
-    return mk_cuda_chunk_split_launch(b, k, gx, gy, splits, smem, l, rows, ldp, err);
+    return mk_cuda_chunk_mm_grid(b, k, gx, gy, smem, l, rows, MK_CHUNK_MM_K, err);
 }
 
 /* RMSNorm of m rows of n floats from x_off into the scratch rows c_xn. */
@@ -1574,7 +1613,8 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         if (b->cprog->instrs[i].op == MK_OP_NORM_QKV_ROPE)
             b->c_qkv_cols = b->cprog->instrs[i].args.qkv.q_dim + 2u * b->cprog->instrs[i].args.qkv.kv_dim;
     b->c_dq_min = b->gpu.chunk_dequant_min ? b->gpu.chunk_dequant_min : MK_CUDA_DEFAULT_DQ_MIN;
-    b->c_wsplit_floats = ubatch >= b->c_dq_min ? mk_cuda_wsplit_floats(b->cprog) : 0u;
+    b->c_wsplit_floats =
+        ubatch >= b->c_dq_min ? mk_cuda_wsplit_floats(b->cprog, !b->gpu.no_chunk_kq && ubatch <= MK_CUDA_KQ_MAX) : 0u;
     char log[4096];
     log[0] = '\0';
     int opts[2] = { MK_CU_JIT_ERROR_LOG_BUFFER, MK_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES };
@@ -1626,6 +1666,9 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     uint32_t mv_k = MK_CHUNK_MV_K;
     while (mv_k && MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, mv_k) > (uint32_t)optin) mv_k -= MK_CHUNK_MV_KSTEP;
     b->c_mv_k = mv_k;
+    for (int k = MK_CK_MM_STORE_KQ; k <= MK_CK_MM_SILU_KQ32; k++)
+        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MMQ_SMEM)))
+            return MK_ERR_CUDA;
     const uint32_t mv = MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, mv_k);
     for (int k = MK_CK_MV; k <= MK_CK_MV_KQ; k++)
         if (mv_k && mv > 48u * 1024u &&

@@ -204,6 +204,7 @@ trace_fail "bad --chunk-dequant-min" 2 "needs an integer in \[0, 1048576\], got 
 MK_CUDA_CHUNK_DEQUANT_MIN=-3 trace_fail "bad MK_CUDA_CHUNK_DEQUANT_MIN" 2 "MK_CUDA_CHUNK_DEQUANT_MIN=-3: want a whole number" \
     -m "$stories"
 MK_CUDA_NO_PDL=yes trace_fail "bad MK_CUDA_NO_PDL" 2 "MK_CUDA_NO_PDL=yes: want 0 or 1" -m "$stories"
+MK_CUDA_NO_CHUNK_KQ=2 trace_fail "bad MK_CUDA_NO_CHUNK_KQ" 2 "MK_CUDA_NO_CHUNK_KQ=2: want 0 or 1" -m "$stories"
 trace_fail "missing file" 1 "/nonexistent/model.gguf" -m /nonexistent/model.gguf
 MK_CUDA_LIB=libcuda-absent.so.1 trace_fail "without a driver" 1 "libcuda-absent.so.1 not found" -m "$stories" -o "$work/t.json"
 [ -e "$work/t.json" ] && fail "mk trace without a driver wrote $work/t.json"

@@ -50,6 +50,8 @@ const char mk_cli_gpu_usage[] =
     "                               before their products (0 = default, 128)\n"
     "    --no-pdl                   chunk kernels start only when the one ahead has ended (default: on\n"
     "                               sm_90 each overlaps the tail of the one ahead)\n"
+    "    --no-chunk-kq              chunk products of Q4_K/Q5_K/Q6_K matrices over 17-128 tokens\n"
+    "                               decode the weights instead of multiplying their integers\n"
     "    --trace off|on|fetch       megakernel per-task timestamps\n"
     "    --kernel-image FILE        load this cubin, fatbin or PTX instead of the built-in kernels\n";
 
@@ -65,6 +67,10 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
     }
     if (!strcmp(a, "--no-pdl")) {
         s->no_pdl = true;
+        return 1;
+    }
+    if (!strcmp(a, "--no-chunk-kq")) {
+        s->no_chunk_kq = true;
         return 1;
     }
     if (strcmp(a, "--schedule") && strcmp(a, "--tasks-per-worker") && strcmp(a, "--attn-block") &&
@@ -119,6 +125,7 @@ void mk_cli_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *ou
     out->no_rope_table = s->no_rope_table;
     out->chunk_dequant_min = s->chunk_dequant_min;
     out->no_pdl = s->no_pdl;
+    out->no_chunk_kq = s->no_chunk_kq;
     out->trace = (int)s->trace;
     out->kernel_image = s->kernel_image;
 }

@@ -214,7 +214,7 @@ __device__ __forceinline__ bool mk_mm_wvec(const struct mk_mm_mats *mm, const st
 /* The end of a product block of BN weight rows from n0 by MK_MM_BM token rows from m0, whose sums
  * each(fn) hands out as fn(token row, tile column, sum) (token rows past l->m left out): a split's
  * raw sums to the partials, else the mode's epilogue. */
-template <int MODE, uint32_t BN, typename Each>
+template <int MODE, uint32_t BN, typename Each, uint32_t BM = MK_MM_BM>
 __device__ __forceinline__ void mk_mm_epilogue(const struct mk_kernel_args *a, const struct mk_chunk_launch *l,
                                                uint32_t n0, uint32_t N, uint32_t m0, uint32_t splits, Each each) {
     constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
@@ -236,7 +236,7 @@ __device__ __forceinline__ void mk_mm_epilogue(const struct mk_kernel_args *a, c
         constexpr uint32_t LG = BN + 4u;
         each([&](uint32_t mt, uint32_t cl, float v) { gs[(mt - m0) * LG + cl] = v; });
         __syncthreads();
-        for (uint32_t k = threadIdx.x; k < MK_MM_BM * BN / 2u; k += MK_BLOCK_THREADS) {
+        for (uint32_t k = threadIdx.x; k < BM * BN / 2u; k += MK_BLOCK_THREADS) {
             const uint32_t mt = k / (BN / 2u), r = k % (BN / 2u);
             if (m0 + mt >= l->m || n0 + r >= N) continue;
             const float gv = gs[mt * LG + r], uv = gs[mt * LG + BN / 2u + r];

@@ -132,6 +132,36 @@ __device__ __forceinline__ void mk_kq_decode(const struct mk_kq_raw *r, uint32_t
     *mn = dm.y * (float)mk_qmma_byte(r->sw[1], kk);
 }
 
+/* Sub-block j of a lane's two rows (r[0]: row g, r[1]: g + 8) as the mma's A fragments over the
+ * group's two k16 halves, with each row's scales and offset (mk_kq_decode). */
+__device__ __forceinline__ void mk_kq_decode2(const struct mk_kq_raw *r, const uint32_t *kind, uint32_t j, uint32_t *a0,
+                                              uint32_t *a1, float *s0, float *s1, float *mn) {
+    uint32_t aq[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; h++) mk_kq_decode(&r[h], kind[h], j, aq[h], &s0[h], &s1[h], &mn[h]);
+    a0[0] = aq[0][0], a0[1] = aq[1][0], a0[2] = aq[0][1], a0[3] = aq[1][1];
+    a1[0] = aq[0][2], a1[1] = aq[1][2], a1[2] = aq[0][3], a1[3] = aq[1][3];
+}
+
+/* A lane's two weight rows, r0 + g and r0 + g + 8 of the stacked space (SILU: gate rows, then up's
+ * from N), each in its own matrix (w) and row there (wr); a row past r_end repeats the last and is
+ * never stored. */
+__device__ __forceinline__ void mk_mv_lane_rows(const struct mk_mm_mats *mm, bool silu, uint32_t r0, uint32_t r_end,
+                                                uint32_t g, struct mk_wdesc *w, uint32_t *wr) {
+    const uint32_t N = mm->rows;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const uint32_t r = min(r0 + g + 8u * (uint32_t)h, r_end - 1u);
+        if (silu) {
+            w[h] = r < N ? mm->m[0] : mm->m[1];
+            wr[h] = r < N ? r : r - N;
+        } else {
+            wr[h] = r;
+            w[h] = mk_mm_which(mm, &wr[h]);
+        }
+    }
+}
+
 /* x's B fragments for one 32-column group (this lane's 8 columns of its token row from xp, their lo
  * half span later): hi and lo for the mma over the group's first and second k16. */
 struct mk_mv_x {
@@ -175,17 +205,7 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
     const uint32_t r_end = silu ? (warp < 4u ? 0u : N) + N : rows;
     struct mk_wdesc w[2];
     uint32_t wr[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const uint32_t r = min(r0 + g + 8u * (uint32_t)h, r_end - 1u);
-        if (silu) {
-            w[h] = r < N ? mm.m[0] : mm.m[1];
-            wr[h] = r < N ? r : r - N;
-        } else {
-            wr[h] = r;
-            w[h] = mk_mm_which(&mm, &wr[h]);
-        }
-    }
+    mk_mv_lane_rows(&mm, silu, r0, r_end, g, w, wr);
     /* bf16 rows whose columns are all there load as they are; the rest through mk_mm_fetch_*. */
     const uint4 *wp[2] = { (const uint4 *)mk_row(&w[0], wr[0]) + t4, (const uint4 *)mk_row(&w[1], wr[1]) + t4 };
     const bool vec = EXACT && w[0].vec && w[1].vec;
@@ -294,13 +314,9 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
             }
 #pragma unroll
             for (uint32_t u = 0; u < 4u; u++) {
-                uint32_t aq[2][4];
+                uint32_t a0[4], a1[4];
                 float s0[2], s1[2], mn[2];
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    mk_kq_decode(&cur[h], kind[h], ((k0 >> 5) & 7u) + u, aq[h], &s0[h], &s1[h], &mn[h]);
-                const uint32_t a0[4] = { aq[0][0], aq[1][0], aq[0][1], aq[1][1] },
-                               a1[4] = { aq[0][2], aq[1][2], aq[0][3], aq[1][3] };
+                mk_kq_decode2(cur, kind, ((k0 >> 5) & 7u) + u, a0, a1, s0, s1, mn);
                 /* Halves: pass 0 takes the lanes of columns 0-15 (t4 < 2), pass 1 the others. */
                 const uint32_t keep0 = !halves || t4 < 2u ? ~0u : 0u, keep1 = ~keep0;
 #pragma unroll
