@@ -28,9 +28,10 @@
  * decode their matrices once (mk_chunk_wsplit) instead of in every block (MK_CUDA_CHUNK_DEQUANT_MIN). */
 #define MK_CUDA_DEFAULT_DQ_MIN 128u
 /* K-quant chunk products over at most this many token rows (and over more than
- * MK_CHUNK_MV_TOKENS) multiply the matrices' integers (mk_chunk_mm_*_kq): 1.2-1.9x the decoded
- * paths' rate from 20 to 128 tokens on llama-1b Q4_K_M (H100), 0.94x at 160 and 0.67x at 512,
- * where the split rows' three wgmma products win (BENCHMARKS.md, run86/run87). */
+ * MK_CHUNK_MV_TOKENS) multiply the matrices' integers (mk_chunk_mm_*_kq): 1.2-3x the decoded
+ * paths' rate from 20 to 96 tokens on the H100 (llama-1b and llama-8b Q4_K_M), even at 128, and
+ * 0.8-0.94x at 160, 0.67x at 512, where the split rows' three wgmma products win (BENCHMARKS.md,
+ * run87/run88). */
 #define MK_CUDA_KQ_MAX 128u
 
 /* GPU memory a session needs beyond its own buffers: the context, the module, the resident
@@ -862,7 +863,7 @@ static enum mk_status mk_cuda_launch_step(struct mk_backend *base, const struct 
 }
 
 /* Whether every matrix of w is Q4_K, Q5_K or Q6_K of whole super-blocks, which mk_chunk_mv_kq
- * multiplies as integers (the device copies are 256-byte aligned, so its loads are too). */
+ * and mk_chunk_mm_*_kq multiply as integers (the device copies are 256-byte aligned, so its loads are too). */
 static bool mk_cuda_chunk_kquants(const struct mk_weight_ref *wt, const uint32_t w[3]) {
     for (int j = 0; j < 3; j++) {
         if (w[j] == MK_NO_WEIGHT) continue;

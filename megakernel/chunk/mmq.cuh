@@ -16,9 +16,10 @@
  * wgmma products do: these mma.sync tiles read x's fragments from shared memory in every warp
  * (a kilobyte a tile and group), with two warps a scheduler to hide the chains.
  *
- * Block (x, y, z): token rows [BM x, + BM) (BM = 8 NT: 64, or 32 for small chunks), 128 rows of the stacked space from 128 y (SILU: 64 gate
- * rows from 64 y and the same rows of up: warps 0-3 gate, 4-7 up), columns of split z. Warp w
- * holds 16 weight rows by the BM token rows (NT n8 tiles). x comes to shared memory
+ * Block (x, y, z): token rows [BM x, + BM) (BM = 8 NT: 64, or 32 for small chunks), 128 rows of
+ * the stacked space from 128 y (SILU: 64 gate rows from 64 y and the same rows of up: warps 0-3
+ * gate, 4-7 up), columns of split z. Warp w holds 16 weight rows by the BM token rows (NT n8
+ * tiles). x comes to shared memory
  * MK_CHUNK_MMQ_KS columns (half a super-block) at a time in a ring of MK_CHUNK_MMQ_STAGES stages
  * by cp.async, each stage with its token rows' sums over its four groups (one per thread, made
  * once for the eight warps); each lane's weights load straight into registers half a super-block
