@@ -72,20 +72,16 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
     (3u * 2u * (2u * MK_CHUNK_MM_TOKENS * MK_CHUNK_MM_K + 2u * MK_CHUNK_MM_SPLIT_ROWS * MK_CHUNK_MM_K))
 
 /* mk_chunk_mm_*_kq, the products of Q4_K, Q5_K and Q6_K matrices over more than MK_CHUNK_MV_TOKENS
- * token rows (up to the host's limit), their integers on the tensor cores (megakernel/chunk/mmq.cuh): MK_CHUNK_MMQ_ROWS
- * weight rows by MK_CHUNK_MM_TOKENS token rows a block (grid: tokens / that, rows / that; SILU
- * half the rows), x through shared memory MK_CHUNK_MMQ_KS columns a stage in a ring of
- * MK_CHUNK_MMQ_STAGES, MK_CHUNK_MMQ_BLOCKS blocks a multiprocessor. */
-#define MK_CHUNK_MMQ_ROWS 128u
-#define MK_CHUNK_MMQ_KS   128u
-#ifndef MK_CHUNK_MMQ_STAGES
-#define MK_CHUNK_MMQ_STAGES 3u
-#endif
-#ifndef MK_CHUNK_MMQ_BLOCKS
-#define MK_CHUNK_MMQ_BLOCKS 1
-#endif
-#define MK_CHUNK_MMQ_SMEM \
-    (MK_CHUNK_MMQ_STAGES * MK_CHUNK_MM_TOKENS * (2u * (2u * MK_CHUNK_MMQ_KS + 32u) + 4u * MK_CHUNK_MMQ_KS / 32u))
+ * token rows (up to the host's limit), their integers on the tensor cores (megakernel/chunk/mmq.cuh):
+ * MK_CHUNK_MMQ_ROWS weight rows by MK_CHUNK_MM_TOKENS token rows a block (grid: tokens / that, rows
+ * / that; SILU half the rows), x through shared memory MK_CHUNK_MMQ_KS columns a stage, one block a
+ * multiprocessor with a ring of three stages (MK_CHUNK_MMQ_SMEM). mk_chunk_mm_*_kq32: 32 token rows
+ * a block, two blocks a multiprocessor (128 registers each), two stages (MK_CHUNK_MMQ32_SMEM). */
+#define MK_CHUNK_MMQ_ROWS        128u
+#define MK_CHUNK_MMQ_KS          128u
+#define MK_CHUNK_MMQ_STAGE_BYTES (MK_CHUNK_MM_TOKENS * (2u * (2u * MK_CHUNK_MMQ_KS + 32u) + 4u * MK_CHUNK_MMQ_KS / 32u))
+#define MK_CHUNK_MMQ_SMEM        (3u * MK_CHUNK_MMQ_STAGE_BYTES)
+#define MK_CHUNK_MMQ32_SMEM      (2u * MK_CHUNK_MMQ_STAGE_BYTES)
 
 /* mk_chunk_mv, the products of at most MK_CHUNK_MV_TOKENS token rows: MK_CHUNK_MV_ROWS weight rows
  * per block (16 a warp), the columns cut into splits of mk_chunk_mv_span columns (grid: rows / that,

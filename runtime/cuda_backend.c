@@ -33,6 +33,8 @@
  * 0.8-0.94x at 160, 0.67x at 512, where the split rows' three wgmma products win (BENCHMARKS.md,
  * run87/run88). */
 #define MK_CUDA_KQ_MAX 128u
+/* ... in 32-token blocks (mk_chunk_mm_*_kq32) up to this many. */
+#define MK_CUDA_KQ32_MAX 96u
 
 /* GPU memory a session needs beyond its own buffers: the context, the module, the resident
  * grid's local memory and stacks. */
@@ -74,7 +76,7 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_STORE_KQ, /* the products over more token rows of those weights, their integers as they are */
     MK_CK_MM_ADD_KQ,
     MK_CK_MM_SILU_KQ,
-    MK_CK_MM_STORE_KQ32, /* the same with 32 token rows a block, for chunks of at most 32 */
+    MK_CK_MM_STORE_KQ32, /* the same with 32 token rows a block, for chunks of at most MK_CUDA_KQ32_MAX */
     MK_CK_MM_ADD_KQ32,
     MK_CK_MM_SILU_KQ32,
     MK_CK_COUNT
@@ -1038,11 +1040,12 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
     if (kq) {
         /* The K-quant integers as they are: no decoded copy, each block reads the quantized rows. */
         k = silu ? MK_CK_MM_SILU_KQ : mode == MK_CHUNK_MM_ADD ? MK_CK_MM_ADD_KQ : MK_CK_MM_STORE_KQ;
-        const bool k32 = m <= MK_CHUNK_MM_TOKENS / 2u;
+        const bool k32 = m <= MK_CUDA_KQ32_MAX;
         if (k32) k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE_KQ + MK_CK_MM_STORE_KQ32);
         const uint32_t gx = mk_cuda_div_up(m, k32 ? MK_CHUNK_MM_TOKENS / 2u : MK_CHUNK_MM_TOKENS);
         const uint32_t gy = mk_cuda_div_up(rows, silu ? MK_CHUNK_MMQ_ROWS / 2u : MK_CHUNK_MMQ_ROWS);
-        return mk_cuda_chunk_mm_grid(b, k, gx, gy, MK_CHUNK_MMQ_SMEM, l, rows, MK_CHUNK_MMQ_KS, err);
+        return mk_cuda_chunk_mm_grid(b, k, gx, gy, k32 ? MK_CHUNK_MMQ32_SMEM : MK_CHUNK_MMQ_SMEM, l, rows,
+                                     MK_CHUNK_MMQ_KS, err);
     }
     l.w_off = dq ? b->c_wsplit : 0u;
     /* Token blocks side by side (grid x): the blocks of a weight tile run together. */
@@ -1668,7 +1671,9 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     while (mv_k && MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, mv_k) > (uint32_t)optin) mv_k -= MK_CHUNK_MV_KSTEP;
     b->c_mv_k = mv_k;
     for (int k = MK_CK_MM_STORE_KQ; k <= MK_CK_MM_SILU_KQ32; k++)
-        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MMQ_SMEM)))
+        if (MK_CU(cu, err,
+                  cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED,
+                                     (int)(k >= MK_CK_MM_STORE_KQ32 ? MK_CHUNK_MMQ32_SMEM : MK_CHUNK_MMQ_SMEM))))
             return MK_ERR_CUDA;
     const uint32_t mv = MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, mv_k);
     for (int k = MK_CK_MV; k <= MK_CK_MV_KQ; k++)

@@ -20,7 +20,7 @@
  * the stacked space from 128 y (SILU: 64 gate rows from 64 y and the same rows of up: warps 0-3
  * gate, 4-7 up), columns of split z. Warp w holds 16 weight rows by the BM token rows (NT n8
  * tiles). x comes to shared memory
- * MK_CHUNK_MMQ_KS columns (half a super-block) at a time in a ring of MK_CHUNK_MMQ_STAGES stages
+ * MK_CHUNK_MMQ_KS columns (half a super-block) at a time in a ring of ST stages
  * by cp.async, each stage with its token rows' sums over its four groups (one per thread, made
  * once for the eight warps); each lane's weights load straight into registers half a super-block
  * ahead, as in mk_chunk_mv_kq. */
@@ -30,8 +30,8 @@
  * (group, token row). */
 #define MK_CHUNK_MMQ_XLD   (2u * MK_CHUNK_MMQ_KS + 32u)
 #define MK_CHUNK_MMQ_STAGE (MK_CHUNK_MM_TOKENS * (2u * MK_CHUNK_MMQ_XLD + 4u * MK_CHUNK_MMQ_KS / 32u))
-static_assert(MK_CHUNK_MMQ_STAGES * MK_CHUNK_MMQ_STAGE == MK_CHUNK_MMQ_SMEM, "chunk.h sizes the ring");
-static_assert(MK_CHUNK_MM_TOKENS * (MK_CHUNK_MMQ_ROWS + 4u) * 4u <= MK_CHUNK_MMQ_SMEM, "SILU's epilogue fits");
+static_assert(MK_CHUNK_MMQ_STAGE == MK_CHUNK_MMQ_STAGE_BYTES, "chunk.h sizes the ring");
+static_assert(MK_CHUNK_MM_TOKENS * (MK_CHUNK_MMQ_ROWS + 4u) * 4u <= MK_CHUNK_MMQ32_SMEM, "SILU's epilogue fits");
 
 /* One 32-column group of a warp's 16 rows (A: a0, a1, the group's k16 halves; scales s0, s1 of its
  * 16-column halves, offset mn) by the 8 NT token rows (x at xp, their group sums at xg + 8 t), added
@@ -77,11 +77,10 @@ __device__ __forceinline__ void mk_mmq_group(const uint32_t *a0, const uint32_t 
     }
 }
 
-template <int MODE, uint32_t NT>
+template <int MODE, uint32_t NT, uint32_t ST>
 __device__ __forceinline__ void mk_chunk_mm_kq(const struct mk_kernel_args &a, const struct mk_chunk_launch &l) {
     constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
-    constexpr uint32_t BM = 8u * NT, BN = MK_CHUNK_MMQ_ROWS, KS = MK_CHUNK_MMQ_KS, XLD = MK_CHUNK_MMQ_XLD,
-                       ST = MK_CHUNK_MMQ_STAGES;
+    constexpr uint32_t BM = 8u * NT, BN = MK_CHUNK_MMQ_ROWS, KS = MK_CHUNK_MMQ_KS, XLD = MK_CHUNK_MMQ_XLD;
     static_assert(BN == 16u * MK_BLOCK_WARPS && MK_BLOCK_WARPS == 8u && (NT == 4u || NT == 8u) && KS == 128u,
                   "16 rows a warp, 4 or 8 n8 tiles, half a super-block a stage");
     const struct mk_mm_mats mm = mk_mm_launch_mats(&a, &l, SILU);
@@ -211,18 +210,21 @@ __device__ __forceinline__ void mk_chunk_mm_kq(const struct mk_kernel_args &a, c
     mk_mm_epilogue<MODE, BN, decltype(each), BM>(&a, &l, n0, N, m0, splits, each);
 }
 
-/* _kq: 64 token rows a block; _kq32: 32, for chunks of at most 32 (half the tiles' work on rows
- * that are never stored). */
-#define MK_MM_KQ_KERNEL(name, mode, nt)                                                         \
-    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, MK_CHUNK_MMQ_BLOCKS)         \
+/* _kq: 64 token rows a block, one block a multiprocessor, three stages; _kq32: 32 token rows, two
+ * blocks a multiprocessor (128 registers: a few spills) and two stages. The kernels are latency
+ * bound at 8 warps a multiprocessor (Nsight Compute: 0.48 of 2 warps eligible a scheduler), so
+ * 32-token blocks at 16 warps win up to about 96 token rows (BENCHMARKS.md, run91), though each
+ * weight then reaches twice as many blocks. */
+#define MK_MM_KQ_KERNEL(name, mode, nt, st, blocks)                                             \
+    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, blocks)                      \
         name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
-        mk_chunk_mm_kq<mode, nt>(a, l);                                                         \
+        mk_chunk_mm_kq<mode, nt, st>(a, l);                                                     \
     }
-MK_MM_KQ_KERNEL(mk_chunk_mm_store_kq, MK_CHUNK_MM_STORE, 8u)
-MK_MM_KQ_KERNEL(mk_chunk_mm_add_kq, MK_CHUNK_MM_ADD, 8u)
-MK_MM_KQ_KERNEL(mk_chunk_mm_silu_kq, MK_CHUNK_MM_SILU, 8u)
-MK_MM_KQ_KERNEL(mk_chunk_mm_store_kq32, MK_CHUNK_MM_STORE, 4u)
-MK_MM_KQ_KERNEL(mk_chunk_mm_add_kq32, MK_CHUNK_MM_ADD, 4u)
-MK_MM_KQ_KERNEL(mk_chunk_mm_silu_kq32, MK_CHUNK_MM_SILU, 4u)
+MK_MM_KQ_KERNEL(mk_chunk_mm_store_kq, MK_CHUNK_MM_STORE, 8u, 3u, 1)
+MK_MM_KQ_KERNEL(mk_chunk_mm_add_kq, MK_CHUNK_MM_ADD, 8u, 3u, 1)
+MK_MM_KQ_KERNEL(mk_chunk_mm_silu_kq, MK_CHUNK_MM_SILU, 8u, 3u, 1)
+MK_MM_KQ_KERNEL(mk_chunk_mm_store_kq32, MK_CHUNK_MM_STORE, 4u, 2u, 2)
+MK_MM_KQ_KERNEL(mk_chunk_mm_add_kq32, MK_CHUNK_MM_ADD, 4u, 2u, 2)
+MK_MM_KQ_KERNEL(mk_chunk_mm_silu_kq32, MK_CHUNK_MM_SILU, 4u, 2u, 2)
 
 #endif
