@@ -211,10 +211,11 @@ __device__ __forceinline__ void mk_chunk_mm_kq(const struct mk_kernel_args &a, c
 }
 
 /* _kq: 64 token rows a block, one block a multiprocessor, three stages; _kq32: 32 token rows, two
- * blocks a multiprocessor (128 registers: a few spills) and two stages. The kernels are latency
- * bound at 8 warps a multiprocessor (Nsight Compute: 0.48 of 2 warps eligible a scheduler), so
- * 32-token blocks at 16 warps win up to about 96 token rows (BENCHMARKS.md, run91), though each
- * weight then reaches twice as many blocks. */
+ * blocks a multiprocessor (128 registers: a few spills) and two stages, for chunks that 32-token
+ * blocks pad less (17-32, 65-96 token rows). The kernels are latency bound at 8 warps a
+ * multiprocessor (Nsight Compute: 0.48 of 2 warps eligible a scheduler); 16 warps of 32-token
+ * blocks also won at 48 and 64 tokens on llama-1b, but lost 9 % on llama-8b, whose weights they
+ * read twice as often (BENCHMARKS.md, run92, run93). */
 #define MK_MM_KQ_KERNEL(name, mode, nt, st, blocks)                                             \
     extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, blocks)                      \
         name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
