@@ -43,9 +43,9 @@ _Static_assert((int)MK_KFAULT_ERROR == (int)MK_FAULT_ERROR && (int)MK_KFAULT_TRA
                    (int)MK_KFAULT_HANG == (int)MK_FAULT_HANG && (int)MK_KFAULT_BAD_ADDRESS == (int)MK_FAULT_BAD_ADDRESS,
                "enum mk_kernel_fault matches enum mk_fault_kind");
 
-/* The kernels of megakernel/chunk.cu, in the order of mk_cuda_chunk_names. The three product
- * groups (_MM_*, _WIDE, _SPLIT) each list STORE, ADD, SILU in that order: mk_cuda_chunk_mm picks
- * a group by offset. */
+/* The kernels of megakernel/chunk.cu, in the order of mk_cuda_chunk_names. The product groups
+ * (_MM_*, _WIDE, _SPLIT, _KQ, _KQ32) each list STORE, ADD, SILU in that order: mk_cuda_chunk_mm
+ * picks a group by offset. */
 enum mk_cuda_chunk_kernel {
     MK_CK_EMBED,
     MK_CK_RMSNORM,
@@ -1036,13 +1036,12 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
         if (st != MK_ERR_UNSUPPORTED) return st;
     }
     if (kq) {
-        /* The K-quant integers as they are: no decoded copy, each block reads the quantized rows. */
-        k = silu ? MK_CK_MM_SILU_KQ : mode == MK_CHUNK_MM_ADD ? MK_CK_MM_ADD_KQ : MK_CK_MM_STORE_KQ;
-        /* 32-token blocks where they pad fewer token rows than 64-token ones (17-32, 65-96): on a
+        /* The K-quant integers as they are: no decoded copy, each block reads the quantized rows.
+         * 32-token blocks where they pad fewer token rows than 64-token ones (17-32, 65-96): on a
          * tie the 64-token blocks, which read each weight half as often (llama-8b pp64 -9 % in
          * 32-token blocks, llama-1b +13 %; run92, run93). */
         const bool k32 = m % MK_CHUNK_MM_TOKENS != 0u && m % MK_CHUNK_MM_TOKENS <= MK_CHUNK_MM_TOKENS / 2u;
-        if (k32) k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE_KQ + MK_CK_MM_STORE_KQ32);
+        k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE + (k32 ? MK_CK_MM_STORE_KQ32 : MK_CK_MM_STORE_KQ));
         const uint32_t gx = mk_cuda_div_up(m, k32 ? MK_CHUNK_MM_TOKENS / 2u : MK_CHUNK_MM_TOKENS);
         const uint32_t gy = mk_cuda_div_up(rows, silu ? MK_CHUNK_MMQ_ROWS / 2u : MK_CHUNK_MMQ_ROWS);
         return mk_cuda_chunk_mm_grid(b, k, gx, gy, k32 ? MK_CHUNK_MMQ32_SMEM : MK_CHUNK_MMQ_SMEM, l, rows,

@@ -166,20 +166,20 @@ __device__ __noinline__ uint4 mk_mm_fetch_raw_at(const struct mk_kernel_args *a,
 }
 
 /* Where block (x, y, z) of a product of BN-row tiles works: rows[n0 ..) of the N stacked rows
- * (SILU: BN / 2 gate rows from n0 and the same rows of up), token rows [m0, m0 + MK_MM_BM), and
- * split z's columns [kb, ke) of K in whole stages (an empty split writes zeros). */
+ * (SILU: BN / 2 gate rows from n0 and the same rows of up), token rows [m0, m0 + BM), and split
+ * z's columns [kb, ke) of K in whole stages of BK columns (an empty split writes zeros). */
 struct mk_mm_place {
     uint32_t N, K, n0, m0, splits, kb, ke;
 };
-template <bool SILU, uint32_t BN>
+template <bool SILU, uint32_t BN, uint32_t BM = MK_MM_BM, uint32_t BK = MK_MM_BK>
 __device__ __forceinline__ bool mk_mm_place_of(const struct mk_mm_mats *mm, const struct mk_chunk_launch *l,
                                                struct mk_mm_place *p) {
     p->N = mm->rows;
     p->K = mm->m[0].cols;
     p->n0 = blockIdx.y * (SILU ? BN / 2u : BN);
-    p->m0 = blockIdx.x * MK_MM_BM;
+    p->m0 = blockIdx.x * BM;
     p->splits = l->splits > 1u ? l->splits : 1u;
-    const uint32_t kspan = (p->K + MK_MM_BK * p->splits - 1u) / (MK_MM_BK * p->splits) * MK_MM_BK;
+    const uint32_t kspan = (p->K + BK * p->splits - 1u) / (BK * p->splits) * BK;
     p->kb = min(p->K, blockIdx.z * kspan);
     p->ke = min(p->K, p->kb + kspan);
     return p->n0 < p->N && p->m0 < l->m;

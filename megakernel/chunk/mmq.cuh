@@ -84,12 +84,9 @@ __device__ __forceinline__ void mk_chunk_mm_kq(const struct mk_kernel_args &a, c
     static_assert(BN == 16u * MK_BLOCK_WARPS && MK_BLOCK_WARPS == 8u && (NT == 4u || NT == 8u) && KS == 128u,
                   "16 rows a warp, 4 or 8 n8 tiles, half a super-block a stage");
     const struct mk_mm_mats mm = mk_mm_launch_mats(&a, &l, SILU);
-    const uint32_t N = mm.rows, K = mm.m[0].cols;
-    const uint32_t n0 = blockIdx.y * (SILU ? BN / 2u : BN), m0 = blockIdx.x * BM;
-    if (n0 >= N || m0 >= l.m) return;
-    const uint32_t splits = l.splits > 1u ? l.splits : 1u;
-    const uint32_t kspan = (K + KS * splits - 1u) / (KS * splits) * KS;
-    const uint32_t kb = min(K, blockIdx.z * kspan), ke = min(K, kb + kspan);
+    struct mk_mm_place pl;
+    if (!mk_mm_place_of<SILU, BN, BM, KS>(&mm, &l, &pl)) return;
+    const uint32_t N = pl.N, K = pl.K, n0 = pl.n0, m0 = pl.m0, splits = pl.splits, kb = pl.kb, ke = pl.ke;
     const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, g = lane >> 2, t4 = lane & 3u;
 
     /* This lane's rows g and g + 8 of the warp's 16. */
@@ -116,20 +113,16 @@ __device__ __forceinline__ void mk_chunk_mm_kq(const struct mk_kernel_args &a, c
     auto issue = [&](uint32_t k0, uint8_t *st) {
         __nv_bfloat16 *xs = (__nv_bfloat16 *)st;
 #pragma unroll
-        for (uint32_t j = 0; j < BM * 2u * KS / 8u / MK_BLOCK_THREADS; j++) {
-            const uint32_t e = tid + j * MK_BLOCK_THREADS, i = e / (2u * KS / 8u), p = e % (2u * KS / 8u);
-            const uint32_t lo = p / (KS / 8u), c = p % (KS / 8u) * 8u, k = k0 + c;
+        for (uint32_t j = 0; j < BM * KS / 8u / MK_BLOCK_THREADS; j++) {
+            const uint32_t e = tid + j * MK_BLOCK_THREADS, i = e / (KS / 8u), c = e % (KS / 8u) * 8u, k = k0 + c;
             const __nv_bfloat16 *hi =
                 (const __nv_bfloat16 *)((const float *)a.arena + l.x_off + (uint64_t)min(m0 + i, l.m - 1u) * l.ldx);
-            __nv_bfloat16 *d = xs + i * XLD + lo * KS + c;
+            __nv_bfloat16 *d = xs + i * XLD + c;
             if (xvec && k + 8u <= K) {
-                mk_cp_async16(d, hi + lo * l.ldx + k, 16u);
+                mk_cp_async16(d, hi + k, 16u);
+                mk_cp_async16(d + KS, hi + l.ldx + k, 16u);
             } else {
-#pragma unroll
-                for (uint32_t q = 0; q < 8u; q++) {
-                    const uint32_t kq = min(k + q, K - 1u);
-                    d[q] = k + q < K ? hi[lo * l.ldx + kq] : __float2bfloat16_rn(0.0f);
-                }
+                mk_mm_split_copy8(d, d + KS, hi, l.ldx, k, K);
             }
         }
     };
