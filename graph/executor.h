@@ -72,8 +72,8 @@ struct mk_gpu_settings {
                                  * tokens decode each matrix once first; 0 = the backend's default */
     bool no_pdl;                /* chunk kernels start only when the one ahead has ended, instead of
                                  * overlapping its tail (programmatic dependent launch, sm_90) */
-    bool no_chunk_kq;           /* chunk products of K-quant matrices over 17 to 128 tokens decode the
-                                 * weights (the path before mk_chunk_mm_*_kq), for comparison */
+    bool no_chunk_kq;           /* chunk products of K-quant matrices over 17 or more tokens decode the
+                                 * weights (the paths before mk_chunk_mm_*_kq and _kw), for comparison */
     enum mk_gpu_trace trace;    /* megakernel: per-task timestamps (mk_backend_cuda_trace) */
     const char *kernel_image;   /* cubin, fatbin or PTX file loaded instead of the embedded code;
                                 * NULL = embedded */

@@ -7,6 +7,7 @@
 #include "megakernel/chunk/attn_mma.cuh"
 #include "megakernel/chunk/mm.cuh"
 #include "megakernel/chunk/mmq.cuh"
+#include "megakernel/chunk/mmw.cuh"
 #include "megakernel/chunk/mv.cuh"
 #include "megakernel/chunk/qkv.cuh"
 #include "megakernel/chunk/rows.cuh"

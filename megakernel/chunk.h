@@ -83,6 +83,16 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
 #define MK_CHUNK_MMQ_SMEM        (3u * MK_CHUNK_MMQ_STAGE_BYTES)
 #define MK_CHUNK_MMQ32_SMEM      (2u * MK_CHUNK_MMQ_STAGE_BYTES)
 
+/* mk_chunk_mm_*_kw, the products of Q4_K, Q5_K and Q6_K matrices over more token rows than the
+ * _kq kernels take, on sm_90a's wgmma (megakernel/chunk/mmw.cuh): MK_CHUNK_MMW_ROWS weight rows by
+ * MK_CHUNK_MMW_TOKENS token rows a block (grid: tokens / that, rows / that; SILU half the rows),
+ * one block a multiprocessor with MK_CHUNK_MMW_SMEM bytes of stages (four of x's hi, lo and group
+ * sums tiles). x comes from mk_chunk_xh's f16 rows: MK_CHUNK_XH_FLOATS(m, K) floats of the arena. */
+#define MK_CHUNK_MMW_ROWS        128u
+#define MK_CHUNK_MMW_TOKENS      128u
+#define MK_CHUNK_MMW_SMEM        ((MK_CHUNK_MMW_TOKENS == 64u ? 4u : 3u) * 9u * MK_CHUNK_MMW_TOKENS * 64u)
+#define MK_CHUNK_XH_FLOATS(m, K) ((uint64_t)(m) * ((K) + (K) / 32u + 1u))
+
 /* mk_chunk_mv, the products of at most MK_CHUNK_MV_TOKENS token rows: MK_CHUNK_MV_ROWS weight rows
  * per block (16 a warp), the columns cut into splits of mk_chunk_mv_span columns (grid: rows / that,
  * 1, splits), each at most MK_CHUNK_MV_K (less where the device has less) so that the split's x

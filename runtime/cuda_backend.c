@@ -33,6 +33,10 @@
  * 0.8-0.94x at 160, 0.67x at 512, where the split rows' three wgmma products win (BENCHMARKS.md,
  * run87/run88). */
 #define MK_CUDA_KQ_MAX 128u
+/* Past MK_CUDA_KQ_MAX token rows, on cc 9.0 (sm_90a code), the K-quant products decode each
+ * lane's weights to f16 in registers for wgmma (mk_chunk_mm_*_kw, x once to f16 hi and lo rows by
+ * mk_chunk_xh) instead of decoding whole matrices to split rows: llama-8b Q4_K_M 1.26-1.54x at
+ * 160-512 tokens, llama-1b 1.08-1.18x (BENCHMARKS.md, run103), and no arena for decoded weights. */
 
 /* GPU memory a session needs beyond its own buffers: the context, the module, the resident
  * grid's local memory and stacks. */
@@ -44,7 +48,7 @@ _Static_assert((int)MK_KFAULT_ERROR == (int)MK_FAULT_ERROR && (int)MK_KFAULT_TRA
                "enum mk_kernel_fault matches enum mk_fault_kind");
 
 /* The kernels of megakernel/chunk.cu, in the order of mk_cuda_chunk_names. The product groups
- * (_MM_*, _WIDE, _SPLIT, _KQ, _KQ32) each list STORE, ADD, SILU in that order: mk_cuda_chunk_mm
+ * (_MM_*, _WIDE, _SPLIT, _KQ, _KQ32, _KW) each list STORE, ADD, SILU in that order: mk_cuda_chunk_mm
  * picks a group by offset. */
 enum mk_cuda_chunk_kernel {
     MK_CK_EMBED,
@@ -77,6 +81,10 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_STORE_KQ32, /* the same with 32 token rows a block, where those pad fewer rows */
     MK_CK_MM_ADD_KQ32,
     MK_CK_MM_SILU_KQ32,
+    MK_CK_MM_STORE_KW, /* the same over more token rows on sm_90a's wgmma, x as MK_CK_XH left it */
+    MK_CK_MM_ADD_KW,
+    MK_CK_MM_SILU_KW,
+    MK_CK_XH, /* x's split rows to the f16 rows of the _KW products */
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
@@ -95,6 +103,8 @@ static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
     "mk_chunk_mm_store_kq",  "mk_chunk_mm_add_kq",
     "mk_chunk_mm_silu_kq",   "mk_chunk_mm_store_kq32",
     "mk_chunk_mm_add_kq32",  "mk_chunk_mm_silu_kq32",
+    "mk_chunk_mm_store_kw",  "mk_chunk_mm_add_kw",
+    "mk_chunk_mm_silu_kw",   "mk_chunk_xh",
 };
 
 struct mk_cuda_backend {
@@ -155,6 +165,8 @@ struct mk_cuda_backend {
                                * the LM head); 0 = products always decode in their blocks */
     uint32_t c_dq_min;        /* products of at least this many token rows use c_wsplit */
     uint32_t c_split_smem;    /* shared memory of the products over c_wsplit's split rows */
+    uint32_t c_xh;            /* arena offset of x as f16 rows for the _KW products (c_xh_floats) */
+    uint64_t c_xh_floats;     /* 0: no _KW products (not cc 9.0, --no-chunk-kq, or a small --ubatch) */
     uint32_t c_mv_k;          /* most columns of an mk_chunk_mv split whose x fits the device's shared
                                * memory (at most MK_CHUNK_MV_K); 0: few-token products take the tiles */
     uint32_t c_head_dim;      /* the chunk program's largest head */
@@ -413,7 +425,7 @@ static uint64_t mk_cuda_chunk_arena_floats(const struct mk_cuda_backend *b) {
     const struct mk_program *c = b->cprog;
     return (uint64_t)c->arena_floats + 16u + (uint64_t)c->ubatch * (c->n_embd + 16u) + 16u +
            (uint64_t)c->ubatch * (b->c_qkv_cols + 16u) + 16u + mk_cuda_part_floats(b) + 16u +
-           mk_cuda_attn_part_floats(b) + 16u + b->c_wsplit_floats;
+           mk_cuda_attn_part_floats(b) + 16u + b->c_wsplit_floats + 16u + b->c_xh_floats;
 }
 static uint64_t mk_cuda_chunk_bytes(const struct mk_cuda_backend *b) {
     if (!b->cprog) return 0;
@@ -432,7 +444,7 @@ static void mk_cuda_drop_chunk(struct mk_cuda_backend *b, const char *why) {
     b->cmod = NULL;
     memset(b->ck, 0, sizeof b->ck);
     b->c_qkv_cols = b->c_head_dim = 0;
-    b->c_wsplit_floats = 0;
+    b->c_wsplit_floats = b->c_xh_floats = 0;
 }
 
 /* Every distinct weight once (the tied LM head shares the embedding), then the table. */
@@ -873,6 +885,19 @@ static bool mk_cuda_chunk_kquants(const struct mk_weight_ref *wt, const uint32_t
     return true;
 }
 
+/* The widest matrix of the chunk program's products (their x rows' length). */
+static uint32_t mk_cuda_product_cols(const struct mk_program *p) {
+    uint32_t most = 0;
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        const struct mk_instr *in = &p->instrs[i];
+        if (in->op != MK_OP_NORM_QKV_ROPE && in->op != MK_OP_MATVEC_RESIDUAL && in->op != MK_OP_NORM_GATE_UP_SILU)
+            continue;
+        const uint32_t w = in->op == MK_OP_MATVEC_RESIDUAL ? in->weight[0] : in->weight[1];
+        if (p->weights[w].cols > most) most = p->weights[w].cols;
+    }
+    return most;
+}
+
 /* The weights of the chunk program's largest product that is not all bf16 (nor, with kq, all
  * K-quants: mk_chunk_mm_*_kq reads those as they are), as split rows (the LM head aside: it serves
  * a few rows per step): the space mk_chunk_wsplit decodes them into. */
@@ -1007,7 +1032,9 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
     /* Block formats over several token blocks: each block would decode the same tiles, so the
      * matrices are decoded once into split rows first. */
     const bool kq = !bf16 && !b->gpu.no_chunk_kq && m <= MK_CUDA_KQ_MAX && mk_cuda_chunk_kquants(wt, w);
-    const bool dq = !bf16 && !kq && m >= b->c_dq_min && all <= b->c_wsplit_floats;
+    const bool kw = !bf16 && !kq && m > MK_CUDA_KQ_MAX && MK_CHUNK_XH_FLOATS(m, wt[w[0]].cols) <= b->c_xh_floats &&
+                    mk_cuda_chunk_kquants(wt, w);
+    const bool dq = !bf16 && !kq && !kw && m >= b->c_dq_min && all <= b->c_wsplit_floats;
     uint32_t smem = MK_CHUNK_MM_SMEM;
     if (bf16 || dq) {
         k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE + (bf16 ? MK_CK_MM_STORE_WIDE : MK_CK_MM_STORE_SPLIT));
@@ -1046,6 +1073,18 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
         const uint32_t gy = mk_cuda_div_up(rows, silu ? MK_CHUNK_MMQ_ROWS / 2u : MK_CHUNK_MMQ_ROWS);
         return mk_cuda_chunk_mm_grid(b, k, gx, gy, k32 ? MK_CHUNK_MMQ32_SMEM : MK_CHUNK_MMQ_SMEM, l, rows,
                                      MK_CHUNK_MMQ_KS, err);
+    }
+    if (kw) {
+        /* x once to f16 rows, then each block reads the quantized rows themselves. */
+        struct mk_chunk_launch x = l;
+        x.y_off = b->c_xh;
+        enum mk_status st = mk_cuda_chunk_launch(b, MK_CK_XH, m, 1, 0, x, err);
+        if (st != MK_OK) return st;
+        l.x_off = b->c_xh;
+        k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE + MK_CK_MM_STORE_KW);
+        const uint32_t gx = mk_cuda_div_up(m, MK_CHUNK_MMW_TOKENS);
+        const uint32_t gy = mk_cuda_div_up(rows, silu ? MK_CHUNK_MMW_ROWS / 2u : MK_CHUNK_MMW_ROWS);
+        return mk_cuda_chunk_mm_grid(b, k, gx, gy, MK_CHUNK_MMW_SMEM, l, rows, 256u, err);
     }
     l.w_off = dq ? b->c_wsplit : 0u;
     /* Token blocks side by side (grid x): the blocks of a weight tile run together. */
@@ -1617,8 +1656,13 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         if (b->cprog->instrs[i].op == MK_OP_NORM_QKV_ROPE)
             b->c_qkv_cols = b->cprog->instrs[i].args.qkv.q_dim + 2u * b->cprog->instrs[i].args.qkv.kv_dim;
     b->c_dq_min = b->gpu.chunk_dequant_min ? b->gpu.chunk_dequant_min : MK_CUDA_DEFAULT_DQ_MIN;
+    b->c_xh_floats = 0;
+    if (!b->gpu.no_chunk_kq && ubatch > MK_CUDA_KQ_MAX && b->info.cc_major == 9 && b->info.cc_minor == 0)
+        b->c_xh_floats = MK_CHUNK_XH_FLOATS(ubatch, mk_cuda_product_cols(b->cprog));
     b->c_wsplit_floats =
-        ubatch >= b->c_dq_min ? mk_cuda_wsplit_floats(b->cprog, !b->gpu.no_chunk_kq && ubatch <= MK_CUDA_KQ_MAX) : 0u;
+        ubatch >= b->c_dq_min
+            ? mk_cuda_wsplit_floats(b->cprog, !b->gpu.no_chunk_kq && (ubatch <= MK_CUDA_KQ_MAX || b->c_xh_floats))
+            : 0u;
     char log[4096];
     log[0] = '\0';
     int opts[2] = { MK_CU_JIT_ERROR_LOG_BUFFER, MK_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES };
@@ -1675,6 +1719,9 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
                   cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED,
                                      (int)(k >= MK_CK_MM_STORE_KQ32 ? MK_CHUNK_MMQ32_SMEM : MK_CHUNK_MMQ_SMEM))))
             return MK_ERR_CUDA;
+    for (int k = MK_CK_MM_STORE_KW; k <= MK_CK_MM_SILU_KW; k++)
+        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MMW_SMEM)))
+            return MK_ERR_CUDA;
     const uint32_t mv = MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, mv_k);
     for (int k = MK_CK_MV; k <= MK_CK_MV_KQ; k++)
         if (mv_k && mv > 48u * 1024u &&
@@ -1708,6 +1755,7 @@ static enum mk_status mk_cuda_setup_chunk(struct mk_cuda_backend *b, struct mk_e
     if (st != MK_OK) return st;
     /* Arena offsets are 32-bit float indices: a space past them is left out. */
     if (mk_cuda_chunk_arena_floats(b) >= (1ull << 32)) b->c_wsplit_floats = 0;
+    if (mk_cuda_chunk_arena_floats(b) >= (1ull << 32)) b->c_xh_floats = 0;
     const uint64_t floats = mk_cuda_chunk_arena_floats(b);
     if ((st = mk_cuda_upload(b, &b->d_cinstrs, c->instrs, (size_t)c->n_instr * sizeof *c->instrs,
                              "the chunk instructions", err)) ||
@@ -1719,6 +1767,7 @@ static enum mk_status mk_cuda_setup_chunk(struct mk_cuda_backend *b, struct mk_e
     b->c_part = (uint32_t)((b->c_qkv + (uint64_t)c->ubatch * b->c_qkv_cols + 15u) & ~15ull);
     b->c_apart = (uint32_t)((b->c_part + mk_cuda_part_floats(b) + 15u) & ~15ull);
     b->c_wsplit = (uint32_t)((b->c_apart + mk_cuda_attn_part_floats(b) + 15u) & ~15ull);
+    b->c_xh = (uint32_t)((b->c_wsplit + b->c_wsplit_floats + 15u) & ~15ull);
     void *h = NULL;
     if (MK_CU(cu, err, cuMemHostAlloc(&h, sizeof(struct mk_step_cmd), MK_CU_MEMHOSTALLOC_PORTABLE))) return MK_ERR_CUDA;
     b->h_ccmd = h;

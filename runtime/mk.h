@@ -228,7 +228,7 @@ struct mk_gpu_params {
                                  * tokens decode each matrix once first; 0 = the default (128) */
     int no_pdl;                 /* nonzero: each chunk kernel starts only when the one ahead has
                                  * ended (default: on sm_90 it overlaps that kernel's tail) */
-    int no_chunk_kq;            /* nonzero: chunk products of Q4_K/Q5_K/Q6_K matrices over 17 to 128
+    int no_chunk_kq;            /* nonzero: chunk products of Q4_K/Q5_K/Q6_K matrices over 17 or more
                                  * tokens go through decoded weights, not the matrices' integers */
 };
 

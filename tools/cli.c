@@ -50,7 +50,7 @@ const char mk_cli_gpu_usage[] =
     "                               before their products (0 = default, 128)\n"
     "    --no-pdl                   chunk kernels start only when the one ahead has ended (default: on\n"
     "                               sm_90 each overlaps the tail of the one ahead)\n"
-    "    --no-chunk-kq              chunk products of Q4_K/Q5_K/Q6_K matrices over 17-128 tokens\n"
+    "    --no-chunk-kq              chunk products of Q4_K/Q5_K/Q6_K matrices over 17 or more tokens\n"
     "                               decode the weights instead of multiplying their integers\n"
     "    --trace off|on|fetch       megakernel per-task timestamps\n"
     "    --kernel-image FILE        load this cubin, fatbin or PTX instead of the built-in kernels\n";

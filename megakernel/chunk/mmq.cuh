@@ -90,21 +90,12 @@ __device__ __forceinline__ void mk_chunk_mm_kq(const struct mk_kernel_args &a, c
     const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, g = lane >> 2, t4 = lane & 3u;
 
     /* This lane's rows g and g + 8 of the warp's 16. */
-    const uint32_t r0 = SILU ? (warp < 4u ? 0u : N) + n0 + (warp & 3u) * 16u : n0 + warp * 16u;
-    const uint32_t r_end = SILU ? (warp < 4u ? 0u : N) + N : N;
-    struct mk_wdesc w[2];
-    uint32_t wr[2];
-    mk_mv_lane_rows(&mm, SILU, r0, r_end, g, w, wr);
-    const uint32_t kind[2] = { mk_kq_kind(&w[0]), mk_kq_kind(&w[1]) };
-    if (!__all_sync(0xffffffffu, (K & 255u) == 0 && kind[0] != MK_KQ_NONE && kind[1] != MK_KQ_NONE)) __trap();
+    struct mk_kq_raw kr[2];
+    const struct mk_kq_lane ql = mk_kq_lane_of(&mm, SILU, n0, K, kb, ke, warp, lane, kr);
+    const uint32_t *kind = ql.kind;
+    const uint8_t *const *krow = ql.row;
     /* With a Q6_K row among the warp's, two masked passes (a scale per 16-column half). */
     const bool halves = __any_sync(0xffffffffu, kind[0] == MK_KQ_6 || kind[1] == MK_KQ_6);
-    const uint8_t *krow[2] = { mk_row(&w[0], wr[0]), mk_row(&w[1], wr[1]) };
-    struct mk_kq_raw kr[2];
-    if (kb < ke) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) mk_kq_fetch(&kr[h], krow[h], kind[h], kb, t4);
-    }
     mk_grid_dep_wait(); /* the weights did not wait for the kernel ahead; x does */
 
     uint8_t *const sm = (uint8_t *)mk_chunk_smem;

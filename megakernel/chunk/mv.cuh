@@ -90,36 +90,31 @@ __device__ __forceinline__ void mk_kq_half(struct mk_kq_raw *r, uint32_t kind, u
     r->sw[1] = mk_qmma_k4_mins(h, hb != 0u);
 }
 
-/* Sub-block j (0..7) of r's super-block: this lane's 8 values of q (Q6_K: q - 32) as 4 bf16 pairs
- * (columns 8 t4 + 2 i, + 1 in pair i), the scales of the group's two halves (equal but for Q6_K)
- * and its offset dmin m (Q6_K: 0), r's scales as mk_kq_half left them. */
-__device__ __forceinline__ void mk_kq_decode(const struct mk_kq_raw *r, uint32_t kind, uint32_t j, uint32_t *a,
-                                             float *s0, float *s1, float *mn) {
+/* Sub-block j (0..7) of r's super-block: this lane's 8 values of q (Q6_K: q + 32) as bytes, columns
+ * 8 t4 .. + 3 in lo and + 4 .. + 7 in hi. */
+__device__ __forceinline__ void mk_kq_bytes(const struct mk_kq_raw *r, uint32_t kind, uint32_t j, uint32_t *lo,
+                                            uint32_t *hi) {
     const bool six = kind == MK_KQ_6;
     const uint32_t kk = j & 3u;
     /* a select: an index would put r in local memory */
     const uint2 w = (six ? (kk & 1u) : (j & 2u)) ? r->q[1] : r->q[0];
     const uint32_t sh = six ? 2u * (kk & 2u) : 4u * (j & 1u);
-    uint32_t lo = (w.x >> sh) & 0x0f0f0f0fu, hi = (w.y >> sh) & 0x0f0f0f0fu;
+    *lo = (w.x >> sh) & 0x0f0f0f0fu, *hi = (w.y >> sh) & 0x0f0f0f0fu;
     if (six) {
-        lo |= ((r->qh.x >> (2u * kk)) & 0x03030303u) << 4;
-        hi |= ((r->qh.y >> (2u * kk)) & 0x03030303u) << 4;
+        *lo |= ((r->qh.x >> (2u * kk)) & 0x03030303u) << 4;
+        *hi |= ((r->qh.y >> (2u * kk)) & 0x03030303u) << 4;
     } else {
-        lo |= ((r->qh.x >> j) & 0x01010101u) << 4;
-        hi |= ((r->qh.y >> j) & 0x01010101u) << 4;
+        *lo |= ((r->qh.x >> j) & 0x01010101u) << 4;
+        *hi |= ((r->qh.y >> j) & 0x01010101u) << 4;
     }
-    /* 0x4300 | q is the bf16 of 128 + q (q < 128): take 128 (Q6_K: 160) off, exactly. */
-    const float off = six ? 160.0f : 128.0f;
-    const __nv_bfloat162 c = __floats2bfloat162_rn(off, off);
-    const uint32_t pr[4] = { __byte_perm(lo, 0u, 0x4140u), __byte_perm(lo, 0u, 0x4342u), __byte_perm(hi, 0u, 0x4140u),
-                             __byte_perm(hi, 0u, 0x4342u) };
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint32_t v = pr[i] | 0x43004300u;
-        const __nv_bfloat162 q = __hsub2(*(const __nv_bfloat162 *)&v, c);
-        a[i] = *(const uint32_t *)&q;
-    }
-    if (six) {
+}
+
+/* The scales of sub-block j's two 16-column halves (equal but for Q6_K) and its offset dmin m
+ * (Q6_K: 0), r's scales as mk_kq_half left them. */
+__device__ __forceinline__ void mk_kq_scales(const struct mk_kq_raw *r, uint32_t kind, uint32_t j, float *s0, float *s1,
+                                             float *mn) {
+    const uint32_t kk = j & 3u;
+    if (kind == MK_KQ_6) {
         const float d = __half2float(__ushort_as_half((unsigned short)r->dm));
         const uint32_t sw = kk < 2u ? r->sw[0] : r->sw[1], b = 16u * (kk & 1u);
         *s0 = d * (float)(int8_t)(sw >> b);
@@ -130,6 +125,26 @@ __device__ __forceinline__ void mk_kq_decode(const struct mk_kq_raw *r, uint32_t
     const float2 dm = mk_qmma_h2f(r->dm);
     *s0 = *s1 = dm.x * (float)mk_qmma_byte(r->sw[0], kk);
     *mn = dm.y * (float)mk_qmma_byte(r->sw[1], kk);
+}
+
+/* Sub-block j of r's super-block: this lane's 8 values of q (Q6_K: q - 32) as 4 bf16 pairs
+ * (columns 8 t4 + 2 i, + 1 in pair i), with mk_kq_scales. */
+__device__ __forceinline__ void mk_kq_decode(const struct mk_kq_raw *r, uint32_t kind, uint32_t j, uint32_t *a,
+                                             float *s0, float *s1, float *mn) {
+    uint32_t lo, hi;
+    mk_kq_bytes(r, kind, j, &lo, &hi);
+    /* 0x4300 | q is the bf16 of 128 + q (q < 128): take 128 (Q6_K: 160) off, exactly. */
+    const float off = kind == MK_KQ_6 ? 160.0f : 128.0f;
+    const __nv_bfloat162 c = __floats2bfloat162_rn(off, off);
+    const uint32_t pr[4] = { __byte_perm(lo, 0u, 0x4140u), __byte_perm(lo, 0u, 0x4342u), __byte_perm(hi, 0u, 0x4140u),
+                             __byte_perm(hi, 0u, 0x4342u) };
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t v = pr[i] | 0x43004300u;
+        const __nv_bfloat162 q = __hsub2(*(const __nv_bfloat162 *)&v, c);
+        a[i] = *(const uint32_t *)&q;
+    }
+    mk_kq_scales(r, kind, j, s0, s1, mn);
 }
 
 /* Sub-block j of a lane's two rows (r[0]: row g, r[1]: g + 8) as the mma's A fragments over the
@@ -160,6 +175,39 @@ __device__ __forceinline__ void mk_mv_lane_rows(const struct mk_mm_mats *mm, boo
             w[h] = mk_mm_which(mm, &wr[h]);
         }
     }
+}
+
+/* A lane's two rows of a block's 128 stacked rows from n0, 16 a warp (SILU: warps 0-3 gate's rows
+ * from n0, 4-7 the same rows of up), for the K-quant products over many token rows: each row's
+ * format (mk_kq_kind) and first byte, and the bytes of the first half super-block of columns
+ * [kb, ke) in kr (the weights need not wait for the kernel ahead). Traps unless every row of the
+ * warp is Q4_K, Q5_K or Q6_K of whole super-blocks. */
+struct mk_kq_lane {
+    uint32_t kind[2];
+    const uint8_t *row[2];
+};
+__device__ __forceinline__ struct mk_kq_lane mk_kq_lane_of(const struct mk_mm_mats *mm, bool silu, uint32_t n0,
+                                                           uint32_t K, uint32_t kb, uint32_t ke, uint32_t warp,
+                                                           uint32_t lane, struct mk_kq_raw *kr) {
+    const uint32_t g = lane >> 2, t4 = lane & 3u;
+    const uint32_t N = mm->rows;
+    const uint32_t r0 = silu ? (warp < 4u ? 0u : N) + n0 + (warp & 3u) * 16u : n0 + warp * 16u;
+    const uint32_t r_end = silu ? (warp < 4u ? 0u : N) + N : N;
+    struct mk_wdesc w[2];
+    uint32_t wr[2];
+    mk_mv_lane_rows(mm, silu, r0, r_end, g, w, wr);
+    struct mk_kq_lane q;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        q.kind[h] = mk_kq_kind(&w[h]);
+        q.row[h] = mk_row(&w[h], wr[h]);
+    }
+    if (!__all_sync(0xffffffffu, (K & 255u) == 0 && q.kind[0] != MK_KQ_NONE && q.kind[1] != MK_KQ_NONE)) __trap();
+    if (kb < ke) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) mk_kq_fetch(&kr[h], q.row[h], q.kind[h], kb, t4);
+    }
+    return q;
 }
 
 /* x's B fragments for one 32-column group (this lane's 8 columns of its token row from xp, their lo
