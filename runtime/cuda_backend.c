@@ -29,14 +29,15 @@
 #define MK_CUDA_DEFAULT_DQ_MIN 128u
 /* K-quant chunk products over at most this many token rows (and over more than
  * MK_CHUNK_MV_TOKENS) multiply the matrices' integers (mk_chunk_mm_*_kq): 1.2-3x the decoded
- * paths' rate from 20 to 96 tokens on the H100 (llama-1b and llama-8b Q4_K_M), even at 128, and
- * 0.8-0.94x at 160, 0.67x at 512, where the split rows' three wgmma products win (BENCHMARKS.md,
- * run87/run88). */
-#define MK_CUDA_KQ_MAX 128u
+ * paths' rate from 20 to 96 tokens on the H100 (llama-1b and llama-8b Q4_K_M; BENCHMARKS.md,
+ * run87/run88). Past 64 the f16 wgmma products below win where they run (llama-8b pp72 1.48x,
+ * pp128 1.93x; llama-1b 1.07-1.29x; run106); without them, up to MK_CUDA_KQ_MAX_ALONE. */
+#define MK_CUDA_KQ_MAX       64u
+#define MK_CUDA_KQ_MAX_ALONE 128u
 /* Past MK_CUDA_KQ_MAX token rows, on cc 9.0 (sm_90a code), the K-quant products decode each
  * lane's weights to f16 in registers for wgmma (mk_chunk_mm_*_kw, x once to f16 hi and lo rows by
- * mk_chunk_xh) instead of decoding whole matrices to split rows: llama-8b Q4_K_M 1.26-1.54x at
- * 160-512 tokens, llama-1b 1.08-1.18x (BENCHMARKS.md, run103), and no arena for decoded weights. */
+ * mk_chunk_xh) instead of decoding whole matrices to split rows: llama-8b Q4_K_M 1.27-1.57x at
+ * 160-512 tokens, llama-1b 1.04-1.19x (BENCHMARKS.md, run104), and no arena for decoded weights. */
 
 /* GPU memory a session needs beyond its own buffers: the context, the module, the resident
  * grid's local memory and stacks. */
@@ -1031,9 +1032,9 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
     for (int j = 0; j < 3; j++) all += w[j] == MK_NO_WEIGHT ? 0u : (uint64_t)wt[w[j]].rows * wt[w[j]].cols;
     /* Block formats over several token blocks: each block would decode the same tiles, so the
      * matrices are decoded once into split rows first. */
-    const bool kq = !bf16 && !b->gpu.no_chunk_kq && m <= MK_CUDA_KQ_MAX && mk_cuda_chunk_kquants(wt, w);
-    const bool kw = !bf16 && !kq && m > MK_CUDA_KQ_MAX && MK_CHUNK_XH_FLOATS(m, wt[w[0]].cols) <= b->c_xh_floats &&
-                    mk_cuda_chunk_kquants(wt, w);
+    const bool kw = !bf16 && !b->gpu.no_chunk_kq && m > MK_CUDA_KQ_MAX &&
+                    MK_CHUNK_XH_FLOATS(m, wt[w[0]].cols) <= b->c_xh_floats && mk_cuda_chunk_kquants(wt, w);
+    const bool kq = !bf16 && !kw && !b->gpu.no_chunk_kq && m <= MK_CUDA_KQ_MAX_ALONE && mk_cuda_chunk_kquants(wt, w);
     const bool dq = !bf16 && !kq && !kw && m >= b->c_dq_min && all <= b->c_wsplit_floats;
     uint32_t smem = MK_CHUNK_MM_SMEM;
     if (bf16 || dq) {
@@ -1661,7 +1662,7 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         b->c_xh_floats = MK_CHUNK_XH_FLOATS(ubatch, mk_cuda_product_cols(b->cprog));
     b->c_wsplit_floats =
         ubatch >= b->c_dq_min
-            ? mk_cuda_wsplit_floats(b->cprog, !b->gpu.no_chunk_kq && (ubatch <= MK_CUDA_KQ_MAX || b->c_xh_floats))
+            ? mk_cuda_wsplit_floats(b->cprog, !b->gpu.no_chunk_kq && (ubatch <= MK_CUDA_KQ_MAX_ALONE || b->c_xh_floats))
             : 0u;
     char log[4096];
     log[0] = '\0';
