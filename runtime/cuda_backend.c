@@ -1657,8 +1657,10 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         if (b->cprog->instrs[i].op == MK_OP_NORM_QKV_ROPE)
             b->c_qkv_cols = b->cprog->instrs[i].args.qkv.q_dim + 2u * b->cprog->instrs[i].args.qkv.kv_dim;
     b->c_dq_min = b->gpu.chunk_dequant_min ? b->gpu.chunk_dequant_min : MK_CUDA_DEFAULT_DQ_MIN;
+    /* cc 9.0 runs the sm_90a code, which has the _KW products. */
+    const bool kw = b->info.cc_major == 9 && b->info.cc_minor == 0;
     b->c_xh_floats = 0;
-    if (!b->gpu.no_chunk_kq && ubatch > MK_CUDA_KQ_MAX && b->info.cc_major == 9 && b->info.cc_minor == 0)
+    if (kw && !b->gpu.no_chunk_kq && ubatch > MK_CUDA_KQ_MAX)
         b->c_xh_floats = MK_CHUNK_XH_FLOATS(ubatch, mk_cuda_product_cols(b->cprog));
     b->c_wsplit_floats =
         ubatch >= b->c_dq_min
@@ -1720,7 +1722,8 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
                   cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED,
                                      (int)(k >= MK_CK_MM_STORE_KQ32 ? MK_CHUNK_MMQ32_SMEM : MK_CHUNK_MMQ_SMEM))))
             return MK_ERR_CUDA;
-    for (int k = MK_CK_MM_STORE_KW; k <= MK_CK_MM_SILU_KW; k++)
+    /* Only cc 9.0 runs them (elsewhere they trap), and other devices may allow less shared memory. */
+    for (int k = MK_CK_MM_STORE_KW; k <= MK_CK_MM_SILU_KW && kw; k++)
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MMW_SMEM)))
             return MK_ERR_CUDA;
     const uint32_t mv = MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, mv_k);

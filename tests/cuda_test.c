@@ -684,9 +684,10 @@ static void test_quant(void) {
 }
 
 /* Heads of 128 (the 8B models' size: the chunk attention's widest tensor-core kernel) on a tiny
- * model, bf16 (the wide products) and the K-quants, whose chunks of 136 and 192 take the f16
- * wgmma products on cc 9.0 (the split rows elsewhere, or with MK_CUDA_NO_CHUNK_KQ=1): Q4_K_M
- * stacks Q4_K and Q6_K rows in one product, Q5_K_M Q5_K and Q6_K. */
+ * model, bf16 (the wide products) and the K-quants, whose chunks of 72 to 192 take the f16 wgmma
+ * products on cc 9.0 (elsewhere, or with MK_CUDA_NO_CHUNK_KQ=1, the integers' mma.sync kernels up
+ * to 128 and split rows past it): Q4_K_M stacks Q4_K and Q6_K rows in one product, Q5_K_M Q5_K
+ * and Q6_K. */
 static void test_chunk_hd128(void) {
     check_generated("tiny-hd128", "bf16", 512, 200, (const uint32_t[]){ 24, 192, 0 });
     check_generated("tiny-hd128", "Q4_K_M", 512, 200, (const uint32_t[]){ 24, 192, 0 });

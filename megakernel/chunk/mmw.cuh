@@ -8,9 +8,10 @@
 #include "megakernel/chunk/mm.cuh"
 #include "megakernel/chunk/mv.cuh"
 
-/* Why: past MK_CUDA_KQ_MAX token rows the K-quant products went through split rows (every matrix
- * decoded to bf16 hi and lo, 4 bytes a weight, then three wgmma products a tile), because the
- * integers' mma.sync kernel (mmq.cuh) is latency bound there. Here the weights are wgmma's A
+/* Why: past 128 token rows the K-quant products went through split rows (every matrix decoded to
+ * bf16 hi and lo, 4 bytes a weight, then three wgmma products a tile), because the integers'
+ * mma.sync kernel (mmq.cuh), latency bound, lost to them there; this kernel beats both from 65
+ * token rows (the host's MK_CUDA_KQ_MAX; BENCHMARKS.md, run104-run107). Here the weights are wgmma's A
  * operand straight from registers: each lane loads its quantized bytes (mk_kq_fetch) half a
  * super-block ahead and turns each pair into f16 sc q with one byte permute and one half2 fma; x
  * is B, from shared memory by descriptor, as the f16 hi and lo rows that mk_chunk_xh wrote once
