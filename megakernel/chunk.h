@@ -90,7 +90,7 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
  * sums tiles). x comes from mk_chunk_xh's f16 rows: MK_CHUNK_XH_FLOATS(m, K) floats of the arena. */
 #define MK_CHUNK_MMW_ROWS        128u
 #define MK_CHUNK_MMW_TOKENS      128u
-#define MK_CHUNK_MMW_SMEM        ((MK_CHUNK_MMW_TOKENS == 64u ? 4u : 3u) * 9u * MK_CHUNK_MMW_TOKENS * 64u)
+#define MK_CHUNK_MMW_SMEM        (3u * 9u * MK_CHUNK_MMW_TOKENS * 64u)
 #define MK_CHUNK_XH_FLOATS(m, K) ((uint64_t)(m) * ((K) + (K) / 32u + 1u))
 
 /* mk_chunk_mv, the products of at most MK_CHUNK_MV_TOKENS token rows: MK_CHUNK_MV_ROWS weight rows

@@ -61,8 +61,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     __half *sums = (__half *)(base + (uint64_t)l.m * K) + (uint64_t)i * (K / 16u); /* (super-block, 16) */
     __shared__ float most[MK_BLOCK_WARPS];
     float m = 0.0f;
-    for (uint32_t k = tid; k < K; k += MK_BLOCK_THREADS)
-        m = fmaxf(m, fabsf(__bfloat162float(hi[k]) + __bfloat162float(hi[K + k])));
+    for (uint32_t k = tid; k < K; k += MK_BLOCK_THREADS) m = fmaxf(m, fabsf(mk_split_load(hi, K, k)));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     if ((tid & 31u) == 0) most[tid >> 5] = m;
@@ -82,8 +81,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
 #pragma unroll 4
         for (uint32_t p = 0; p < 32u; p += 2u) {
             const uint32_t c = g0 + mk_kw_src(p);
-            const float v0 = (__bfloat162float(hi[c]) + __bfloat162float(hi[K + c])) * inv;
-            const float v1 = (__bfloat162float(hi[c + 1u]) + __bfloat162float(hi[K + c + 1u])) * inv;
+            const float v0 = mk_split_load(hi, K, c) * inv, v1 = mk_split_load(hi, K, c + 1u) * inv;
             const __half2 h = __floats2half2_rn(v0, v1);
             const float2 hf = __half22float2(h);
             out[(g0 + p) / 2u] = *(const uint32_t *)&h;
@@ -99,39 +97,24 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
 }
 
 #if defined(MK_MM_WGMMA)
-/* d (64 x N, N / 2 floats a thread) = (first ? 0 : d) + a (64 x 16 f16, this warp's 16 rows in
- * mma's A layout) . b (N x 16 f16 from shared memory)^T. */
-template <uint32_t N>
+/* d (64 x 128, 64 floats a thread) = (first ? 0 : d) + a (64 x 16 f16, this warp's 16 rows in
+ * mma's A layout) . b (128 x 16 f16 from shared memory)^T. */
 __device__ __forceinline__ void mk_wg_mma_rf16(float *d, const uint32_t *a, uint64_t db, bool first) {
-    static_assert(N == 64u || N == 128u, "n64 or n128");
-    if constexpr (N == 64u) {
-        asm volatile("{\n.reg .pred p;\nsetp.eq.u32 p, %37, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, "
-                     "%11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "
-                     "%30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-                       "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                       "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-                       "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"((uint32_t)first));
-    } else {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.eq.u32 p, %69, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
-            "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, "
-            "%33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, "
-            "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"((uint32_t)first));
-    }
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.eq.u32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+        "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, "
+        "%33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, "
+        "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"((uint32_t)first));
 }
 
 /* Sub-block j of a lane's row as f16: 4 pairs (columns 8 t4 + 2 i, + 1 in pair i) of sc q (Q6_K:
@@ -172,16 +155,16 @@ __device__ __forceinline__ void mk_kw_decode(const struct mk_kq_raw *r, uint32_t
  * tile of 16 halves a row). Quarters of a super-block take their A from two register sets by
  * turns, one decoded while the other multiplies. BM 128 (MK_CHUNK_MMW_TOKENS) beat 64 (llama-1b
  * Q4_K_M pp512 44,457 against 38,670 tok/s, run101/run103): half the decoding a product. */
-template <int MODE, uint32_t BM>
+template <int MODE>
 __device__ __forceinline__ void mk_chunk_mm_kw(const struct mk_kernel_args &a, const struct mk_chunk_launch &l) {
     constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
-    /* 64 token rows: 4 stages, copies 2 ahead; 128: 3 stages (72 KB each), copies 1 ahead. */
-    constexpr uint32_t BN = MK_CHUNK_MMW_ROWS, KS = 128u, ST = BM == 64u ? 4u : 3u, AHEAD = ST - 2u;
+    /* 3 stages of 72 KB, copies 1 ahead. */
+    constexpr uint32_t BM = MK_CHUNK_MMW_TOKENS, BN = MK_CHUNK_MMW_ROWS, KS = 128u, ST = 3u, AHEAD = ST - 2u;
     constexpr uint32_t NR = BM / 2u;                   /* sums a thread */
     constexpr uint32_t GB = BM * 64u, STAGE = 9u * GB; /* bytes: a 32-column tile; a stage (hi, lo, sums) */
-    static_assert(BN == 16u * MK_BLOCK_WARPS && (BM == 64u || BM == 128u) && KS / 8u == 16u &&
-                      ST * STAGE <= MK_CHUNK_MMW_SMEM && BM * (BN + 4u) * 4u <= MK_CHUNK_MMW_SMEM,
-                  "16 rows a warp, n64 or n128 tiles; the ring and SILU's epilogue fit");
+    static_assert(BN == 16u * MK_BLOCK_WARPS && BM == 128u && KS / 8u == 16u && ST * STAGE <= MK_CHUNK_MMW_SMEM &&
+                      BM * (BN + 4u) * 4u <= MK_CHUNK_MMW_SMEM,
+                  "16 rows a warp, n128 tiles; the ring and SILU's epilogue fit");
     const struct mk_mm_mats mm = mk_mm_launch_mats(&a, &l, SILU);
     struct mk_mm_place pl;
     if (!mk_mm_place_of<SILU, BN, BM, 2u * KS>(&mm, &l, &pl)) return;
@@ -294,15 +277,15 @@ __device__ __forceinline__ void mk_chunk_mm_kw(const struct mk_kernel_args &a, c
 #pragma unroll
                 for (uint32_t e = 0; e < 2u; e++) {
                     const uint32_t u = 2u * (qi & 1u) + v; /* the group's tile in the stage */
-                    mk_wg_mma_rf16<BM>(sb, a4 + 8u * v + 4u * e, mk_wg_desc(st + u * GB + 32u * e),
-                                       qi == 0u && v == 0u && e == 0u);
-                    mk_wg_mma_rf16<BM>(sb, a4 + 8u * v + 4u * e, mk_wg_desc(st + (4u + u) * GB + 32u * e), false);
+                    mk_wg_mma_rf16(sb, a4 + 8u * v + 4u * e, mk_wg_desc(st + u * GB + 32u * e),
+                                   qi == 0u && v == 0u && e == 0u);
+                    mk_wg_mma_rf16(sb, a4 + 8u * v + 4u * e, mk_wg_desc(st + (4u + u) * GB + 32u * e), false);
                 }
             if (qi == 3u) {
                 const uint32_t ah[4] = { mh[0], mh[1], mh[0], mh[1] }, al[4] = { ml[0], ml[1], ml[0], ml[1] };
                 const uint64_t ds = mk_wg_desc(st + 8u * GB);
-                mk_wg_mma_rf16<BM>(acc, ah, ds, false);
-                mk_wg_mma_rf16<BM>(acc, al, ds, false);
+                mk_wg_mma_rf16(acc, ah, ds, false);
+                mk_wg_mma_rf16(acc, al, ds, false);
             }
             asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         }
@@ -336,7 +319,7 @@ __device__ __forceinline__ void mk_chunk_mm_kw(const struct mk_kernel_args &a, c
 /* One block a multiprocessor (about 250 registers a thread, 216 KB of stages); built for sm_90a
  * only, elsewhere a trap that the host never launches (it takes these on cc 9.0 alone). */
 #if defined(MK_MM_WGMMA)
-#define MK_MM_KW_BODY(mode) mk_chunk_mm_kw<mode, MK_CHUNK_MMW_TOKENS>(a, l)
+#define MK_MM_KW_BODY(mode) mk_chunk_mm_kw<mode>(a, l)
 #else
 #define MK_MM_KW_BODY(mode) __trap()
 #endif

@@ -23,6 +23,11 @@ __device__ __forceinline__ void mk_split_store(float *row, uint32_t ld, uint32_t
     h[ld + i] = __float2bfloat16_rn(v - __bfloat162float(hi));
 }
 
+/* Value i of such a split row, hi + lo. */
+__device__ __forceinline__ float mk_split_load(const __nv_bfloat16 *row, uint32_t ld, uint32_t i) {
+    return __bfloat162float(row[i]) + __bfloat162float(row[ld + i]);
+}
+
 /* The task context of a one-token op's helper run by a chunk kernel: in and cmd in shared memory,
  * no mailbox (a broken invariant traps). */
 __device__ __forceinline__ struct mk_task_ctx mk_chunk_task_ctx(const struct mk_kernel_args *a,
