@@ -86,12 +86,20 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
 /* mk_chunk_mm_*_kw, the products of Q4_K, Q5_K and Q6_K matrices over more token rows than the
  * _kq kernels take, on sm_90a's wgmma (megakernel/chunk/mmw.cuh): MK_CHUNK_MMW_ROWS weight rows by
  * MK_CHUNK_MMW_TOKENS token rows a block (grid: tokens / that, rows / that; SILU half the rows),
- * one block a multiprocessor with MK_CHUNK_MMW_SMEM bytes of stages (four of x's hi, lo and group
- * sums tiles). x comes from mk_chunk_xh's f16 rows: MK_CHUNK_XH_FLOATS(m, K) floats of the arena. */
+ * one block a multiprocessor with a ring of three stages of MK_CHUNK_MMW_KS columns
+ * (MK_CHUNK_MMW_SMEM). x comes from mk_chunk_xh (grid: the token rows rounded up to whole token
+ * blocks) as the stages themselves, MK_CHUNK_MMW_STAGE_BYTES for each token block and MK_CHUNK_MMW_KS
+ * columns (x's f16 hi and lo tiles, 4 of each, and a tile of group sums), then 2^e per token row:
+ * MK_CHUNK_XH_FLOATS(m, K) floats of the arena. */
 #define MK_CHUNK_MMW_ROWS        128u
 #define MK_CHUNK_MMW_TOKENS      128u
-#define MK_CHUNK_MMW_SMEM        (3u * 9u * MK_CHUNK_MMW_TOKENS * 64u)
-#define MK_CHUNK_XH_FLOATS(m, K) ((uint64_t)(m) * ((K) + (K) / 32u + 1u))
+#define MK_CHUNK_MMW_KS          128u
+#define MK_CHUNK_MMW_STAGE_BYTES (9u * MK_CHUNK_MMW_TOKENS * 64u)
+#define MK_CHUNK_MMW_SMEM        (3u * MK_CHUNK_MMW_STAGE_BYTES + 64u) /* and the ring's barriers */
+#define MK_CHUNK_XH_ROWS(m)      (((m) + MK_CHUNK_MMW_TOKENS - 1u) / MK_CHUNK_MMW_TOKENS * MK_CHUNK_MMW_TOKENS)
+#define MK_CHUNK_XH_FLOATS(m, K)     \
+    ((uint64_t)MK_CHUNK_XH_ROWS(m) * \
+     ((K) / MK_CHUNK_MMW_KS * (MK_CHUNK_MMW_STAGE_BYTES / MK_CHUNK_MMW_TOKENS / 4u) + 1u))
 
 /* mk_chunk_mv, the products of at most MK_CHUNK_MV_TOKENS token rows: MK_CHUNK_MV_ROWS weight rows
  * per block (16 a warp), the columns cut into splits of mk_chunk_mv_span columns (grid: rows / that,

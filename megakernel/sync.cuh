@@ -100,4 +100,74 @@ __device__ __forceinline__ void mk_prefetch_l2(const void *p, uint64_t bytes) {
 #endif
 }
 
+/* Hopper's transaction barriers in shared memory (mbarrier) and the bulk copies that complete on
+ * them: a ring stage is "full" once its bytes have landed and "empty" once its readers have
+ * arrived, so warps wait for the one stage they need instead of meeting at __syncthreads. sm_90
+ * only (the kernels that use them are built for sm_90a); elsewhere a trap. */
+__device__ __forceinline__ void mk_mbar_init(uint64_t *bar, uint32_t count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"((uint32_t)__cvta_generic_to_shared(bar)), "r"(count)
+                 : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); /* for the copy engine */
+#else
+    (void)bar, (void)count;
+    __trap();
+#endif
+}
+
+__device__ __forceinline__ void mk_mbar_arrive(uint64_t *bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"((uint32_t)__cvta_generic_to_shared(bar))
+                 : "memory");
+#else
+    (void)bar;
+    __trap();
+#endif
+}
+
+/* Blocks until the phase of the given parity (0 first, then 1, 0, ...) has completed. */
+__device__ __forceinline__ void mk_mbar_wait(uint64_t *bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(bar);
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(a), "r"(parity)
+                     : "memory");
+    } while (!done);
+#else
+    (void)bar, (void)parity;
+    __trap();
+#endif
+}
+
+/* One arrival that also makes the phase wait for bytes more of copies (mk_bulk_copy). */
+__device__ __forceinline__ void mk_mbar_expect(uint64_t *bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(bar)),
+                 "r"(bytes)
+                 : "memory");
+#else
+    (void)bar, (void)bytes;
+    __trap();
+#endif
+}
+
+/* One bulk copy of bytes (a multiple of 16, both ends 16-byte aligned) from global to shared
+ * memory, by the copy engine, its bytes counted on bar as they land. */
+__device__ __forceinline__ void mk_bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(bytes), "r"((uint32_t)__cvta_generic_to_shared(bar))
+                 : "memory");
+#else
+    (void)dst, (void)src, (void)bytes, (void)bar;
+    __trap();
+#endif
+}
+
 #endif

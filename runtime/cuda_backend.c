@@ -85,7 +85,7 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_STORE_KW, /* the same over more token rows on sm_90a's wgmma, x as MK_CK_XH left it */
     MK_CK_MM_ADD_KW,
     MK_CK_MM_SILU_KW,
-    MK_CK_XH, /* x's split rows to the f16 rows of the _KW products */
+    MK_CK_XH, /* x's split rows to the f16 stages of the _KW products */
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
@@ -1076,10 +1076,11 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
                                      MK_CHUNK_MMQ_KS, err);
     }
     if (kw) {
-        /* x once to f16 rows, then each block reads the quantized rows themselves. */
+        /* x once to f16 tiles laid out as the products' stages, then each block reads the
+         * quantized rows themselves. */
         struct mk_chunk_launch x = l;
         x.y_off = b->c_xh;
-        enum mk_status st = mk_cuda_chunk_launch(b, MK_CK_XH, m, 1, 0, x, err);
+        enum mk_status st = mk_cuda_chunk_launch(b, MK_CK_XH, MK_CHUNK_XH_ROWS(m), 1, 0, x, err);
         if (st != MK_OK) return st;
         l.x_off = b->c_xh;
         k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE + MK_CK_MM_STORE_KW);

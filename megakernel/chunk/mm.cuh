@@ -252,6 +252,10 @@ __device__ __forceinline__ void mk_mm_epilogue(const struct mk_kernel_args *a, c
     }
 }
 
+/* The byte offset of 16-byte chunk c (columns 8c .. 8c + 7) of row r in a K-major tile of 64-byte
+ * rows with the 64-byte swizzle (chunk c at c ^ (r / 2 % 4)), as the wgmma products read it. */
+__device__ __forceinline__ uint32_t mk_wg_at(uint32_t r, uint32_t c) { return r * 64u + ((c ^ ((r >> 1) & 3u)) << 4); }
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* sm_90a: the bf16 products on wgmma. A warpgroup (4 warps) multiplies the block's 64 token rows by
  * 128 of its weight rows per instruction, both operands read from shared memory by descriptor. */
@@ -266,9 +270,6 @@ __device__ __forceinline__ uint64_t mk_wg_desc(const void *p) {
     return (uint64_t)((s & 0x3ffffu) >> 4) | ((uint64_t)(16u >> 4) << 16) | ((uint64_t)(512u >> 4) << 32) |
            (2ull << 62);
 }
-
-/* The byte offset of 16-byte chunk c (columns 8c .. 8c + 7) of row r in such a tile. */
-__device__ __forceinline__ uint32_t mk_wg_at(uint32_t r, uint32_t c) { return r * 64u + ((c ^ ((r >> 1) & 3u)) << 4); }
 
 /* d (64 x 128, 64 floats a thread) += a (64 x 16) . b (128 x 16)^T. */
 __device__ __forceinline__ void mk_wg_mma(float *d, uint64_t da, uint64_t db) {

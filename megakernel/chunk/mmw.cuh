@@ -47,21 +47,26 @@ __device__ __forceinline__ uint32_t mk_kw_h2(float a, float b) {
 }
 
 /* Block x: token row x of the split rows at l.x_off (l.ldx apart; K = l.ldx columns) scaled by
- * 2^-e (e: that of the row's largest value, less 8) to l.y_off as f16 hi and lo rows (row i: K hi
- * halves, then K lo, each 32-column group permuted by mk_kw_src); after the l.m rows, each row's
- * group sums (K / 16 halves a row: per super-block its 8 groups' hi, then their lo), then 2^e per
- * row as floats. */
+ * 2^-e (e: that of the row's largest value, less 8) as f16 hi and lo, each 32-column group
+ * permuted by mk_kw_src, straight into the _kw kernels' stages at l.y_off: for each block of
+ * MK_CHUNK_MMW_TOKENS token rows and MK_CHUNK_MMW_KS columns, MK_CHUNK_MMW_STAGE_BYTES holding
+ * the hi tiles of its 4 groups, their lo tiles and (used with a super-block's second half) a tile
+ * of each row's group sums (8 hi halves, then 8 lo), all as mk_wg_at places them; then 2^e per
+ * row as floats. Rows from l.m to the whole token block are zeros. So a stage is one bulk copy. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_xh(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    constexpr uint32_t BM = MK_CHUNK_MMW_TOKENS, KS = MK_CHUNK_MMW_KS, GB = BM * 64u;
+    static_assert(MK_CHUNK_MMW_STAGE_BYTES == 9u * GB && KS == 4u * 32u, "4 hi, 4 lo and a sums tile a stage");
     mk_grid_dep_wait();
-    const uint32_t K = l.ldx, i = blockIdx.x, tid = threadIdx.x;
-    const __nv_bfloat16 *hi = (const __nv_bfloat16 *)((const float *)a.arena + l.x_off + (uint64_t)i * l.ldx);
+    const uint32_t K = l.ldx, i = blockIdx.x, tid = threadIdx.x, r = i % BM, nh = K / KS;
+    const bool live = i < l.m;
+    const __nv_bfloat16 *hi =
+        (const __nv_bfloat16 *)((const float *)a.arena + l.x_off + (uint64_t)min(i, l.m - 1u) * l.ldx);
     float *base = (float *)a.arena + l.y_off;
-    uint32_t *out = (uint32_t *)(base + (uint64_t)i * K);                          /* hi pairs, then lo pairs */
-    __half *sums = (__half *)(base + (uint64_t)l.m * K) + (uint64_t)i * (K / 16u); /* (super-block, 16) */
+    uint8_t *blk = (uint8_t *)base + (uint64_t)(i / BM) * nh * MK_CHUNK_MMW_STAGE_BYTES; /* this token block */
     __shared__ float most[MK_BLOCK_WARPS];
     float m = 0.0f;
-    for (uint32_t k = tid; k < K; k += MK_BLOCK_THREADS) m = fmaxf(m, fabsf(mk_split_load(hi, K, k)));
+    for (uint32_t k = tid; k < K && live; k += MK_BLOCK_THREADS) m = fmaxf(m, fabsf(mk_split_load(hi, K, k)));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     if ((tid & 31u) == 0) most[tid >> 5] = m;
@@ -74,26 +79,30 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
         frexpf(m, &e); /* m = f 2^e, f in [0.5, 1) */
         e = max(-120, min(120, e - 8));
     }
-    const float inv = ldexpf(1.0f, -e);
+    const float inv = live ? ldexpf(1.0f, -e) : 0.0f;
     /* A thread a group: position pairs (p, p + 1) hold source columns (c, c + 1). */
     for (uint32_t g0 = 32u * tid; g0 < K; g0 += 32u * MK_BLOCK_THREADS) {
+        uint8_t *st = blk + (uint64_t)(g0 / KS) * MK_CHUNK_MMW_STAGE_BYTES + (g0 % KS / 32u) * GB;
         float sum = 0.0f;
 #pragma unroll 4
         for (uint32_t p = 0; p < 32u; p += 2u) {
-            const uint32_t c = g0 + mk_kw_src(p);
+            const uint32_t c = g0 + mk_kw_src(p), at = mk_wg_at(r, p / 8u) + 2u * (p % 8u);
             const float v0 = mk_split_load(hi, K, c) * inv, v1 = mk_split_load(hi, K, c + 1u) * inv;
             const __half2 h = __floats2half2_rn(v0, v1);
             const float2 hf = __half22float2(h);
-            out[(g0 + p) / 2u] = *(const uint32_t *)&h;
-            out[(K + g0 + p) / 2u] = mk_kw_h2(v0 - hf.x, v1 - hf.y);
+            *(uint32_t *)(st + at) = *(const uint32_t *)&h;
+            *(uint32_t *)(st + 4u * GB + at) = mk_kw_h2(v0 - hf.x, v1 - hf.y);
             sum += v0 + v1;
         }
         const __half sh = __float2half_rn(sum);
-        const uint32_t sb = g0 / 256u, gi = g0 / 32u % 8u;
-        sums[16u * sb + gi] = sh;
-        sums[16u * sb + 8u + gi] = __float2half_rn(sum - __half2float(sh));
+        /* The sums tile of the super-block's second half. */
+        uint8_t *ss = blk + (uint64_t)(g0 / 256u * 2u + 1u) * MK_CHUNK_MMW_STAGE_BYTES + 8u * GB;
+        const uint32_t gi = g0 / 32u % 8u;
+        *(__half *)(ss + mk_wg_at(r, 0) + 2u * gi) = sh;
+        *(__half *)(ss + mk_wg_at(r, 1) + 2u * gi) = __float2half_rn(sum - __half2float(sh));
     }
-    if (tid == 0) base[(uint64_t)l.m * K + (uint64_t)l.m * K / 32u + i] = ldexpf(1.0f, e);
+    if (tid == 0 && live)
+        base[(uint64_t)MK_CHUNK_XH_ROWS(l.m) * nh * (MK_CHUNK_MMW_STAGE_BYTES / BM / 4u) + i] = ldexpf(1.0f, e);
 }
 
 #if defined(MK_MM_WGMMA)
@@ -152,18 +161,22 @@ __device__ __forceinline__ void mk_kw_decode(const struct mk_kq_raw *r, uint32_t
  * whole super-blocks. Warp w holds 16 weight rows by the BM token rows. x (mk_chunk_xh's, from
  * l.x_off) comes to shared memory half a super-block a stage: its hi and lo tiles (4 groups of BM
  * rows by 64 bytes each) and, for a super-block's second half, the token rows' group sums (a
- * tile of 16 halves a row). Quarters of a super-block take their A from two register sets by
+ * tile of 16 halves a row), one bulk copy by thread 0 a stage, two stages ahead. Each stage has a
+ * "full" barrier (its bytes landed) and an "empty" one (every warp done reading it), so that a
+ * warp waits only for the stage it needs: with the copies by every thread and a block barrier
+ * each half, llama-8b Q4_K_M pp512 ran 8,760 tok/s, now 10,500 (run113). Quarters of a super-block take their A from two register sets by
  * turns, one decoded while the other multiplies. BM 128 (MK_CHUNK_MMW_TOKENS) beat 64 (llama-1b
  * Q4_K_M pp512 44,457 against 38,670 tok/s, run101/run103): half the decoding a product. */
 template <int MODE>
 __device__ __forceinline__ void mk_chunk_mm_kw(const struct mk_kernel_args &a, const struct mk_chunk_launch &l) {
     constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
-    /* 3 stages of 72 KB, copies 1 ahead. */
-    constexpr uint32_t BM = MK_CHUNK_MMW_TOKENS, BN = MK_CHUNK_MMW_ROWS, KS = 128u, ST = 3u, AHEAD = ST - 2u;
-    constexpr uint32_t NR = BM / 2u;                   /* sums a thread */
-    constexpr uint32_t GB = BM * 64u, STAGE = 9u * GB; /* bytes: a 32-column tile; a stage (hi, lo, sums) */
-    static_assert(BN == 16u * MK_BLOCK_WARPS && BM == 128u && KS / 8u == 16u && ST * STAGE <= MK_CHUNK_MMW_SMEM &&
-                      BM * (BN + 4u) * 4u <= MK_CHUNK_MMW_SMEM,
+    /* 3 stages of 72 KB, copies 2 ahead: a stage is refilled once every warp has finished the
+     * products that read it. */
+    constexpr uint32_t BM = MK_CHUNK_MMW_TOKENS, BN = MK_CHUNK_MMW_ROWS, KS = MK_CHUNK_MMW_KS, ST = 3u, AHEAD = ST - 1u;
+    constexpr uint32_t NR = BM / 2u;                                    /* sums a thread */
+    constexpr uint32_t GB = BM * 64u, STAGE = MK_CHUNK_MMW_STAGE_BYTES; /* bytes: a 32-column tile; a stage */
+    static_assert(BN == 16u * MK_BLOCK_WARPS && BM == 128u && KS / 8u == 16u &&
+                      ST * STAGE + 2u * ST * 8u <= MK_CHUNK_MMW_SMEM && BM * (BN + 4u) * 4u <= MK_CHUNK_MMW_SMEM,
                   "16 rows a warp, n128 tiles; the ring and SILU's epilogue fit");
     const struct mk_mm_mats mm = mk_mm_launch_mats(&a, &l, SILU);
     struct mk_mm_place pl;
@@ -178,34 +191,28 @@ __device__ __forceinline__ void mk_chunk_mm_kw(const struct mk_kernel_args &a, c
     mk_grid_dep_wait(); /* the weights did not wait for the kernel ahead; x does */
 
     uint8_t *const sm = (uint8_t *)mk_chunk_smem;
-    const float *xbase = (const float *)a.arena + l.x_off;
-    const __half *xq = (const __half *)xbase;                                  /* (m, hi K then lo K) */
-    const __half *xs = (const __half *)(xbase + (uint64_t)l.m * K);            /* (m, K / 16) */
-    const float *xscale = xbase + (uint64_t)l.m * K + (uint64_t)l.m * K / 32u; /* (m) */
-    /* Stage of columns k0: this thread copies 16-byte piece pc of token rows pr + 16 jj (past l.m:
-     * the last row again, never stored), hi and lo, to its group's tile (the rows 16 apart share
-     * the swizzle, so they are 1 KB apart there); threads below 2 BM also a piece of a token row's
-     * group sums, with the second half. Offsets in halves, made once. */
-    const uint32_t pc = tid & 15u, pr = tid >> 4, pdst = (pc >> 2) * GB + mk_wg_at(pr, pc & 3u);
-    uint32_t prow[BM / 16u];
-#pragma unroll
-    for (uint32_t jj = 0; jj < BM / 16u; jj++) prow[jj] = min(m0 + pr + 16u * jj, l.m - 1u) * 2u * K + 8u * pc;
-    const uint32_t srow = min(m0 + (tid >> 1), l.m - 1u) * (K / 16u) + 8u * (tid & 1u),
-                   sdst = 8u * GB + mk_wg_at(tid >> 1, tid & 1u);
-    auto issue = [&](uint32_t k0, uint8_t *st) {
-#pragma unroll
-        for (uint32_t jj = 0; jj < BM / 16u; jj++)
-#pragma unroll
-            for (uint32_t part = 0; part < 2u; part++)
-                mk_cp_async16(st + pdst + part * 4u * GB + jj * 1024u, xq + prow[jj] + part * K + k0, 16u);
-        if (((k0 >> 7) & 1u) && tid < 2u * BM) mk_cp_async16(st + sdst, xs + srow + (k0 >> 8) * 16u, 16u);
-    };
+    /* x's stages as mk_chunk_xh laid them out, this block's token rows from column kb on; each
+     * half super-block one bulk copy (the first half without the sums tile). */
     const uint32_t nst = (ke - kb) / KS, nsb = nst / 2u; /* halves, whole super-blocks */
+    const uint8_t *xst = (const uint8_t *)a.arena + 4ull * l.x_off + ((uint64_t)(m0 / BM) * (K / KS) + kb / KS) * STAGE;
+    const float *xscale =
+        (const float *)a.arena + l.x_off + (uint64_t)MK_CHUNK_XH_ROWS(l.m) * (K / KS) * (STAGE / BM / 4u);
+    /* The ring's barriers (bytes landed; every warp done reading) after the stages: static shared
+     * memory would move the stages off the 512-byte alignment that the swizzle's address bits need. */
+    uint64_t *const full = (uint64_t *)(sm + ST * STAGE), *const empty = full + ST;
+    if (tid == 0) {
 #pragma unroll
-    for (uint32_t s = 0; s < AHEAD; s++) {
-        if (s < nst) issue(kb + s * KS, sm + s * STAGE);
-        mk_cp_async_commit();
+        for (uint32_t s = 0; s < ST; s++) mk_mbar_init(&full[s], 1u), mk_mbar_init(&empty[s], MK_BLOCK_WARPS);
     }
+    __syncthreads();
+    auto issue = [&](uint32_t it) { /* thread 0: half it into its stage */
+                                    const uint32_t bytes = (it & 1u) ? STAGE : 8u * GB;
+                                    mk_mbar_expect(&full[it % ST], bytes);
+                                    mk_bulk_copy(sm + (it % ST) * STAGE, xst + (uint64_t)it * STAGE, bytes,
+                                                 &full[it % ST]);
+    };
+    if (tid == 0)
+        for (uint32_t it = 0; it < AHEAD && it < nst; it++) issue(it);
     float acc[NR], sb[NR]; /* the running sums; the super-block's sums */
 #pragma unroll
     for (uint32_t i = 0; i < NR; i++) acc[i] = sb[i] = 0.0f;
@@ -215,22 +222,32 @@ __device__ __forceinline__ void mk_chunk_mm_kw(const struct mk_kernel_args &a, c
     struct mk_kq_raw cur[2]; /* this half's bytes, unpacked */
     /* Super-block s in quarters of two groups, each a commit group of wgmma. Before a quarter
      * decodes into its registers the group two back (their last reader) has finished (wait 1);
-     * quarter 0, once decoded, waits for the super-block before to finish and adds its sums,
-     * d acc_sb, to acc (its offsets went into acc by wgmma), then overwrites acc_sb. */
+     * quarter 0 waits for the super-block before to finish, adds its sums, d acc_sb, to acc (its
+     * offsets went into acc by wgmma), then overwrites acc_sb. */
     for (uint32_t s = 0; s < nsb; s++) {
 #pragma unroll
         for (uint32_t qi = 0; qi < 4u; qi++) {
             const uint32_t h = qi >> 1, it = 2u * s + h, k0 = kb + it * KS;
             const uint8_t *st = sm + (it % ST) * STAGE;
-            asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+            /* A super-block's first quarter waits for all: the one before's last group reads the
+             * offsets (mh, ml) that this quarter overwrites, and its sums (acc_sb) go into acc
+             * below. (Waiting only for the group two back let that group read the new offsets, a
+             * race that the block barrier of each half used to hide: BENCHMARKS.md, run116.) */
+            if (qi == 0u)
+                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            else
+                asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+            /* This warp's products of the half before have finished: its stage may be refilled
+             * (with half it + 2) once every warp has said so. */
+            if ((qi & 1u) && it > 0u && lane == 0) mk_mbar_arrive(&empty[(it - 1u) % ST]);
+            if ((qi & 1u) && tid == 0 && it + AHEAD < nst) {
+                if (it > 0u) mk_mbar_wait(&empty[(it - 1u) % ST], ((it - 1u) / ST) & 1u);
+                issue(it + AHEAD);
+            }
+            __syncwarp(); /* lane 0's branches rejoin before the warp-wide wgmma instructions */
             if ((qi & 1u) == 0) {
-                mk_cp_async_wait_group<AHEAD - 1u>();
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the copies, for the tensor cores */
-                /* Past it both warpgroups have finished the products of the half two back, whose
-                 * stage the copies fill next. */
-                __syncthreads();
-                if (it + AHEAD < nst) issue(k0 + AHEAD * KS, sm + ((it + AHEAD) % ST) * STAGE);
-                mk_cp_async_commit();
+                mk_mbar_wait(&full[it % ST], (it / ST) & 1u);
+                __syncwarp(); /* the lanes may leave the spin at different turns */
                 cur[0] = kr[0], cur[1] = kr[1];
 #pragma unroll
                 for (int r = 0; r < 2; r++) mk_kq_half(&cur[r], kind[r], h);
@@ -267,7 +284,6 @@ __device__ __forceinline__ void mk_chunk_mm_kw(const struct mk_kernel_args &a, c
                 dst[4] = q[0][2], dst[5] = q[1][2], dst[6] = q[0][3], dst[7] = q[1][3];
             }
             if (qi == 0u && s > 0u) {
-                asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #pragma unroll
                 for (uint32_t i = 0; i < NR; i++) acc[i] = fmaf(dp[(i >> 1) & 1u], sb[i], acc[i]);
             }
@@ -295,8 +311,7 @@ __device__ __forceinline__ void mk_chunk_mm_kw(const struct mk_kernel_args &a, c
 #pragma unroll
         for (uint32_t i = 0; i < NR; i++) acc[i] = fmaf(dn[(i >> 1) & 1u], sb[i], acc[i]);
     }
-    mk_cp_async_wait_all();
-    __syncthreads(); /* SILU's epilogue reuses the stages */
+    __syncthreads(); /* SILU's epilogue reuses the stages, every copy consumed */
     /* acc[4 i + 2 e2 + e1]: weight row 16 w + g + 8 e2 (the tile column, as mk_mm_epilogue counts
      * them; SILU: up's after gate's BN / 2) by token row 8 i + 2 t4 + e1, scaled back by the row's
      * 2^e. */
