@@ -163,10 +163,11 @@ __device__ __forceinline__ void mk_kw_decode(const struct mk_kq_raw *r, uint32_t
  * rows by 64 bytes each) and, for a super-block's second half, the token rows' group sums (a
  * tile of 16 halves a row), one bulk copy by thread 0 a stage, two stages ahead. Each stage has a
  * "full" barrier (its bytes landed) and an "empty" one (every warp done reading it), so that a
- * warp waits only for the stage it needs: with the copies by every thread and a block barrier
- * each half, llama-8b Q4_K_M pp512 ran 8,760 tok/s, now 10,500 (run113). Quarters of a super-block take their A from two register sets by
- * turns, one decoded while the other multiplies. BM 128 (MK_CHUNK_MMW_TOKENS) beat 64 (llama-1b
- * Q4_K_M pp512 44,457 against 38,670 tok/s, run101/run103): half the decoding a product. */
+ * warp waits only for the stage it needs (with copies by every thread and a block barrier each
+ * half, llama-8b Q4_K_M pp512 ran 8,800 tok/s; this way 10,300, run117/run118). Quarters of a
+ * super-block take their A from two register sets by turns, one decoded while the other
+ * multiplies. BM 128 (MK_CHUNK_MMW_TOKENS) beat 64 (llama-1b Q4_K_M pp512 44,457 against 38,670
+ * tok/s, run101/run103): half the decoding a product. */
 template <int MODE>
 __device__ __forceinline__ void mk_chunk_mm_kw(const struct mk_kernel_args &a, const struct mk_chunk_launch &l) {
     constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
@@ -205,11 +206,11 @@ __device__ __forceinline__ void mk_chunk_mm_kw(const struct mk_kernel_args &a, c
         for (uint32_t s = 0; s < ST; s++) mk_mbar_init(&full[s], 1u), mk_mbar_init(&empty[s], MK_BLOCK_WARPS);
     }
     __syncthreads();
-    auto issue = [&](uint32_t it) { /* thread 0: half it into its stage */
-                                    const uint32_t bytes = (it & 1u) ? STAGE : 8u * GB;
-                                    mk_mbar_expect(&full[it % ST], bytes);
-                                    mk_bulk_copy(sm + (it % ST) * STAGE, xst + (uint64_t)it * STAGE, bytes,
-                                                 &full[it % ST]);
+    /* Thread 0: half it into its stage. */
+    auto issue = [&](uint32_t it) {
+        const uint32_t bytes = (it & 1u) ? STAGE : 8u * GB;
+        mk_mbar_expect(&full[it % ST], bytes);
+        mk_bulk_copy(sm + (it % ST) * STAGE, xst + (uint64_t)it * STAGE, bytes, &full[it % ST]);
     };
     if (tid == 0)
         for (uint32_t it = 0; it < AHEAD && it < nst; it++) issue(it);
