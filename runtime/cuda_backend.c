@@ -35,7 +35,7 @@
 #define MK_CUDA_KQ_MAX       64u
 #define MK_CUDA_KQ_MAX_ALONE 128u
 /* Past MK_CUDA_KQ_MAX token rows, on cc 9.0 (sm_90a code), the K-quant products decode each
- * lane's weights to f16 in registers for wgmma (mk_chunk_mm_*_kw, x once to f16 hi and lo rows by
+ * lane's weights to f16 in registers for wgmma (mk_chunk_mm_*_kw, x once to f16 hi and lo tiles by
  * mk_chunk_xh) instead of decoding whole matrices to split rows: llama-8b Q4_K_M 1.27-1.57x at
  * 160-512 tokens, llama-1b 1.04-1.19x (BENCHMARKS.md, run104), and no arena for decoded weights. */
 
@@ -166,7 +166,7 @@ struct mk_cuda_backend {
                                * the LM head); 0 = products always decode in their blocks */
     uint32_t c_dq_min;        /* products of at least this many token rows use c_wsplit */
     uint32_t c_split_smem;    /* shared memory of the products over c_wsplit's split rows */
-    uint32_t c_xh;            /* arena offset of x as f16 rows for the _KW products (c_xh_floats) */
+    uint32_t c_xh;            /* arena offset of x as the _KW products' f16 stages (c_xh_floats) */
     uint64_t c_xh_floats;     /* 0: no _KW products (not cc 9.0, --no-chunk-kq, or a small --ubatch) */
     uint32_t c_mv_k;          /* most columns of an mk_chunk_mv split whose x fits the device's shared
                                * memory (at most MK_CHUNK_MV_K); 0: few-token products take the tiles */
@@ -1086,7 +1086,7 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
         k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE + MK_CK_MM_STORE_KW);
         const uint32_t gx = mk_cuda_div_up(m, MK_CHUNK_MMW_TOKENS);
         const uint32_t gy = mk_cuda_div_up(rows, silu ? MK_CHUNK_MMW_ROWS / 2u : MK_CHUNK_MMW_ROWS);
-        return mk_cuda_chunk_mm_grid(b, k, gx, gy, MK_CHUNK_MMW_SMEM, l, rows, 256u, err);
+        return mk_cuda_chunk_mm_grid(b, k, gx, gy, MK_CHUNK_MMW_SMEM, l, rows, 2u * MK_CHUNK_MMW_KS, err);
     }
     l.w_off = dq ? b->c_wsplit : 0u;
     /* Token blocks side by side (grid x): the blocks of a weight tile run together. */

@@ -46,6 +46,16 @@ __device__ __forceinline__ uint32_t mk_kw_h2(float a, float b) {
     return *(const uint32_t *)&h;
 }
 
+/* mk_chunk_xh's layout, read by the _kw kernels too: the stage of token block tb and half
+ * super-block (128 columns) h of a product over K columns, and the 2^e of each token row after
+ * all stages. */
+__device__ __forceinline__ uint8_t *mk_xh_stage(float *base, uint32_t K, uint32_t tb, uint32_t h) {
+    return (uint8_t *)base + ((uint64_t)tb * (K / MK_CHUNK_MMW_KS) + h) * MK_CHUNK_MMW_STAGE_BYTES;
+}
+__device__ __forceinline__ float *mk_xh_scales(float *base, uint32_t m, uint32_t K) {
+    return (float *)mk_xh_stage(base, K, MK_CHUNK_XH_ROWS(m) / MK_CHUNK_MMW_TOKENS, 0);
+}
+
 /* Block x: token row x of the split rows at l.x_off (l.ldx apart; K = l.ldx columns) scaled by
  * 2^-e (e: that of the row's largest value, less 8) as f16 hi and lo, each 32-column group
  * permuted by mk_kw_src, straight into the _kw kernels' stages at l.y_off: for each block of
@@ -58,12 +68,11 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     constexpr uint32_t BM = MK_CHUNK_MMW_TOKENS, KS = MK_CHUNK_MMW_KS, GB = BM * 64u;
     static_assert(MK_CHUNK_MMW_STAGE_BYTES == 9u * GB && KS == 4u * 32u, "4 hi, 4 lo and a sums tile a stage");
     mk_grid_dep_wait();
-    const uint32_t K = l.ldx, i = blockIdx.x, tid = threadIdx.x, r = i % BM, nh = K / KS;
+    const uint32_t K = l.ldx, i = blockIdx.x, tid = threadIdx.x, r = i % BM;
     const bool live = i < l.m;
     const __nv_bfloat16 *hi =
         (const __nv_bfloat16 *)((const float *)a.arena + l.x_off + (uint64_t)min(i, l.m - 1u) * l.ldx);
     float *base = (float *)a.arena + l.y_off;
-    uint8_t *blk = (uint8_t *)base + (uint64_t)(i / BM) * nh * MK_CHUNK_MMW_STAGE_BYTES; /* this token block */
     __shared__ float most[MK_BLOCK_WARPS];
     float m = 0.0f;
     for (uint32_t k = tid; k < K && live; k += MK_BLOCK_THREADS) m = fmaxf(m, fabsf(mk_split_load(hi, K, k)));
@@ -82,7 +91,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     const float inv = live ? ldexpf(1.0f, -e) : 0.0f;
     /* A thread a group: position pairs (p, p + 1) hold source columns (c, c + 1). */
     for (uint32_t g0 = 32u * tid; g0 < K; g0 += 32u * MK_BLOCK_THREADS) {
-        uint8_t *st = blk + (uint64_t)(g0 / KS) * MK_CHUNK_MMW_STAGE_BYTES + (g0 % KS / 32u) * GB;
+        uint8_t *st = mk_xh_stage(base, K, i / BM, g0 / KS) + (g0 % KS / 32u) * GB;
         float sum = 0.0f;
 #pragma unroll 4
         for (uint32_t p = 0; p < 32u; p += 2u) {
@@ -96,13 +105,12 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
         }
         const __half sh = __float2half_rn(sum);
         /* The sums tile of the super-block's second half. */
-        uint8_t *ss = blk + (uint64_t)(g0 / 256u * 2u + 1u) * MK_CHUNK_MMW_STAGE_BYTES + 8u * GB;
+        uint8_t *ss = mk_xh_stage(base, K, i / BM, g0 / 256u * 2u + 1u) + 8u * GB;
         const uint32_t gi = g0 / 32u % 8u;
         *(__half *)(ss + mk_wg_at(r, 0) + 2u * gi) = sh;
         *(__half *)(ss + mk_wg_at(r, 1) + 2u * gi) = __float2half_rn(sum - __half2float(sh));
     }
-    if (tid == 0 && live)
-        base[(uint64_t)MK_CHUNK_XH_ROWS(l.m) * nh * (MK_CHUNK_MMW_STAGE_BYTES / BM / 4u) + i] = ldexpf(1.0f, e);
+    if (tid == 0 && live) mk_xh_scales(base, l.m, K)[i] = ldexpf(1.0f, e);
 }
 
 #if defined(MK_MM_WGMMA)
@@ -195,9 +203,9 @@ __device__ __forceinline__ void mk_chunk_mm_kw(const struct mk_kernel_args &a, c
     /* x's stages as mk_chunk_xh laid them out, this block's token rows from column kb on; each
      * half super-block one bulk copy (the first half without the sums tile). */
     const uint32_t nst = (ke - kb) / KS, nsb = nst / 2u; /* halves, whole super-blocks */
-    const uint8_t *xst = (const uint8_t *)a.arena + 4ull * l.x_off + ((uint64_t)(m0 / BM) * (K / KS) + kb / KS) * STAGE;
-    const float *xscale =
-        (const float *)a.arena + l.x_off + (uint64_t)MK_CHUNK_XH_ROWS(l.m) * (K / KS) * (STAGE / BM / 4u);
+    float *const xbase = (float *)a.arena + l.x_off;
+    const uint8_t *xst = mk_xh_stage(xbase, K, m0 / BM, kb / KS);
+    const float *xscale = mk_xh_scales(xbase, l.m, K);
     /* The ring's barriers (bytes landed; every warp done reading) after the stages: static shared
      * memory would move the stages off the 512-byte alignment that the swizzle's address bits need. */
     uint64_t *const full = (uint64_t *)(sm + ST * STAGE), *const empty = full + ST;
