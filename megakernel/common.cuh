@@ -257,21 +257,27 @@ __device__ __forceinline__ void mk_dot_rows(const uint8_t *const *row, const int
             }
         }
     } else if (vec) {
+        /* Two buffers of U chunks a row: the next buffer's loads are in flight while this one's are
+         * multiplied, so a lane's loads never drain between rounds. One buffer drained them and
+         * ran llama-8b BF16 at 0.77 of the read bandwidth (tg128 6.29 ms against 6.01, H100;
+         * BENCHMARKS.md, sixteenth session); deeper buffers (12 or 16 chunks) measured slower. */
         const uint32_t nc = n / 8u;
         const float4 *x4 = (const float4 *)xs;
         const bool bf = dtype == MK_DEV_BF16;
-        for (uint32_t c0 = lane; c0 < nc; c0 += 32u * U) {
-            uint4 w[4][MK_DOT_INFLIGHT];
+        uint4 wa[4][MK_DOT_INFLIGHT], wb[4][MK_DOT_INFLIGHT];
+        auto load = [&](uint4(*w)[MK_DOT_INFLIGHT], uint32_t c) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                uint32_t ch = c0 + 32u * u;
+                uint32_t ch = c + 32u * u;
 #pragma unroll
                 for (int r = 0; r < R; r++)
                     w[r][u] = ch < nc ? mk_ld_weight16(row[r] + 16u * ch) : make_uint4(0, 0, 0, 0);
             }
+        };
+        auto use = [&](uint4(*w)[MK_DOT_INFLIGHT], uint32_t c) {
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                uint32_t ch = c0 + 32u * u;
+                uint32_t ch = c + 32u * u;
                 if (ch < nc) {
                     float4 xa = x4[2u * ch], xb = x4[2u * ch + 1u];
 #pragma unroll
@@ -279,6 +285,13 @@ __device__ __forceinline__ void mk_dot_rows(const uint8_t *const *row, const int
                         acc[r] += bf ? mk_dot_bf16x8(w[r][u], xa, xb) : mk_dot_f16x8(w[r][u], xa, xb);
                 }
             }
+        };
+        load(wa, lane);
+        for (uint32_t c0 = lane; c0 < nc; c0 += 64u * U) {
+            load(wb, c0 + 32u * U);
+            use(wa, c0);
+            load(wa, c0 + 64u * U);
+            use(wb, c0 + 32u * U);
         }
     } else {
         for (uint32_t e = lane; e < n; e += 32u) {
