@@ -220,7 +220,8 @@ __device__ __forceinline__ float mk_dot_f16x8(uint4 w, float4 a, float4 b) {
     return s;
 }
 
-/* 16-byte loads in flight per lane in the row-dot loop. */
+/* 16-byte loads a lane issues per round of the row-dot loop: one buffer of them for f32 rows, two
+ * for f16 and bf16 rows (the next round's in flight during this one's products). */
 #ifndef MK_DOT_INFLIGHT
 #define MK_DOT_INFLIGHT 8
 #endif
