@@ -105,10 +105,11 @@ static uint32_t mk_lower_tile_rows(const struct mk_compile_params *p, uint32_t r
 struct mk_lower_ops_ctx {
     const struct mk_llama_config *c;
     uint32_t q_dim, kv_dim, attn_block, n_blocks;
-    uint32_t *voff;  /* (n_values) arena offset of each placed root value */
-    uint32_t *xqoff; /* (n_values) its int8-level copy (abi.h, MK_XQ_*), or MK_NO_BUF */
-    int kv_buf0;     /* KV cache of layer l is buffer kv_buf0 + l */
-    int scratch;     /* next scratch buffer id */
+    uint32_t *voff;   /* (n_values) arena offset of each placed root value */
+    uint32_t *xqoff;  /* (n_values) its int8-level copy (abi.h, MK_XQ_*), or MK_NO_BUF */
+    uint32_t *xqnoff; /* (n_values) its normalized copy (abi.h, MK_XQN_*), or MK_NO_BUF */
+    int kv_buf0;      /* KV cache of layer l is buffer kv_buf0 + l */
+    int scratch;      /* next scratch buffer id */
     uint32_t lm_tiles_off, lm_tiles;
 };
 
@@ -170,6 +171,7 @@ static struct mk_lower_instr *mk_lower_qkv(struct mk_lower *L, struct mk_lower_o
     x = mk_lower_emit(L, MK_OP_NORM_QKV_ROPE, mk_lower_div_up(rows, rpt), n->label);
     if (!x) return NULL;
     for (int w = 0; w < 4; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
+    x->ins.buf[3] = k->xqnoff[n->in[0]];
     const struct mk_weight *bias[3] = { &lw->bq, &lw->bk, &lw->bv }, *norms[2] = { &lw->q_norm, &lw->k_norm };
     x->ins.buf[0] = OFF(n->in[0]);
     x->ins.buf[1] = OFF(n->out);
@@ -190,6 +192,42 @@ static struct mk_lower_instr *mk_lower_qkv(struct mk_lower *L, struct mk_lower_o
                               .rope_scale = c->rope_freq_scale };
     mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), k->kv_buf0 + (int)n->layer);
     return x;
+}
+
+/* The norm op that reads value v (the residual stream after a residual add) where it can take the
+ * normalized copy (abi.h, MK_XQN_*) instead of normalizing v in every task: a one-token program, an
+ * f32 norm weight over whole groups, every matrix of the op in a block format. NULL otherwise. */
+static const struct mk_node *mk_lower_norm_reader(const struct mk_lower *L, int v) {
+    if (L->ubatch > 1 || v < 0) return NULL;
+    const struct mk_graph *g = L->g;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct mk_node *m = &g->nodes[i];
+        int mats;
+        if (m->dead || m->in[0] != v) continue;
+        switch (m->op) {
+        case MK_NODE_NORM_QKV_ROPE: mats = 3; break;
+        case MK_NODE_NORM_GATE_UP_SILU: mats = 2; break;
+        case MK_NODE_NORM_LM_HEAD: mats = 1; break;
+        default: continue;
+        }
+        if (m->w[0]->type != MK_DTYPE_F32 || m->w[0]->cols % MK_XQ_GROUP) return NULL;
+        for (int w = 1; w <= mats; w++)
+            if (!mk_dtype_is_block(m->w[w]->type)) return NULL;
+        return m;
+    }
+    return NULL;
+}
+
+/* A residual add's instruction x (rows of n->w[0], rpt a task) also writes the normalized copy of
+ * its output for the norm op that reads it next, where that op takes one and the tasks hold whole
+ * groups. */
+static void mk_lower_norm_copy(struct mk_lower *L, struct mk_lower_ops_ctx *k, const struct mk_node *n,
+                               struct mk_lower_instr *x, uint32_t rows, uint32_t rpt) {
+    if (!mk_dtype_is_block(n->w[0]->type) || rows % MK_XQ_GROUP || rpt % MK_XQ_GROUP) return;
+    const struct mk_node *r = mk_lower_norm_reader(L, n->out);
+    if (!r) return;
+    x->ins.weight[1] = mk_lower_weight(L, r->w[0]);
+    x->ins.buf[3] = k->xqnoff[n->out] = mk_lower_alloc(L, MK_XQN_FLOATS(rows));
 }
 
 /* Attention partials, then either the combine or the fused attention-output matvec. */
@@ -236,6 +274,7 @@ static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_l
         x->ins.weight[0] = mk_lower_weight(L, n->w[0]);
         x->ins.buf[0] = part;
         x->ins.buf[1] = OFF(n->out);
+        mk_lower_norm_copy(L, k, n, x, rows, rpt);
         x->ins.args.attn_out = (struct mk_args_attn_out){ .rows_per_task = rpt,
                                                           .n_blocks = n_blocks,
                                                           .block = attn_block,
@@ -282,6 +321,7 @@ static struct mk_lower_instr *mk_lower_matvec(struct mk_lower *L, struct mk_lowe
     x->ins.buf[1] = OFF(n->out);
     /* The int8-level copy shares the value's buffer id: it has the same writer and readers. */
     if (mk_dtype_is_block(n->w[0]->type)) x->ins.buf[2] = k->xqoff[BUF(n->in[0])];
+    mk_lower_norm_copy(L, k, n, x, rows, rpt);
     x->ins.args.matvec.rows_per_task = rpt;
     mk_lower_access(x, BUF(n->in[0]), BUF(n->out), BUF(n->out), -1);
     return x;
@@ -299,6 +339,7 @@ static struct mk_lower_instr *mk_lower_gate_up(struct mk_lower *L, struct mk_low
     for (int w = 0; w < 3; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
     x->ins.buf[0] = OFF(n->in[0]);
     x->ins.buf[1] = OFF(n->out);
+    x->ins.buf[3] = k->xqnoff[n->in[0]];
     if (xq) {
         uint32_t *xo = &k->xqoff[BUF(n->out)];
         if (*xo == MK_NO_BUF) *xo = mk_lower_alloc(L, MK_XQ_FLOATS(rows));
@@ -322,6 +363,7 @@ static struct mk_lower_instr *mk_lower_lm_head(struct mk_lower *L, struct mk_low
     x->ins.buf[0] = OFF(n->in[0]);
     x->ins.buf[1] = OFF(n->out);
     x->ins.buf[2] = k->lm_tiles_off;
+    x->ins.buf[3] = k->xqnoff[n->in[0]];
     x->ins.args.lm_head = (struct mk_args_norm_matvec){ .rows_per_task = rpt, .eps = n->eps };
     mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), k->scratch);
     return x;
@@ -363,12 +405,14 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
     k.scratch = k.kv_buf0 + (int)c->n_layer;
     k.voff = calloc(g->n_values ? g->n_values : 1, sizeof *k.voff);
     k.xqoff = malloc((g->n_values ? g->n_values : 1) * sizeof *k.xqoff);
-    if (!k.voff || !k.xqoff) {
+    k.xqnoff = malloc((g->n_values ? g->n_values : 1) * sizeof *k.xqnoff);
+    if (!k.voff || !k.xqoff || !k.xqnoff) {
         free(k.voff);
         free(k.xqoff);
+        free(k.xqnoff);
         return mk_error_set(err, MK_ERR_NOMEM, "out of memory lowering the graph");
     }
-    for (uint32_t v = 0; v < g->n_values; v++) k.xqoff[v] = MK_NO_BUF;
+    for (uint32_t v = 0; v < g->n_values; v++) k.xqoff[v] = k.xqnoff[v] = MK_NO_BUF;
     enum mk_status st = mk_lower_place(L, k.voff, err);
     for (uint32_t i = 0; i < g->n_nodes && st == MK_OK; i++) {
         const struct mk_node *n = &g->nodes[i];
@@ -390,6 +434,7 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
     L->n_buf = (uint32_t)k.scratch;
     free(k.voff);
     free(k.xqoff);
+    free(k.xqnoff);
     return st;
 }
 

@@ -62,13 +62,34 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
     const struct mk_instr *in = &p->instrs[i];
     const char *lab = p->labels ? p->labels[i] : "";
     memset(a, 0, sizeof *a);
-#define RD(lo_, n_) a->r[a->nr++] = (struct mk_range){ MK_SPACE_ARENA, (lo_), (uint64_t)(lo_) + (n_) }
+#define RD(lo_, n_) \
+    a->r[a->nr++] = (struct mk_range) { MK_SPACE_ARENA, (lo_), (uint64_t)(lo_) + (n_) }
 #define WR(lo_, n_) \
     a->w[a->nw++] = (struct mk_range) { MK_SPACE_ARENA, (lo_), (uint64_t)(lo_) + (n_) }
 #define NEED_W(k)                                               \
     const struct mk_weight_ref *w##k = mk_val_weight(p, in, k); \
     if (!w##k)                                                  \
         FAIL("instr %u (%s): weight slot %d = %u is not in the table of %u", i, lab, k, in->weight[k], p->n_weights);
+    /* The normalized copy of the residual stream (abi.h, MK_XQN_*): read by a norm op of n inputs,
+     * written by a residual add of w0->rows rows in tasks of rpt, with the f32 norm weight 1. */
+#define NORMQ_IN(n_)                                                                                              \
+    if (in->buf[3] != MK_NO_BUF) {                                                                                \
+        if (U > 1 || (n_) % MK_XQ_GROUP)                                                                          \
+            FAIL("instr %u (%s): a normalized input copy (buf3 = %u) needs a one-token program and whole groups " \
+                 "of %u in %u inputs",                                                                            \
+                 i, lab, in->buf[3], MK_XQ_GROUP, (unsigned)(n_));                                                \
+        RD(in->buf[3], MK_XQN_FLOATS(n_));                                                                        \
+    }
+#define NORMQ_OUT(rpt_)                                                                                           \
+    if (in->buf[3] != MK_NO_BUF) {                                                                                \
+        const struct mk_weight_ref *nw = mk_val_weight(p, in, 1);                                                 \
+        if (U > 1 || !mk_dtype_is_block(w0->dtype) || w0->rows % MK_XQ_GROUP || (rpt_) % MK_XQ_GROUP || !nw ||    \
+            nw->dtype != MK_DTYPE_F32 || nw->cols != w0->rows)                                                    \
+            FAIL("instr %u (%s): a normalized output copy (buf3 = %u) needs a one-token program, a block-format " \
+                 "weight, whole groups of %u in %u rows, %u per task, and an f32 norm weight of as many columns", \
+                 i, lab, in->buf[3], MK_XQ_GROUP, w0->rows, (unsigned)(rpt_));                                    \
+        WR(in->buf[3], MK_XQN_FLOATS(w0->rows));                                                                  \
+    }
     uint64_t T = in->n_tasks, U = p->ubatch > 1 ? p->ubatch : 1;
     /* Chunk programs name their token arrays in EMBED buf[1] and SAMPLE buf[3]; one-token ones do not. */
     if ((in->op == MK_OP_EMBED || in->op == MK_OP_SAMPLE) &&
@@ -109,6 +130,7 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         enum mk_status vst = mk_val_qkv_extras(p, i, lab, q, err);
         if (vst != MK_OK) return vst;
         RD(in->buf[0], U * n);
+        NORMQ_IN(n);
         WR(in->buf[1], U * q->q_dim);
         a->w[a->nw++] = (struct mk_range){ MK_SPACE_KV, q->layer, q->layer + 1ull };
         break;
@@ -157,6 +179,7 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         RD(in->buf[0], (uint64_t)nh * nb * (hd + 2));
         RD(in->buf[1], w0->rows);
         WR(in->buf[1], w0->rows);
+        NORMQ_OUT(rpt);
         break;
     }
     case MK_OP_MATVEC_RESIDUAL: {
@@ -174,6 +197,7 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
                      i, lab, in->buf[2], w0->dtype, w0->cols);
             RD(in->buf[2], MK_XQ_FLOATS(w0->cols));
         }
+        NORMQ_OUT(rpt);
         break;
     }
     case MK_OP_NORM_GATE_UP_SILU: {
@@ -182,6 +206,7 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         if (w0->cols != w1->cols || w1->cols != w2->cols || w1->rows != w2->rows || !rpt || T * rpt < w1->rows)
             FAIL("instr %u (%s): gate/up/norm shapes or tiles disagree", i, lab);
         RD(in->buf[0], U * w1->cols);
+        NORMQ_IN(w1->cols);
         WR(in->buf[1], U * w1->rows);
         if (in->buf[2] != MK_NO_BUF) {
             if (U > 1 || w1->rows % MK_XQ_GROUP || rpt % MK_XQ_GROUP)
@@ -198,6 +223,7 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         if (w0->cols != w1->cols || w1->rows != p->vocab || !rpt || T * rpt < w1->rows)
             FAIL("instr %u (%s): LM head shapes or tiles disagree", i, lab);
         RD(in->buf[0], U * w1->cols);
+        NORMQ_IN(w1->cols);
         WR(in->buf[1], U * w1->rows);
         WR(in->buf[2], U * 2 * T);
         break;
@@ -227,6 +253,8 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
 #undef RD
 #undef WR
 #undef NEED_W
+#undef NORMQ_IN
+#undef NORMQ_OUT
 }
 
 enum mk_status mk_program_validate(const struct mk_program *p, struct mk_error *err) {

@@ -25,8 +25,11 @@
  * 7: NORM_GATE_UP_SILU may write, and MATVEC_RESIDUAL may read, the int8-level copy of the FFN
  *    hidden vector (buf[2], MK_XQ_*), so that a block-format FFN-down quantizes its input once.
  * 8: MK_CMD_GENERATE (the token loop on the device): the mailbox grows a stop set and a token ring,
- *    done_seq counts commands rather than steps, and the step state carries the generation. */
-#define MK_ABI_VERSION 8u
+ *    done_seq counts commands rather than steps, and the step state carries the generation.
+ * 9: MATVEC_RESIDUAL and ATTN_OUTPUT may write, and the norm ops may read, the normalized
+ *    int8-level copy of the residual stream (buf[3], weight[1], MK_XQN_*), so that a norm op over
+ *    block-format matrices does not normalize and quantize x in every task. */
+#define MK_ABI_VERSION 9u
 
 #define MK_NO_COUNTER 0xffffffffu
 #define MK_NO_WEIGHT  0xffffffffu
@@ -59,7 +62,10 @@ enum mk_opcode {
     /* args.matvec: out[buf1 + r] += dot(weight0[r], in[buf0 .. buf0+cols)) for this task's rows.
      * Used for attention-output and FFN-down with the residual add fused. buf2 (block-format
      * weights only, else MK_NO_BUF): the int8-level copy of the input that its producer wrote
-     * (see MK_XQ_GROUP); an executor that fills those copies may read it instead of buf0. */
+     * (see MK_XQ_GROUP); an executor that fills those copies may read it instead of buf0. buf3
+     * (or MK_NO_BUF; block-format weight0 only): where the task also writes its rows of out as the
+     * copy the next norm op reads (MK_XQN_*, norm weight weight1; rows_per_task is then a multiple
+     * of MK_XQ_GROUP). Executors that never read such copies may leave it unwritten. */
     MK_OP_MATVEC_RESIDUAL = 2,
     /* args.qkv: RMSNorm of x (buf0, n = weight1.cols) with weight0 and eps, then rows r of
      * [wq; wk; wv] (weight1, weight2, weight3) against it (rows_per_task is even). Rows [0, q_dim)
@@ -70,7 +76,9 @@ enum mk_opcode {
      * elements (2i, 2i+1), or (i, i + n_rot/2) with MK_QKV_NEOX, by
      * theta = pos * rope_scale * rope_base^(-2i/n_rot) / rope_freqs[i] (rope_freqs: 1 when
      * MK_NO_WEIGHT). With MK_QKV_NEOX or MK_QKV_QK_NORM, rows_per_task is a multiple of head_dim,
-     * so that every task holds whole heads. */
+     * so that every task holds whole heads. buf3 (or MK_NO_BUF): the copy of x its producer wrote
+     * (MK_XQN_*), which an executor may read instead of normalizing x (NORM_GATE_UP_SILU and
+     * NORM_LM_HEAD likewise). */
     MK_OP_NORM_QKV_ROPE = 3,
     /* args.attn: attention over one split of the sequence: task t is KV head t / n_blocks, split
      * b = t % n_blocks, covering positions mk_attn_span(pos, block, n_blocks, b) (whole blocks of
@@ -102,7 +110,8 @@ enum mk_opcode {
      * partials at buf0 (n_blocks splits of whole blocks of `block` positions, n_head heads of
      * head_dim, laid out as ATTN_PARTIAL writes them; only the mk_attn_live splits that hold
      * positions <= pos) into the attention
-     * vector, then out[buf1 + r] += dot(weight0[r], attention) for its rows. */
+     * vector, then out[buf1 + r] += dot(weight0[r], attention) for its rows. buf3 and weight1 as
+     * MATVEC_RESIDUAL's. */
     MK_OP_ATTN_OUTPUT = 10,
     /* args.attn (chunk programs): task t is head t; for each token i < n_tokens of the step, the
      * attention of its q row (buf0 + i*n_head*head_dim) over positions [0, pos + i] of the layer's
@@ -121,6 +130,13 @@ enum mk_opcode {
 #define MK_XQ_GROUP         32u
 #define MK_XQ_GROUPS_OFF(n) (3u * (n) / 4u)
 #define MK_XQ_FLOATS(n)     (MK_XQ_GROUPS_OFF(n) + (n) / 8u)
+/* The normalized copy of the residual stream x (n floats) for the norm op that reads it next:
+ * the int8-level copy above of x * w (w: that op's norm weight, f32), whose group scales the
+ * reader multiplies by the RMSNorm scale 1 / sqrt(mean(x^2) + eps), then at float
+ * MK_XQN_SS_OFF(n) the sum of x^2 over each group of MK_XQ_GROUP, which the reader adds up. The
+ * levels do not depend on the scale, so each producer task writes its groups on its own. */
+#define MK_XQN_SS_OFF(n) MK_XQ_FLOATS(n)
+#define MK_XQN_FLOATS(n) (MK_XQN_SS_OFF(n) + (n) / MK_XQ_GROUP)
 
 #ifdef __CUDACC__
 #define MK_ABI_FN static __host__ __device__ __forceinline__

@@ -653,6 +653,33 @@ __device__ __forceinline__ void mk_block_store_xq(const float *vs, uint32_t r0, 
                        (struct mk_xgroup *)(xq + MK_XQ_GROUPS_OFF(n_all)) + r0 / 32u);
 }
 
+/* Group g of the normalized copy (abi.h, MK_XQN_*) of the n_all-element residual stream, from the
+ * warp's 32 values v (lane l: element 32 g + l) and their norm weights w: the group's sum of v^2,
+ * then the levels of v * w as mk_xq_pack gives them (the same maximum, scale and rounding). One warp
+ * a group, all in registers: the producer needs no block barrier for it. */
+__device__ __forceinline__ void mk_warp_store_normq(float v, float w, uint32_t g, uint32_t n_all, float *xq) {
+    const uint32_t lane = threadIdx.x & 31u;
+    const float ss = mk_warp_sum(v * v), u = v * w;
+    const float d = mk_warp_max(fabsf(u)) / 127.0f;
+    int l[3];
+    mk_xq_levels(u, d, l);
+    int8_t *q = (int8_t *)xq + 96u * g + lane;
+    int sum[3];
+#pragma unroll
+    for (int m = 0; m < 3; m++) {
+        q[32 * m] = (int8_t)l[m];
+        sum[m] = l[m];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum[m] += __shfl_xor_sync(0xffffffffu, sum[m], o);
+    }
+    if (lane == 0) {
+        struct mk_xgroup *gr = (struct mk_xgroup *)(xq + MK_XQ_GROUPS_OFF(n_all)) + g;
+        gr->d = d;
+        for (int m = 0; m < 3; m++) gr->s[m] = sum[m];
+        xq[MK_XQN_SS_OFF(n_all) + g] = ss;
+    }
+}
+
 /* The int8-level copy of an n-element vector (arena, written by another op during this kernel) into
  * shared memory: its quants at q (3 n bytes), its groups at grp (n / 2 bytes). */
 __device__ __noinline__ struct mk_xq8 mk_block_load_xq(const float *xq, uint32_t n, int8_t *q, float *grp) {
@@ -680,6 +707,57 @@ __device__ __noinline__ struct mk_xq8 mk_block_load_xq(const float *xq, uint32_t
     return x;
 }
 
+/* Group sums of squares each lane loads beside the copy (n up to 32 * 32 * this in one go). */
+#define MK_XQN_SS_PER_LANE 8u
+
+/* A norm op's input from the normalized copy its producers wrote (abi.h, MK_XQN_*; n elements,
+ * n a multiple of 32): quants at q and groups at grp as mk_block_load_xq puts them, each group's
+ * scale times the RMSNorm scale. Every warp adds up the groups' sums of squares itself, in the
+ * same order (so every warp and task scales alike), with its loads in flight beside the copy's:
+ * no block barrier beyond the copy's own. Its own function rather than a flag of mk_block_load_xq,
+ * whose loop it repeats: the flag measured slower on llama-8b Q4_K_M (4.083 against 4.021 ms). */
+__device__ __noinline__ struct mk_xq8 mk_block_load_normq(const float *xq, uint32_t n, float eps, int8_t *q,
+                                                          float *grp) {
+    const uint32_t lane = threadIdx.x & 31u, ng = n / 32u, nq = 3u * n / 16u;
+    const float *ss = xq + MK_XQN_SS_OFF(n);
+    const uint4 *src = (const uint4 *)xq, *gsrc = (const uint4 *)(xq + MK_XQ_GROUPS_OFF(n));
+    float part[MK_XQN_SS_PER_LANE];
+#pragma unroll
+    for (uint32_t k = 0; k < MK_XQN_SS_PER_LANE; k++) {
+        const uint32_t g = lane + 32u * k;
+        part[k] = g < ng ? __ldcg(ss + g) : 0.0f;
+    }
+    float scale = 0.0f;
+    for (uint32_t base = 0; base < nq + ng; base += 8u * MK_BLOCK_THREADS) {
+        uint4 v[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint32_t i = base + (uint32_t)k * MK_BLOCK_THREADS + threadIdx.x;
+            if (i < nq + ng) v[k] = __ldcg(i < nq ? src + i : gsrc + (i - nq));
+        }
+        if (base == 0) {
+            float sum = 0.0f;
+#pragma unroll
+            for (uint32_t k = 0; k < MK_XQN_SS_PER_LANE; k++) sum += part[k];
+            for (uint32_t g = lane + 32u * MK_XQN_SS_PER_LANE; g < ng; g += 32u) sum += __ldcg(ss + g);
+            scale = 1.0f / sqrtf(mk_warp_sum(sum) / (float)n + eps);
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint32_t i = base + (uint32_t)k * MK_BLOCK_THREADS + threadIdx.x;
+            if (i < nq) {
+                ((uint4 *)q)[i] = v[k];
+            } else if (i < nq + ng) {
+                v[k].x = __float_as_uint(__uint_as_float(v[k].x) * scale); /* the group's d */
+                ((uint4 *)grp)[i - nq] = v[k];
+            }
+        }
+    }
+    __syncthreads();
+    struct mk_xq8 x = { q, (const struct mk_xgroup *)grp };
+    return x;
+}
+
 /* Passes of four inputs per thread whose loads mk_block_prep keeps in flight at once: an input of
  * up to 8192 floats (with 256 threads) is one round trip to L2. */
 #define MK_PREP_PASSES 8
@@ -692,9 +770,13 @@ __device__ __noinline__ struct mk_xq8 mk_block_load_xq(const float *xq, uint32_t
  * at most MK_PREP_PASSES * MK_PREP_WIDTH), where mk_block_rmsnorm then mk_block_quantize_x took a
  * round trip to L2 per element per thread and two passes over shared memory. The norm forms
  * (x * w) * scale like mk_block_rmsnorm; its sum of squares adds in another order (the executors
- * agree within rounding, not bit for bit, as before). */
+ * agree within rounding, not bit for bit, as before). With `area` and the normalized copy that x's
+ * producers wrote (`copy`, abi.h MK_XQN_*) the levels come from the copy instead, x is not read.
+ * (The copy's loader is called from here rather than from mk_block_norm_input, which each norm op
+ * inlines: there it cost llama-1b, whose ops take no copy, 2 % of a token.) */
 __device__ __noinline__ struct mk_xq8 mk_block_prep(const float *x, uint32_t n, const float *nw, float eps, float *xs,
-                                                    float *area) {
+                                                    float *area, const float *copy) {
+    if (copy && area) return mk_block_load_normq(copy, n, eps, (int8_t *)xs, area);
     const float4 *x4 = (const float4 *)x, *w4 = (const float4 *)nw;
     struct mk_xgroup *grp = (struct mk_xgroup *)area;
     int8_t *q = (int8_t *)xs;
@@ -736,15 +818,17 @@ __device__ __noinline__ struct mk_xq8 mk_block_prep(const float *x, uint32_t n, 
 /* A norm op's input RMSNorm(x) * w (norm weight norm_idx) in xs: through mk_block_prep where the
  * op allows it (`prep`: its matrices all float formats or all block formats) and it can (an f32
  * norm weight, aligned vectors, n within its registers), else mk_block_rmsnorm. With `area` (all
- * block formats) mk_block_prep writes the int8 levels instead of the floats; then *xq holds them
- * and the result is true, for mk_qrows's `pre`. */
+ * block formats) mk_block_prep writes the int8 levels instead of the floats, or with a copy its
+ * producers wrote (buf3) they are read from there; then *xq holds them and the result is true, for
+ * mk_qrows's `pre`. */
 __device__ __forceinline__ bool mk_block_norm_input(const struct mk_task_ctx *c, float *xs, const float *x, uint32_t n,
                                                     uint32_t norm_idx, float eps, bool prep, float *area,
                                                     struct mk_xq8 *xq) {
     const struct mk_wdesc nw = mk_weight(c, norm_idx);
     if (prep && nw.dtype == MK_DEV_F32 && n % 4u == 0 && n <= MK_PREP_PASSES * MK_PREP_WIDTH &&
         (((uintptr_t)x | (uintptr_t)xs | (uintptr_t)nw.ptr) % 16u) == 0) {
-        *xq = mk_block_prep(x, n, (const float *)nw.ptr, eps, xs, area);
+        *xq = mk_block_prep(x, n, (const float *)nw.ptr, eps, xs, area,
+                            c->in->buf[3] != MK_NO_BUF ? mk_arena(c) + c->in->buf[3] : NULL);
         return area != NULL;
     }
     mk_block_rmsnorm(c, xs, x, n, norm_idx, eps);

@@ -328,6 +328,65 @@ static void check_xq_program(const char *name, const struct mk_model *m, uint32_
     mk_program_free(p);
 }
 
+/* The normalized copy of the residual stream (abi.h, MK_XQN_*): a residual add whose tasks hold
+ * whole groups writes it, with the norm weight of the norm op that reads its output next, and that
+ * op (the next norm op of the program) reads it; chunk programs have none. `all` says every residual
+ * add and norm op takes part (one worker: one task holds every row). The validator refuses copies
+ * in split groups or for float weights. */
+static void check_xqn_program(const char *name, const struct mk_model *m, uint32_t workers, uint32_t ubatch, bool all) {
+    struct mk_error err = { 0 };
+    struct mk_compile_params cp = mk_compile_default_params();
+    cp.n_workers = workers;
+    cp.n_ctx = 64;
+    cp.ubatch = ubatch;
+    struct mk_program *p = NULL;
+    if (mk_program_compile(m, &cp, &p, &err) != MK_OK) {
+        MK_CHECK_MSG(0, "%s: compile for %u workers, ubatch %u: %s", name, workers, ubatch, err.msg);
+        return;
+    }
+    MK_CHECK_MSG(mk_program_validate(p, &err) == MK_OK, "%s: rejected: %s", name, err.msg);
+    uint32_t copies = 0, readers = 0, writer = UINT32_MAX;
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        const struct mk_instr *in = &p->instrs[i];
+        if (in->op == MK_OP_MATVEC_RESIDUAL || in->op == MK_OP_ATTN_OUTPUT) {
+            writer = in->buf[3] != MK_NO_BUF ? i : UINT32_MAX;
+            if (writer == UINT32_MAX) continue;
+            copies++;
+            const uint32_t rpt =
+                in->op == MK_OP_ATTN_OUTPUT ? in->args.attn_out.rows_per_task : in->args.matvec.rows_per_task;
+            MK_CHECK_MSG(rpt % MK_XQ_GROUP == 0, "%s: instr %u tiles %u rows", name, i, rpt);
+        } else if (in->op == MK_OP_NORM_QKV_ROPE || in->op == MK_OP_NORM_GATE_UP_SILU || in->op == MK_OP_NORM_LM_HEAD) {
+            const struct mk_instr *w = writer == UINT32_MAX ? NULL : &p->instrs[writer];
+            MK_CHECK_MSG(w ? in->buf[3] == w->buf[3] && in->weight[0] == w->weight[1] : in->buf[3] == MK_NO_BUF,
+                         "%s: instr %u reads a normalized copy at %u (norm weight %u); the residual add before it "
+                         "wrote %u (norm weight %u)",
+                         name, i, in->buf[3], in->weight[0], w ? w->buf[3] : MK_NO_BUF,
+                         w ? w->weight[1] : MK_NO_WEIGHT);
+            readers += in->buf[3] != MK_NO_BUF;
+            writer = UINT32_MAX;
+        }
+    }
+    /* Every wo and FFN-down writes one; every norm op but layer 0's (after the embedding) reads one. */
+    const uint32_t want = all && ubatch <= 1 ? 2u * m->cfg.n_layer : 0u;
+    MK_CHECK_MSG(readers == copies && (!all || copies == want),
+                 "%s, %u workers, ubatch %u: %u normalized copies and %u readers, want %u", name, workers, ubatch,
+                 copies, readers, want);
+    for (uint32_t i = 0; i < p->n_instr && copies; i++) {
+        struct mk_instr *in = &p->instrs[i];
+        if (in->op != MK_OP_MATVEC_RESIDUAL || in->buf[3] == MK_NO_BUF) continue;
+        const struct mk_instr saved = *in;
+        in->args.matvec.rows_per_task += 2; /* still covers the rows, in split groups */
+        expect_invalid(p, "a normalized copy in split groups", "whole groups");
+        *in = saved;
+        in->weight[1] = in->weight[0];
+        expect_invalid(p, "a normalized copy with a matrix for its norm weight", "f32 norm weight");
+        *in = saved;
+        MK_CHECK_MSG(mk_program_validate(p, &err) == MK_OK, "%s: restored program rejected: %s", name, err.msg);
+        break;
+    }
+    mk_program_free(p);
+}
+
 static void test_xq_copies(void) {
     char tmp[1024], path[1100];
     if (!mk_test_make_tmp_dir(tmp, sizeof tmp, "mk_program_test")) {
@@ -349,6 +408,9 @@ static void test_xq_copies(void) {
         for (size_t w = 0; w < 3; w++) {
             check_xq_program(dtypes[i], m, workers[w], 1, i > 0);
             check_xq_program(dtypes[i], m, workers[w], 8, i > 0);
+            /* q8_0: every matrix a block format; one worker: whole groups in every task. */
+            check_xqn_program(dtypes[i], m, workers[w], 1, i == 2 && workers[w] == 1);
+            check_xqn_program(dtypes[i], m, workers[w], 8, false);
         }
         mk_model_free(m);
     }

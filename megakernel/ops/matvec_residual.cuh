@@ -22,9 +22,23 @@ __device__ __forceinline__ void mk_matvec_residual_rows(const struct mk_wdesc *w
     }
 }
 
+/* out[r0 + i] += res[i] for the task's count rows (a multiple of 32), writing the normalized copy of
+ * them (abi.h, MK_XQN_*; norm weight nw) warp by warp, a group of 32 each. Kept out of line: the
+ * rows' common path stays as it was. */
+__device__ __noinline__ void mk_residual_store_normq(float *out, const float *res, uint32_t r0, uint32_t count,
+                                                     uint32_t n_all, const float *nw, float *cq) {
+    for (uint32_t i0 = threadIdx.x & ~31u; i0 < count; i0 += MK_BLOCK_THREADS) {
+        const uint32_t i = i0 + (threadIdx.x & 31u);
+        const float v = __ldcg(out + r0 + i) + res[i], nwv = __ldg(nw + r0 + i);
+        out[r0 + i] = v;
+        mk_warp_store_normq(v, nwv, (r0 + i0) / 32u, n_all, cq);
+    }
+}
+
 /* out[buf1 + r] += W[r] . xs for the task's rows_per_task rows; xs (w.cols floats, shared
  * memory) is ready, or for block formats `pre` (x as int8 levels, see mk_qrows). Block formats use
- * `scratch` (shared memory: results, then the stages). */
+ * `scratch` (shared memory: results, then the stages) and write the normalized copy of out when
+ * the instruction names one (buf3). */
 __device__ void mk_matvec_residual_tile(const struct mk_task_ctx *c, const struct mk_wdesc *w, float *xs,
                                         uint32_t rows_per_task, float *scratch, const struct mk_xq8 *pre) {
     const struct mk_instr *in = c->in;
@@ -35,6 +49,11 @@ __device__ void mk_matvec_residual_tile(const struct mk_task_ctx *c, const struc
     if (mk_layout_is_block_format(w->dtype)) {
         struct mk_qseg seg = mk_qseg_make(w, r0, count, 0u);
         mk_qrows(&seg, 1u, xs, scratch, (uint8_t *)(scratch + mk_layout_align4(rows_per_task)), pre);
+        if (in->buf[3] != MK_NO_BUF) {
+            mk_residual_store_normq(out, scratch, r0, count, w->rows, (const float *)mk_weight(c, in->weight[1]).ptr,
+                                    mk_arena(c) + in->buf[3]);
+            return;
+        }
         for (uint32_t i = threadIdx.x; i < count; i += MK_BLOCK_THREADS)
             out[r0 + i] = __ldcg(out + r0 + i) + scratch[i];
         return;
