@@ -268,12 +268,10 @@ static void test_kv_types(const struct mk_model *m) {
     mk_program_free(p32);
 }
 
-/* The int8-level copy of the FFN hidden vector (abi.h, MK_XQ_*): a one-token program whose
- * FFN-down is a block format has each gate/up task write it, in whole groups, and the FFN-down
- * read it; float formats and chunk programs have none, and the validator refuses copies that break
- * those rules. */
-static void check_xq_program(const char *name, const struct mk_model *m, uint32_t workers, uint32_t ubatch,
-                             bool block) {
+/* The program of m for `workers` and `ubatch` at a 64-position context, checked to compile and
+ * validate (NULL, with the failure counted, when it does not compile). */
+static struct mk_program *compile_checked(const char *name, const struct mk_model *m, uint32_t workers,
+                                          uint32_t ubatch) {
     struct mk_error err = { 0 };
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_workers = workers;
@@ -282,9 +280,21 @@ static void check_xq_program(const char *name, const struct mk_model *m, uint32_
     struct mk_program *p = NULL;
     if (mk_program_compile(m, &cp, &p, &err) != MK_OK) {
         MK_CHECK_MSG(0, "%s: compile for %u workers, ubatch %u: %s", name, workers, ubatch, err.msg);
-        return;
+        return NULL;
     }
     MK_CHECK_MSG(mk_program_validate(p, &err) == MK_OK, "%s: rejected: %s", name, err.msg);
+    return p;
+}
+
+/* The int8-level copy of the FFN hidden vector (abi.h, MK_XQ_*): a one-token program whose
+ * FFN-down is a block format has each gate/up task write it, in whole groups, and the FFN-down
+ * read it; float formats and chunk programs have none, and the validator refuses copies that break
+ * those rules. */
+static void check_xq_program(const char *name, const struct mk_model *m, uint32_t workers, uint32_t ubatch,
+                             bool block) {
+    struct mk_error err = { 0 };
+    struct mk_program *p = compile_checked(name, m, workers, ubatch);
+    if (!p) return;
     const bool want = block && ubatch <= 1;
     uint32_t copies = 0, readers = 0, gate_up = UINT32_MAX, down = UINT32_MAX;
     for (uint32_t i = 0; i < p->n_instr; i++) {
@@ -335,16 +345,8 @@ static void check_xq_program(const char *name, const struct mk_model *m, uint32_
  * in split groups or for float weights. */
 static void check_xqn_program(const char *name, const struct mk_model *m, uint32_t workers, uint32_t ubatch, bool all) {
     struct mk_error err = { 0 };
-    struct mk_compile_params cp = mk_compile_default_params();
-    cp.n_workers = workers;
-    cp.n_ctx = 64;
-    cp.ubatch = ubatch;
-    struct mk_program *p = NULL;
-    if (mk_program_compile(m, &cp, &p, &err) != MK_OK) {
-        MK_CHECK_MSG(0, "%s: compile for %u workers, ubatch %u: %s", name, workers, ubatch, err.msg);
-        return;
-    }
-    MK_CHECK_MSG(mk_program_validate(p, &err) == MK_OK, "%s: rejected: %s", name, err.msg);
+    struct mk_program *p = compile_checked(name, m, workers, ubatch);
+    if (!p) return;
     uint32_t copies = 0, readers = 0, writer = UINT32_MAX;
     for (uint32_t i = 0; i < p->n_instr; i++) {
         const struct mk_instr *in = &p->instrs[i];
