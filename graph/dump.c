@@ -58,6 +58,23 @@ uint64_t mk_program_weight_bytes(const struct mk_program *p) {
     return b;
 }
 
+/* The int8-level copies instruction in reads and writes (abi.h, MK_XQ_* and MK_XQN_*): "i8<" its
+ * input's, "i8>" its output's (the FFN hidden vector), "n8<" the normalized residual stream's,
+ * "n8>" the one it writes for the next norm op. Empty when none: an executor plan at a glance. */
+static void mk_dump_copies(const struct mk_instr *in, char *buf, size_t size) {
+    const bool b2 = in->buf[2] != MK_NO_BUF, b3 = in->buf[3] != MK_NO_BUF;
+    const char *a = "", *b = "";
+    switch (in->op) {
+    case MK_OP_MATVEC_RESIDUAL: a = b2 ? "i8<" : "", b = b3 ? "n8>" : ""; break;
+    case MK_OP_ATTN_OUTPUT: b = b3 ? "n8>" : ""; break;
+    case MK_OP_NORM_GATE_UP_SILU: a = b3 ? "n8<" : "", b = b2 ? "i8>" : ""; break;
+    case MK_OP_NORM_QKV_ROPE:
+    case MK_OP_NORM_LM_HEAD: a = b3 ? "n8<" : ""; break;
+    default: break;
+    }
+    snprintf(buf, size, "%s%s%s", a, *a && *b ? " " : "", b);
+}
+
 static void mk_dump_wait(FILE *f, const struct mk_wait *w, bool json) {
     if (json)
         fprintf(f, "{\"counter\":%u,\"per_step\":%u,\"add\":%u}", w->ctr, w->mul, w->add);
@@ -139,7 +156,9 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
                 mk_dump_wait(f, &in->wait[k], true);
                 first = false;
             }
-            fputs("],\"args\":", f);
+            char copies[16];
+            mk_dump_copies(in, copies, sizeof copies);
+            fprintf(f, "],\"copies\":\"%s\",\"args\":", copies);
             mk_dump_args_json(f, in);
             fputc('}', f);
         }
@@ -158,15 +177,24 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
                 "chunk program: tokens (int32, %u) at arena float %u, output tokens (int32, %u) at %u; activations "
                 "have %u rows\n",
                 ubatch, p->tokens_off, ubatch, p->out_tokens_off, ubatch);
-    fprintf(f, "%4s  %-22s %-18s %6s %14s %6s  %s\n", "#", "label", "op", "tasks", "bytes/task", "signal", "waits");
+    fprintf(f, "%4s  %-22s %-18s %6s %14s %6s  %-7s  %s\n", "#", "label", "op", "tasks", "bytes/task", "signal",
+            "copies", "waits");
+    bool any_copy = false;
     for (uint32_t i = 0; i < p->n_instr; i++) {
         const struct mk_instr *in = &p->instrs[i];
-        fprintf(f, "%4u  %-22s %-18s %6u %14" PRIu64 " %6u ", i, p->labels[i], mk_opcode_name(in->op), in->n_tasks,
-                mk_program_instr_weight_bytes(p, i) / in->n_tasks, in->signal);
+        char copies[16];
+        mk_dump_copies(in, copies, sizeof copies);
+        any_copy |= copies[0] != 0;
+        fprintf(f, "%4u  %-22s %-18s %6u %14" PRIu64 " %6u  %-7s ", i, p->labels[i], mk_opcode_name(in->op),
+                in->n_tasks, mk_program_instr_weight_bytes(p, i) / in->n_tasks, in->signal, copies);
         for (int k = 0; k < 2; k++)
             if (in->wait[k].ctr != MK_NO_COUNTER) mk_dump_wait(f, &in->wait[k], false);
         fputc('\n', f);
     }
+    if (any_copy)
+        fputs("copies: int8 levels of x for block-format products: i8 the op's input (<) or output (>), n8 the "
+              "residual stream normalized for the next norm op\n",
+              f);
     /* A chunk step reads each weight once for all its tokens. */
     const char *per = ubatch > 1 ? "step" : "token";
     fprintf(f, "totals: %u instructions, %u tasks, %u counters, %u waits, %u barriers per %s\n", p->n_instr, p->n_tasks,

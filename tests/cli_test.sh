@@ -31,6 +31,19 @@ run 2 "$MK" quantize "$T/x.gguf"
 run 2 "$MK" info
 [ -e "$T/x.gguf" ] && fail "a failed 'mk gen' left $T/x.gguf behind"
 
+# mk dump names the int8-level copies of the plan: on a one-worker q8_0 model every residual add
+# writes the normalized copy its next norm op reads, and gate/up writes FFN-down's input.
+run 0 "$MK" gen --preset tiny --dtype q8_0 -o "$T/q8.gguf"
+run 0 "$MK" dump -m "$T/q8.gguf" --workers 1
+grep -E 'blk\.0\.ffn_down +matvec_residual' "$T/out" | grep -qF 'i8< n8>' || fail "ffn_down's copies: $(cat "$T/out")"
+grep -E 'blk\.1\.attn_qkv +norm_qkv_rope' "$T/out" | grep -qF 'n8<' || fail "attn_qkv's copy: $(cat "$T/out")"
+grep -E 'blk\.0\.ffn_gate_up' "$T/out" | grep -qF 'n8< i8>' || fail "gate/up's copies: $(cat "$T/out")"
+has "$T/out" "copies: int8 levels of x"
+run 0 "$MK" dump -m "$T/q8.gguf" --workers 1 --json
+has "$T/out" '"copies":"i8< n8>"'
+run 0 "$MK" dump -m "$T/q8.gguf" --workers 1 --ubatch 8
+grep -qE 'n8|i8<' "$T/out" && fail "a chunk program with copies: $(cat "$T/out")"
+
 # Runtime errors: exit 1 naming the file.
 run 1 "$MK" info "$T/missing.gguf"
 has "$T/err" "$T/missing.gguf"
