@@ -680,19 +680,25 @@ __device__ __forceinline__ void mk_warp_store_normq(float v, float w, uint32_t g
     }
 }
 
+/* This thread's 8 uint4 of an int8-level copy from uint4 `base` on: nq of quants at src, then ng of
+ * groups at gsrc. All are issued before any is used: the copy is one round trip to L2. */
+__device__ __forceinline__ void mk_xq_load8(const uint4 *src, const uint4 *gsrc, uint32_t nq, uint32_t ng,
+                                            uint32_t base, uint4 *v) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const uint32_t i = base + (uint32_t)k * MK_BLOCK_THREADS + threadIdx.x;
+        if (i < nq + ng) v[k] = __ldcg(i < nq ? src + i : gsrc + (i - nq));
+    }
+}
+
 /* The int8-level copy of an n-element vector (arena, written by another op during this kernel) into
  * shared memory: its quants at q (3 n bytes), its groups at grp (n / 2 bytes). */
 __device__ __noinline__ struct mk_xq8 mk_block_load_xq(const float *xq, uint32_t n, int8_t *q, float *grp) {
     const uint4 *src = (const uint4 *)xq, *gsrc = (const uint4 *)(xq + MK_XQ_GROUPS_OFF(n));
     const uint32_t nq = 3u * n / 16u, ng = n / 32u;
-    /* Every load of a thread in flight before its stores: the copy is one round trip to L2. */
     for (uint32_t base = 0; base < nq + ng; base += 8u * MK_BLOCK_THREADS) {
         uint4 v[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const uint32_t i = base + (uint32_t)k * MK_BLOCK_THREADS + threadIdx.x;
-            if (i < nq + ng) v[k] = __ldcg(i < nq ? src + i : gsrc + (i - nq));
-        }
+        mk_xq_load8(src, gsrc, nq, ng, base, v);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             const uint32_t i = base + (uint32_t)k * MK_BLOCK_THREADS + threadIdx.x;
@@ -715,7 +721,8 @@ __device__ __noinline__ struct mk_xq8 mk_block_load_xq(const float *xq, uint32_t
  * scale times the RMSNorm scale. Every warp adds up the groups' sums of squares itself, in the
  * same order (so every warp and task scales alike), with its loads in flight beside the copy's:
  * no block barrier beyond the copy's own. Its own function rather than a flag of mk_block_load_xq,
- * whose loop it repeats: the flag measured slower on llama-8b Q4_K_M (4.083 against 4.021 ms). */
+ * whose store loop it repeats (both load through mk_xq_load8): the flag measured slower on llama-8b
+ * Q4_K_M (4.083 against 4.021 ms). */
 __device__ __noinline__ struct mk_xq8 mk_block_load_normq(const float *xq, uint32_t n, float eps, int8_t *q,
                                                           float *grp) {
     const uint32_t lane = threadIdx.x & 31u, ng = n / 32u, nq = 3u * n / 16u;
@@ -730,11 +737,7 @@ __device__ __noinline__ struct mk_xq8 mk_block_load_normq(const float *xq, uint3
     float scale = 0.0f;
     for (uint32_t base = 0; base < nq + ng; base += 8u * MK_BLOCK_THREADS) {
         uint4 v[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const uint32_t i = base + (uint32_t)k * MK_BLOCK_THREADS + threadIdx.x;
-            if (i < nq + ng) v[k] = __ldcg(i < nq ? src + i : gsrc + (i - nq));
-        }
+        mk_xq_load8(src, gsrc, nq, ng, base, v);
         if (base == 0) {
             float sum = 0.0f;
 #pragma unroll
