@@ -122,8 +122,10 @@ static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, ui
                                *wv = &c->weights[in->weight[3]];
     const struct mk_args_qkv *a = &in->args.qkv;
     uint32_t n = wq->cols, q_dim = a->q_dim, kv_dim = a->kv_dim, layer = a->layer;
-    uint32_t rows = q_dim + 2 * kv_dim, lo = t * a->rows_per_task,
-             hi = lo + a->rows_per_task > rows ? rows : lo + a->rows_per_task;
+    uint32_t lo, count;
+    mk_qkv_task_rows(a, t, &lo, &count);
+    if (count == 0) return;
+    const uint32_t hi = lo + count;
     const uint32_t N = mk_cpu_n_tokens(c), rpt = a->rows_per_task;
     float *tmp = c->scratch, *xn = c->scratch + n, *out = xn + (uint64_t)N * n; /* xn (token, n), out (token, rpt) */
     for (uint32_t i = 0; i < N; i++)

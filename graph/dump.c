@@ -96,10 +96,10 @@ static void mk_dump_args_json(FILE *f, const struct mk_instr *in) {
         fprintf(f,
                 "{\"rows_per_task\":%u,\"layer\":%u,\"q_dim\":%u,\"kv_dim\":%u,\"head_dim\":%u,\"n_rot\":%u,"
                 "\"eps\":%g,\"rope_base\":%g,\"bias\":%d,\"qk_norm\":%d,\"rope_freqs\":%d,\"flags\":%u,"
-                "\"rope_scale\":%g}",
+                "\"rope_scale\":%g,\"v_rows_per_task\":%u}",
                 a->qkv.rows_per_task, a->qkv.layer, a->qkv.q_dim, a->qkv.kv_dim, a->qkv.head_dim, a->qkv.n_rot,
                 (double)a->qkv.eps, (double)a->qkv.rope_base, mk_dump_widx(a->qkv.bias), mk_dump_widx(a->qkv.qk_norm),
-                mk_dump_widx(a->qkv.rope_freqs), a->qkv.flags, (double)a->qkv.rope_scale);
+                mk_dump_widx(a->qkv.rope_freqs), a->qkv.flags, (double)a->qkv.rope_scale, a->qkv.v_rows_per_task);
         break;
     case MK_OP_ATTN_PARTIAL:
     case MK_OP_ATTN_CHUNK:

@@ -159,6 +159,34 @@ static struct mk_lower_instr *mk_lower_embed(struct mk_lower *L, struct mk_lower
     return x;
 }
 
+/* Rows per task over wv apart from wq and wk (mk_args_qkv.v_rows_per_task), or 0. Where wv's format
+ * costs more a row than wq's and wk's (Q4_K_M's Q6_K wv in half the layers: 1.46x the bytes), tasks of
+ * one size let the wv tasks set the op's span (llama-8b: 19 us against 13 for the wq tasks;
+ * BENCHMARKS.md, 2026-11-27 nineteenth session). The GPU's K-quant products work on 16-row tiles whose
+ * super-blocks are shared among the block's warps, so a task's time follows its tiles more than its
+ * rows: wq and wk take whole tiles sized from the op's cost over the workers, wv the most whole tiles
+ * that cost no more (or, under one tile, the most even rows), and the split is kept only where every
+ * task still gets a worker of its own. */
+static uint32_t mk_lower_qkv_v_rows(const struct mk_lower *L, const struct mk_node *n, uint32_t q_dim, uint32_t kv_dim,
+                                    uint32_t *rpt) {
+    const uint32_t tile = 16;
+    const struct mk_weight *wq = n->w[1], *wk = n->w[2], *wv = n->w[3];
+    const struct mk_compile_params *p = L->p;
+    if (L->ubatch > 1 || !mk_dtype_is_block(wq->type) || !mk_dtype_is_block(wv->type) || wk->type != wq->type ||
+        wv->row_bytes <= wq->row_bytes || kv_dim < tile)
+        return 0;
+    const uint64_t want = (uint64_t)p->n_workers * (p->tasks_per_worker ? p->tasks_per_worker : 1);
+    const uint64_t qk = (uint64_t)q_dim + kv_dim, cost = qk * wq->row_bytes + (uint64_t)kv_dim * wv->row_bytes;
+    const uint64_t per = want ? cost / want : cost;
+    uint64_t r = (per + wq->row_bytes - 1) / wq->row_bytes;
+    r = (r + tile - 1) / tile * tile;
+    const uint64_t fit = r * wq->row_bytes / wv->row_bytes; /* < r: wv's rows cost more */
+    const uint64_t v = fit >= tile ? fit / tile * tile : fit / 2 * 2;
+    if (v == 0 || r > qk || (qk + r - 1) / r + (kv_dim + v - 1) / v > want) return 0;
+    *rpt = (uint32_t)r;
+    return (uint32_t)v;
+}
+
 static struct mk_lower_instr *mk_lower_qkv(struct mk_lower *L, struct mk_lower_ops_ctx *k, const struct mk_node *n) {
     const struct mk_llama_config *c = k->c;
     const struct mk_compile_params *p = L->p;
@@ -168,7 +196,10 @@ static struct mk_lower_instr *mk_lower_qkv(struct mk_lower *L, struct mk_lower_o
     uint32_t flags = (c->rope_neox ? MK_QKV_NEOX : 0u) | (c->has_qk_norm ? MK_QKV_QK_NORM : 0u);
     /* NEOX pairs span half a head and the q/k norms a whole one: such tasks hold whole heads. */
     uint32_t rows = q_dim + 2 * kv_dim, rpt = mk_lower_tile_rows(p, rows, flags ? c->head_dim : 2);
-    x = mk_lower_emit(L, MK_OP_NORM_QKV_ROPE, mk_lower_div_up(rows, rpt), n->label);
+    const uint32_t v_rpt = flags ? 0 : mk_lower_qkv_v_rows(L, n, q_dim, kv_dim, &rpt);
+    const uint32_t tasks =
+        v_rpt ? mk_lower_div_up(q_dim + kv_dim, rpt) + mk_lower_div_up(kv_dim, v_rpt) : mk_lower_div_up(rows, rpt);
+    x = mk_lower_emit(L, MK_OP_NORM_QKV_ROPE, tasks, n->label);
     if (!x) return NULL;
     for (int w = 0; w < 4; w++) x->ins.weight[w] = mk_lower_weight(L, n->w[w]);
     x->ins.buf[3] = k->xqnoff[n->in[0]];
@@ -189,7 +220,8 @@ static struct mk_lower_instr *mk_lower_qkv(struct mk_lower *L, struct mk_lower_o
                               .rope_freqs =
                                   c->has_rope_freqs ? mk_lower_weight(L, &L->g->model->rope_freqs) : MK_NO_WEIGHT,
                               .flags = flags,
-                              .rope_scale = c->rope_freq_scale };
+                              .rope_scale = c->rope_freq_scale,
+                              .v_rows_per_task = v_rpt };
     mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), k->kv_buf0 + (int)n->layer);
     return x;
 }

@@ -51,9 +51,11 @@ static enum mk_status mk_val_qkv_extras(const struct mk_program *p, uint32_t i, 
         FAIL("instr %u (%s): rope_freqs weight %u is not an f32 vector of %u", i, lab, q->rope_freqs, q->n_rot / 2);
     if (!(q->rope_scale > 0.0f && q->rope_scale < 1e30f))
         FAIL("instr %u (%s): rope_scale %g is not a positive number", i, lab, (double)q->rope_scale);
-    if ((q->flags & (MK_QKV_NEOX | MK_QKV_QK_NORM)) && q->rows_per_task % q->head_dim)
-        FAIL("instr %u (%s): NEOX rotation or q/k norms need whole heads, but tiles of %u rows split heads of %u", i,
-             lab, q->rows_per_task, q->head_dim);
+    if ((q->flags & (MK_QKV_NEOX | MK_QKV_QK_NORM)) &&
+        (q->rows_per_task % q->head_dim || q->v_rows_per_task % q->head_dim))
+        FAIL("instr %u (%s): NEOX rotation or q/k norms need whole heads, but tiles of %u (wv: %u) rows split heads of "
+             "%u",
+             i, lab, q->rows_per_task, q->v_rows_per_task, q->head_dim);
     return MK_OK;
 }
 
@@ -120,9 +122,19 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         if (w0->cols != n || w2->cols != n || w3->cols != n || w1->rows != q->q_dim || w2->rows != q->kv_dim ||
             w3->rows != q->kv_dim || q->kv_dim != p->kv_dim)
             FAIL("instr %u (%s): q/k/v/norm shapes disagree with q_dim %u kv_dim %u", i, lab, q->q_dim, q->kv_dim);
-        if (q->rows_per_task % 2 || T * q->rows_per_task < (uint64_t)q->q_dim + 2ull * q->kv_dim)
+        if (q->rows_per_task == 0 || q->rows_per_task % 2 ||
+            (!q->v_rows_per_task && T * q->rows_per_task < (uint64_t)q->q_dim + 2ull * q->kv_dim))
             FAIL("instr %u (%s): %llu tasks of %u rows do not cover %u rows in even tiles", i, lab,
                  (unsigned long long)T, q->rows_per_task, q->q_dim + 2 * q->kv_dim);
+        if (q->v_rows_per_task) {
+            const uint64_t qk = (uint64_t)q->q_dim + q->kv_dim, vr = q->v_rows_per_task;
+            const uint64_t need = (qk + q->rows_per_task - 1) / q->rows_per_task + (q->kv_dim + vr - 1) / vr;
+            if (vr % 2 || vr > q->rows_per_task || T < need)
+                FAIL("instr %u (%s): %llu tasks of %u rows over wq, wk and of %u rows over wv do not cover them in "
+                     "even tiles of at most %u rows (%llu needed)",
+                     i, lab, (unsigned long long)T, q->rows_per_task, q->v_rows_per_task, q->rows_per_task,
+                     (unsigned long long)need);
+        }
         if (q->layer >= p->n_layer) FAIL("instr %u (%s): layer %u of %u", i, lab, q->layer, p->n_layer);
         if (!q->head_dim || q->head_dim % 2 || q->n_rot > q->head_dim || q->n_rot % 2 || q->q_dim % q->head_dim ||
             q->kv_dim % q->head_dim)

@@ -28,8 +28,11 @@
  *    done_seq counts commands rather than steps, and the step state carries the generation.
  * 9: MATVEC_RESIDUAL and ATTN_OUTPUT may write, and the norm ops may read, the normalized
  *    int8-level copy of the residual stream (buf[3], weight[1], MK_XQN_*), so that a norm op over
- *    block-format matrices does not normalize and quantize x in every task. */
-#define MK_ABI_VERSION 9u
+ *    block-format matrices does not normalize and quantize x in every task.
+ * 10: NORM_QKV_ROPE may size the tasks over wv apart from those over wq and wk
+ *    (mk_args_qkv.v_rows_per_task, mk_qkv_task_rows), so that a wv of a costlier format (Q4_K_M's
+ *    Q6_K) does not set the op's span. */
+#define MK_ABI_VERSION 10u
 
 #define MK_NO_COUNTER 0xffffffffu
 #define MK_NO_WEIGHT  0xffffffffu
@@ -189,6 +192,11 @@ struct mk_args_qkv {
     uint32_t rope_freqs; /* weight index of the (n_rot / 2) f32 frequency divisors, or MK_NO_WEIGHT */
     uint32_t flags;      /* MK_QKV_* */
     float rope_scale;    /* positions are multiplied by this (linear rope scaling: 1 / factor) */
+    /* Appended in ABI 10. 0: task t takes rows [t rows_per_task, ...) of [wq; wk; wv]. Else the
+     * first ceil((q_dim + kv_dim) / rows_per_task) tasks take the rows of wq and wk in tiles of
+     * rows_per_task (the last one shorter) and the rest the rows of wv in tiles of
+     * v_rows_per_task, which is even (whole heads under the flags) and at most rows_per_task. */
+    uint32_t v_rows_per_task;
 };
 /* mk_args_qkv.flags */
 #define MK_QKV_NEOX    1u /* rotate (i, i + n_rot/2) instead of (2i, 2i+1) */
@@ -266,8 +274,27 @@ MK_STATIC_ASSERT(offsetof(struct mk_instr, args) == 68, "mk_instr.args at 68");
 MK_STATIC_ASSERT(offsetof(struct mk_args_qkv, eps) == 24 && offsetof(struct mk_args_qkv, rope_base) == 28,
                  "mk_args_qkv floats at 24, 28");
 MK_STATIC_ASSERT(offsetof(struct mk_args_qkv, bias) == 32 && offsetof(struct mk_args_qkv, rope_scale) == 48 &&
+                     offsetof(struct mk_args_qkv, v_rows_per_task) == 52 &&
                      sizeof(struct mk_args_qkv) <= 4u * MK_OP_ARGS_WORDS,
-                 "mk_args_qkv appended fields at 32..48, within the union");
+                 "mk_args_qkv appended fields at 32..52, within the union");
+
+/* The rows [*r0, *r0 + *count) of [wq; wk; wv] that task t of a NORM_QKV_ROPE instruction computes
+ * (*count 0: none, a task past the rows). Every executor maps tasks to rows through this. */
+MK_ABI_FN void mk_qkv_task_rows(const struct mk_args_qkv *a, uint32_t t, uint32_t *r0, uint32_t *count) {
+    const uint32_t qk = a->q_dim + a->kv_dim, total = qk + a->kv_dim;
+    uint64_t lo = (uint64_t)t * a->rows_per_task, n = a->rows_per_task, end = total;
+    if (a->v_rows_per_task) {
+        const uint32_t tq = (qk + a->rows_per_task - 1u) / a->rows_per_task;
+        if (t < tq) {
+            end = qk;
+        } else {
+            lo = qk + (uint64_t)(t - tq) * a->v_rows_per_task;
+            n = a->v_rows_per_task;
+        }
+    }
+    *r0 = lo < end ? (uint32_t)lo : end;
+    *count = lo < end ? (uint32_t)(end - lo < n ? end - lo : n) : 0u;
+}
 MK_STATIC_ASSERT(offsetof(struct mk_args_attn, head_dim) == 20, "mk_args_attn.head_dim at 20");
 MK_STATIC_ASSERT(offsetof(struct mk_args_attn_out, head_dim) == 16, "mk_args_attn_out.head_dim at 16");
 MK_STATIC_ASSERT(offsetof(struct mk_args_norm_matvec, eps) == 4, "mk_args_norm_matvec.eps at 4");

@@ -200,7 +200,12 @@ __device__ void mk_prefetch_task(const struct mk_kernel_args *a, const struct mk
     default: return;
     }
     const bool stacked = in->op == MK_OP_NORM_QKV_ROPE; /* rows of [wq; wk; wv] in one range */
-    const uint64_t r0 = (uint64_t)t * rpt, r1 = r0 + rpt;
+    uint64_t r0 = (uint64_t)t * rpt, r1 = r0 + rpt;
+    if (stacked) {
+        uint32_t lo, n;
+        mk_qkv_task_rows(&in->args.qkv, t, &lo, &n);
+        r0 = lo, r1 = (uint64_t)lo + n;
+    }
     uint64_t budget = MK_PREFETCH_TASK_MAX / (stacked ? 1u : n_mats), base = 0;
     for (uint32_t k = 0; k < n_mats && budget; k++) {
         const struct mk_weight_ref *w = wt + in->weight[first + k];

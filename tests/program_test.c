@@ -389,6 +389,111 @@ static void check_xqn_program(const char *name, const struct mk_model *m, uint32
     mk_program_free(p);
 }
 
+/* NORM_QKV_ROPE's tasks over a costlier wv (abi.h, v_rows_per_task): where Q4_K_M gives a layer a
+ * Q6_K wv, the compiler sizes those tasks apart from the wq/wk ones, the tasks cover every row of
+ * [wq; wk; wv] once, the validator refuses splits that break the rules, and the CPU executor on
+ * such a program agrees with the reference forward pass. */
+static void check_qkv_split(const char *name, const struct mk_model *m, uint32_t workers, struct mk_backend *ref) {
+    struct mk_error err = { 0 };
+    struct mk_program *p = compile_checked(name, m, workers, 1);
+    if (!p) return;
+    uint32_t split = 0, costlier = 0;
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        struct mk_instr *in = &p->instrs[i];
+        if (in->op != MK_OP_NORM_QKV_ROPE) continue;
+        struct mk_args_qkv *a = &in->args.qkv;
+        const struct mk_weight_ref *wq = &p->weights[in->weight[1]], *wv = &p->weights[in->weight[3]];
+        costlier += wv->row_bytes > wq->row_bytes;
+        if (!a->v_rows_per_task) continue;
+        split++;
+        MK_CHECK_MSG(wv->row_bytes > wq->row_bytes && a->v_rows_per_task < a->rows_per_task,
+                     "%s: instr %u splits wv (%u rows a task) from wq (%u) where wv costs no more", name, i,
+                     a->v_rows_per_task, a->rows_per_task);
+        const uint32_t total = a->q_dim + 2 * a->kv_dim;
+        uint32_t *seen = calloc(total, sizeof *seen), covered = 0;
+        for (uint32_t t = 0; seen && t < in->n_tasks; t++) {
+            uint32_t r0, n;
+            mk_qkv_task_rows(a, t, &r0, &n);
+            MK_CHECK_MSG(n <= a->rows_per_task && r0 + n <= total, "%s: task %u rows [%u, +%u) of %u", name, t, r0, n,
+                         total);
+            /* No task straddles wk and wv: wv's tiles start at q_dim + kv_dim. */
+            MK_CHECK_MSG(n == 0 || (r0 < a->q_dim + a->kv_dim) == (r0 + n <= a->q_dim + a->kv_dim),
+                         "%s: task %u rows [%u, +%u) straddle wk and wv", name, t, r0, n);
+            for (uint32_t r = r0; r < r0 + n && r < total; r++) covered += seen[r]++ == 0;
+        }
+        MK_CHECK_MSG(seen && covered == total, "%s: instr %u's tasks cover %u of %u rows", name, i, covered, total);
+        free(seen);
+        if (split == 1) {
+            const struct mk_instr saved = *in;
+            a->v_rows_per_task = a->rows_per_task + 2;
+            expect_invalid(p, "wv tiles larger than wq's", "at most");
+            a->v_rows_per_task = saved.args.qkv.v_rows_per_task + 1;
+            expect_invalid(p, "odd wv tiles", "even tiles");
+            a->v_rows_per_task = 2;
+            expect_invalid(p, "too few tasks for the wv tiles", "needed");
+            *in = saved;
+            MK_CHECK_MSG(mk_program_validate(p, &err) == MK_OK, "%s: restored program rejected: %s", name, err.msg);
+        }
+    }
+    MK_CHECK_MSG(costlier > 0 && split == costlier, "%s, %u workers: %u of %u q/k/v ops with a costlier wv split", name,
+                 workers, split, costlier);
+    struct mk_cpu_exec *ex = NULL;
+    if (mk_cpu_exec_create(p, workers < 8 ? workers : 8, &ex, &err) != MK_OK) {
+        MK_CHECK_MSG(0, "%s: executor: %s", name, err.msg);
+        mk_program_free(p);
+        return;
+    }
+    float *ref_logits = malloc(m->cfg.n_vocab * sizeof(float));
+    double worst = 0;
+    int32_t tok = 1, ref_tok = 1;
+    ref->vt->reset(ref, &err);
+    for (int pos = 0; pos < 8 && ref_logits; pos++) {
+        struct mk_step_cmd c = mk_test_step_cmd(tok, pos), rc = mk_test_step_cmd(ref_tok, pos);
+        if (mk_cpu_exec_step(ex, &c, &tok, &err) != MK_OK || ref->vt->step(ref, &rc, &ref_tok, &err) != MK_OK ||
+            ref->vt->logits(ref, ref_logits, &err) != MK_OK) {
+            MK_CHECK_MSG(0, "%s: step %d: %s", name, pos, err.msg);
+            break;
+        }
+        double e = mk_test_rel_err(mk_cpu_exec_logits(ex), ref_logits, m->cfg.n_vocab);
+        if (e > worst) worst = e;
+        MK_CHECK_MSG(tok == ref_tok, "%s: step %d: executor id %d, reference %d", name, pos, tok, ref_tok);
+    }
+    MK_CHECK_MSG(worst < 1e-3, "%s, %u workers: logits differ from the reference by %.3g", name, workers, worst);
+    printf("%s, %u workers: %u q/k/v ops split, 8 steps, max logit error vs reference %.2e\n", name, workers, split,
+           worst);
+    free(ref_logits);
+    mk_cpu_exec_free(ex);
+    mk_program_free(p);
+}
+
+static void test_qkv_split(void) {
+    char tmp[1024], path[1100];
+    if (!mk_test_make_tmp_dir(tmp, sizeof tmp, "mk_program_test")) {
+        MK_CHECK_MSG(0, "no temporary directory");
+        return;
+    }
+    struct mk_gen_params gp = mk_gen_default_params();
+    gp.dtype = "Q4_K_M"; /* tiny: Q6_K wv in layers 2 and 3 */
+    snprintf(path, sizeof path, "%s/tiny-Q4_K_M.gguf", tmp);
+    struct mk_error err = { 0 };
+    struct mk_model *m = NULL;
+    struct mk_backend *ref = NULL;
+    struct mk_backend_params bp = { 0 };
+    bp.kind = MK_BACKEND_REF;
+    bp.n_ctx = 64;
+    bp.kv_type = MK_KV_F16;
+    if (mk_gen_write(path, &gp, &err) != MK_OK || mk_model_load(path, &m, &err) != MK_OK ||
+        mk_backend_create_ref(m, &bp, &ref, &err) != MK_OK) {
+        MK_CHECK_MSG(0, "tiny Q4_K_M: %s", err.msg);
+    } else {
+        check_qkv_split("tiny Q4_K_M", m, 7, ref);
+        check_qkv_split("tiny Q4_K_M", m, 132, ref);
+    }
+    if (ref) ref->vt->free(ref);
+    mk_model_free(m);
+    mk_test_remove_tree(tmp);
+}
+
 static void test_xq_copies(void) {
     char tmp[1024], path[1100];
     if (!mk_test_make_tmp_dir(tmp, sizeof tmp, "mk_program_test")) {
@@ -422,6 +527,7 @@ static void test_xq_copies(void) {
 int main(void) {
     test_attn_span();
     test_xq_copies();
+    test_qkv_split();
     const char *dir = mk_test_models_dir("stories260K-f32.gguf");
     if (!dir) {
         printf("SKIP: models dir not found (set MK_MODELS_DIR)\n");

@@ -153,10 +153,9 @@ __device__ void mk_op_norm_qkv_rope(const struct mk_task_ctx *c) {
     const bool pre = mk_block_norm_input(c, xs, mk_arena(c) + in->buf[0], n, in->weight[0], qa->eps,
                                          blocks == 0 || blocks == 3, blocks == 3 ? (float *)stage : NULL, &xq);
 
-    const uint32_t total = q.q_dim + 2u * q.kv_dim;
-    const uint32_t r0 = c->t * qa->rows_per_task;
-    if (r0 >= total) return;
-    const uint32_t count = min(qa->rows_per_task, total - r0);
+    uint32_t r0, count;
+    mk_qkv_task_rows(qa, c->t, &r0, &count);
+    if (count == 0u) return;
     const bool vec = q.m[0].vec && q.m[1].vec && q.m[2].vec;
     const uint32_t warp = threadIdx.x >> 5;
     if (blocks) {
