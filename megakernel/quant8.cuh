@@ -50,7 +50,29 @@ __device__ __forceinline__ float mk_xq_combine(const int *s) {
 }
 
 /* Weight loads, straight from global memory through the read-only path (plain loads in host tests),
- * beside quant.cuh's mk_q_u8 and mk_q_half. Blocks are only as aligned as their size allows. */
+ * beside quant.cuh's mk_q_u8 and mk_q_half. Blocks are only as aligned as their size allows. The
+ * loads of 4 to 16 bytes ask L2 for the 256 bytes around them (.L2::256B): a row's next blocks are
+ * then on their way from HBM while this one's products run, where a warp's registers hold only one
+ * super-block ahead (llama-8b Q4_K_M 3.97 -> 3.80 ms a token, gate/up -9 %). The float rows'
+ * loads (common.cuh, mk_ld_weight16) lost with the same hint (llama-1b BF16 +1.3 %; BENCHMARKS.md,
+ * 2026-11-27 nineteenth session). */
+#ifndef MK_QUANT_NO_CUDA_HEADERS
+__device__ __forceinline__ uint32_t mk_w_ldg32(const uint8_t *p) {
+    uint32_t v;
+    asm("ld.global.nc.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint2 mk_w_ldg64(const uint8_t *p) {
+    uint2 v;
+    asm("ld.global.nc.L2::256B.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint4 mk_w_ldg128(const uint8_t *p) {
+    uint4 v;
+    asm("ld.global.nc.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+#endif
 __device__ __forceinline__ uint32_t mk_w_u16(const uint8_t *p) { return __ldg((const unsigned short *)p); }
 __device__ __forceinline__ uint32_t mk_w_ld32(const uint8_t *p) { /* p 4-byte aligned */
 #ifdef MK_QUANT_NO_CUDA_HEADERS
@@ -58,7 +80,7 @@ __device__ __forceinline__ uint32_t mk_w_ld32(const uint8_t *p) { /* p 4-byte al
     memcpy(&v, p, 4);
     return v;
 #else
-    return __ldg((const unsigned int *)p);
+    return mk_w_ldg32(p);
 #endif
 }
 __device__ __forceinline__ uint32_t mk_w_w32(const uint8_t *p) { /* p 2-byte aligned */
@@ -85,13 +107,13 @@ template <bool G, int N> __device__ __forceinline__ void mk_w_aligned(const uint
     if (N % 4 == 0) {
         MK_UNROLL
         for (int i = 0; i < N; i += 4) {
-            uint4 v = G ? __ldg((const uint4 *)(p + 4 * i)) : *(const uint4 *)(p + 4 * i);
+            uint4 v = G ? mk_w_ldg128(p + 4 * i) : *(const uint4 *)(p + 4 * i);
             w[i] = v.x, w[i + 1] = v.y, w[i + 2] = v.z, w[i + 3] = v.w;
         }
     } else if (N % 2 == 0) {
         MK_UNROLL
         for (int i = 0; i < N; i += 2) {
-            uint2 v = G ? __ldg((const uint2 *)(p + 4 * i)) : *(const uint2 *)(p + 4 * i);
+            uint2 v = G ? mk_w_ldg64(p + 4 * i) : *(const uint2 *)(p + 4 * i);
             w[i] = v.x, w[i + 1] = v.y;
         }
     } else {
