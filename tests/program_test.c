@@ -389,6 +389,23 @@ static void check_xqn_program(const char *name, const struct mk_model *m, uint32
     mk_program_free(p);
 }
 
+/* The tiny synthetic model in dtype, written under tmp and loaded (NULL, the failure counted, when
+ * either step fails). */
+static struct mk_model *load_tiny(const char *tmp, const char *dtype) {
+    char path[1100];
+    struct mk_gen_params gp = mk_gen_default_params();
+    gp.dtype = dtype;
+    snprintf(path, sizeof path, "%s/tiny-%s.gguf", tmp, dtype);
+    struct mk_error err = { 0 };
+    struct mk_model *m = NULL;
+    if (mk_gen_write(path, &gp, &err) != MK_OK || mk_model_load(path, &m, &err) != MK_OK) {
+        MK_CHECK_MSG(0, "tiny %s: %s", dtype, err.msg);
+        mk_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
 /* NORM_QKV_ROPE's tasks over a costlier wv (abi.h, v_rows_per_task): where Q4_K_M gives a layer a
  * Q6_K wv, the compiler sizes those tasks apart from the wq/wk ones, the tasks cover every row of
  * [wq; wk; wv] once, the validator refuses splits that break the rules, and the CPU executor on
@@ -467,25 +484,20 @@ static void check_qkv_split(const char *name, const struct mk_model *m, uint32_t
 }
 
 static void test_qkv_split(void) {
-    char tmp[1024], path[1100];
+    char tmp[1024];
     if (!mk_test_make_tmp_dir(tmp, sizeof tmp, "mk_program_test")) {
         MK_CHECK_MSG(0, "no temporary directory");
         return;
     }
-    struct mk_gen_params gp = mk_gen_default_params();
-    gp.dtype = "Q4_K_M"; /* tiny: Q6_K wv in layers 2 and 3 */
-    snprintf(path, sizeof path, "%s/tiny-Q4_K_M.gguf", tmp);
+    struct mk_model *m = load_tiny(tmp, "Q4_K_M"); /* Q6_K wv in layers 2 and 3 */
     struct mk_error err = { 0 };
-    struct mk_model *m = NULL;
     struct mk_backend *ref = NULL;
     struct mk_backend_params bp = { 0 };
     bp.kind = MK_BACKEND_REF;
     bp.n_ctx = 64;
     bp.kv_type = MK_KV_F16;
-    if (mk_gen_write(path, &gp, &err) != MK_OK || mk_model_load(path, &m, &err) != MK_OK ||
-        mk_backend_create_ref(m, &bp, &ref, &err) != MK_OK) {
-        MK_CHECK_MSG(0, "tiny Q4_K_M: %s", err.msg);
-    } else {
+    if (m && mk_backend_create_ref(m, &bp, &ref, &err) != MK_OK) MK_CHECK_MSG(0, "tiny Q4_K_M: %s", err.msg);
+    if (ref) {
         check_qkv_split("tiny Q4_K_M", m, 7, ref);
         check_qkv_split("tiny Q4_K_M", m, 132, ref);
     }
@@ -495,22 +507,15 @@ static void test_qkv_split(void) {
 }
 
 static void test_xq_copies(void) {
-    char tmp[1024], path[1100];
+    char tmp[1024];
     if (!mk_test_make_tmp_dir(tmp, sizeof tmp, "mk_program_test")) {
         MK_CHECK_MSG(0, "no temporary directory");
         return;
     }
     static const char *const dtypes[] = { "f32", "Q4_K_M", "q8_0" };
     for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++) {
-        struct mk_gen_params gp = mk_gen_default_params();
-        gp.dtype = dtypes[i];
-        snprintf(path, sizeof path, "%s/tiny-%s.gguf", tmp, dtypes[i]);
-        struct mk_error err = { 0 };
-        struct mk_model *m = NULL;
-        if (mk_gen_write(path, &gp, &err) != MK_OK || mk_model_load(path, &m, &err) != MK_OK) {
-            MK_CHECK_MSG(0, "tiny %s: %s", dtypes[i], err.msg);
-            continue;
-        }
+        struct mk_model *m = load_tiny(tmp, dtypes[i]);
+        if (!m) continue;
         const uint32_t workers[] = { 1, 7, 132 };
         for (size_t w = 0; w < 3; w++) {
             check_xq_program(dtypes[i], m, workers[w], 1, i > 0);
