@@ -59,7 +59,7 @@ uint64_t mk_program_weight_bytes(const struct mk_program *p) {
 }
 
 /* The int8-level copies instruction in reads and writes (abi.h, MK_XQ_* and MK_XQN_*): "i8<" its
- * input's, "i8>" its output's (the FFN hidden vector), "n8<" the normalized residual stream's,
+ * input's, "i8>" its output's (the FFN hidden vector, the attention vector), "n8<" the normalized residual stream's,
  * "n8>" the one it writes for the next norm op. Empty when none: an executor plan at a glance. */
 static void mk_dump_copies(const struct mk_instr *in, char *buf, size_t size) {
     const bool b2 = in->buf[2] != MK_NO_BUF, b3 = in->buf[3] != MK_NO_BUF;
@@ -68,6 +68,7 @@ static void mk_dump_copies(const struct mk_instr *in, char *buf, size_t size) {
     case MK_OP_MATVEC_RESIDUAL: a = b2 ? "i8<" : "", b = b3 ? "n8>" : ""; break;
     case MK_OP_ATTN_OUTPUT: b = b3 ? "n8>" : ""; break;
     case MK_OP_NORM_GATE_UP_SILU: a = b3 ? "n8<" : "", b = b2 ? "i8>" : ""; break;
+    case MK_OP_ATTN_COMBINE: b = b2 ? "i8>" : ""; break;
     case MK_OP_NORM_QKV_ROPE:
     case MK_OP_NORM_LM_HEAD: a = b3 ? "n8<" : ""; break;
     default: break;

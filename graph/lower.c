@@ -262,6 +262,21 @@ static void mk_lower_norm_copy(struct mk_lower *L, struct mk_lower_ops_ctx *k, c
     x->ins.buf[3] = k->xqnoff[n->out] = mk_lower_alloc(L, MK_XQN_FLOATS(rows));
 }
 
+/* Whether a live block-format MATVEC_RESIDUAL reads value v of n elements: then the op producing
+ * v also writes its int8-level copy, so that the matvec's tasks do not each quantize it again
+ * (one-token programs; the groups of 32 are whole in the producer's tiles). */
+static bool mk_lower_wants_xq(const struct mk_lower *L, int v, uint64_t n) {
+    if (L->ubatch > 1 || n % MK_XQ_GROUP) return false;
+    const struct mk_graph *g = L->g;
+    for (uint32_t i = 0; i < g->n_nodes; i++) {
+        const struct mk_node *m = &g->nodes[i];
+        if (!m->dead && m->op == MK_NODE_MATVEC_RESIDUAL && m->in[0] >= 0 &&
+            mk_lower_root(g, m->in[0]) == mk_lower_root(g, v) && mk_dtype_is_block(m->w[0]->type))
+            return true;
+    }
+    return false;
+}
+
 /* Attention partials, then either the combine or the fused attention-output matvec. */
 static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_lower_ops_ctx *k,
                                                  const struct mk_node *n) {
@@ -321,25 +336,15 @@ static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_l
     if (!x) return NULL;
     x->ins.buf[0] = part;
     x->ins.buf[1] = OFF(n->out);
+    if (c->head_dim % MK_XQ_GROUP == 0 && mk_lower_wants_xq(L, n->out, (uint64_t)c->n_head * c->head_dim)) {
+        uint32_t *xo = &k->xqoff[BUF(n->out)];
+        if (*xo == MK_NO_BUF) *xo = mk_lower_alloc(L, MK_XQ_FLOATS((uint64_t)c->n_head * c->head_dim));
+        x->ins.buf[2] = *xo;
+    }
     x->ins.args.combine =
         (struct mk_args_combine){ .n_blocks = n_blocks, .n_head = c->n_head, .head_dim = c->head_dim };
     mk_lower_access(x, part_buf, -1, BUF(n->out), -1);
     return x;
-}
-
-/* Whether a live block-format MATVEC_RESIDUAL reads value v of n elements: then the op producing
- * v also writes its int8-level copy, so that the matvec's tasks do not each quantize it again
- * (one-token programs; the groups of 32 are whole in the producer's tiles). */
-static bool mk_lower_wants_xq(const struct mk_lower *L, int v, uint64_t n) {
-    if (L->ubatch > 1 || n % MK_XQ_GROUP) return false;
-    const struct mk_graph *g = L->g;
-    for (uint32_t i = 0; i < g->n_nodes; i++) {
-        const struct mk_node *m = &g->nodes[i];
-        if (!m->dead && m->op == MK_NODE_MATVEC_RESIDUAL && m->in[0] >= 0 &&
-            mk_lower_root(g, m->in[0]) == mk_lower_root(g, v) && mk_dtype_is_block(m->w[0]->type))
-            return true;
-    }
-    return false;
 }
 
 static struct mk_lower_instr *mk_lower_matvec(struct mk_lower *L, struct mk_lower_ops_ctx *k, const struct mk_node *n) {

@@ -178,6 +178,13 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
             FAIL("instr %u (%s): combine of %u heads has %llu tasks", i, lab, nh, (unsigned long long)T);
         RD(in->buf[0], (uint64_t)nh * nb * (hd + 2));
         WR(in->buf[1], (uint64_t)nh * hd);
+        if (in->buf[2] != MK_NO_BUF) {
+            if (hd % MK_XQ_GROUP)
+                FAIL("instr %u (%s): an int8-level output (buf2 = %u) needs heads of whole groups of %u (head_dim "
+                     "%u)",
+                     i, lab, in->buf[2], MK_XQ_GROUP, hd);
+            WR(in->buf[2], MK_XQ_FLOATS((uint64_t)nh * hd));
+        }
         break;
     }
     case MK_OP_ATTN_OUTPUT: {

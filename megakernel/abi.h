@@ -31,8 +31,10 @@
  *    block-format matrices does not normalize and quantize x in every task.
  * 10: NORM_QKV_ROPE may size the tasks over wv apart from those over wq and wk
  *    (mk_args_qkv.v_rows_per_task, mk_qkv_task_rows), so that a wv of a costlier format (Q4_K_M's
- *    Q6_K) does not set the op's span. */
-#define MK_ABI_VERSION 10u
+ *    Q6_K) does not set the op's span.
+ * 11: ATTN_COMBINE may write the int8-level copy of the attention vector (buf[2], MK_XQ_*), so that
+ *    a block-format attention-output matvec reads it instead of quantizing the vector in every task. */
+#define MK_ABI_VERSION 11u
 
 #define MK_NO_COUNTER 0xffffffffu
 #define MK_NO_WEIGHT  0xffffffffu
@@ -92,7 +94,10 @@ enum mk_opcode {
      * q = buf0. scores = q.k / sqrt(head_dim). */
     MK_OP_ATTN_PARTIAL = 4,
     /* args.combine: merges the n_blocks blocks of head t: out[buf1 + t*head_dim ..] =
-     * sum_b o_b e^(m_b-M) / sum_b l_b e^(m_b-M). buf0 = partials. One head per task. */
+     * sum_b o_b e^(m_b-M) / sum_b l_b e^(m_b-M). buf0 = partials. One head per task. buf2 (or
+     * MK_NO_BUF; head_dim a multiple of MK_XQ_GROUP): where the task also writes its head of out as
+     * int8 levels (MK_XQ_*, n_head * head_dim elements). Executors that never read such copies may
+     * leave it unwritten. */
     MK_OP_ATTN_COMBINE = 5,
     /* args.gate_up: RMSNorm of x (buf0) with weight0 and eps; hb[buf1 + r] =
      * silu(gate_r . xn) * (up_r . xn) with gate = weight1, up = weight2. buf2 (or MK_NO_BUF):

@@ -653,13 +653,12 @@ __device__ __forceinline__ void mk_block_store_xq(const float *vs, uint32_t r0, 
                        (struct mk_xgroup *)(xq + MK_XQ_GROUPS_OFF(n_all)) + r0 / 32u);
 }
 
-/* Group g of the normalized copy (abi.h, MK_XQN_*) of the n_all-element residual stream, from the
- * warp's 32 values v (lane l: element 32 g + l) and their norm weights w: the group's sum of v^2,
- * then the levels of v * w as mk_xq_pack gives them (the same maximum, scale and rounding). One warp
- * a group, all in registers: the producer needs no block barrier for it. */
-__device__ __forceinline__ void mk_warp_store_normq(float v, float w, uint32_t g, uint32_t n_all, float *xq) {
+/* Group g of the int8-level copy (abi.h, MK_XQ_*) of an n_all-element vector, from the warp's 32
+ * values u (lane l: element 32 g + l): the levels as mk_xq_pack gives them (the same maximum, scale
+ * and rounding), so that a reader gets what quantizing the floats itself would give, bit for bit.
+ * One warp a group, all in registers: the producer needs no block barrier for it. */
+__device__ __forceinline__ void mk_warp_store_xq(float u, uint32_t g, uint32_t n_all, float *xq) {
     const uint32_t lane = threadIdx.x & 31u;
-    const float ss = mk_warp_sum(v * v), u = v * w;
     const float d = mk_warp_max(fabsf(u)) / 127.0f;
     int l[3];
     mk_xq_levels(u, d, l);
@@ -676,8 +675,15 @@ __device__ __forceinline__ void mk_warp_store_normq(float v, float w, uint32_t g
         struct mk_xgroup *gr = (struct mk_xgroup *)(xq + MK_XQ_GROUPS_OFF(n_all)) + g;
         gr->d = d;
         for (int m = 0; m < 3; m++) gr->s[m] = sum[m];
-        xq[MK_XQN_SS_OFF(n_all) + g] = ss;
     }
+}
+
+/* Group g of the normalized copy (abi.h, MK_XQN_*) of the n_all-element residual stream, from the
+ * warp's 32 values v and their norm weights w: the group's sum of v^2, then the levels of v * w. */
+__device__ __forceinline__ void mk_warp_store_normq(float v, float w, uint32_t g, uint32_t n_all, float *xq) {
+    const float ss = mk_warp_sum(v * v);
+    mk_warp_store_xq(v * w, g, n_all, xq);
+    if ((threadIdx.x & 31u) == 0) xq[MK_XQN_SS_OFF(n_all) + g] = ss;
 }
 
 /* This thread's 8 uint4 of an int8-level copy from uint4 `base` on: nq of quants at src, then ng of

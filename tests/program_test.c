@@ -286,17 +286,20 @@ static struct mk_program *compile_checked(const char *name, const struct mk_mode
     return p;
 }
 
-/* The int8-level copy of the FFN hidden vector (abi.h, MK_XQ_*): a one-token program whose
- * FFN-down is a block format has each gate/up task write it, in whole groups, and the FFN-down
- * read it; float formats and chunk programs have none, and the validator refuses copies that break
- * those rules. */
+/* The int8-level copies (abi.h, MK_XQ_*) of the FFN hidden vector and of the attention vector: a
+ * one-token program whose FFN-down is a block format has each gate/up task write the first, in whole
+ * groups, and the FFN-down read it; one whose attention output is a block format has each combine
+ * task write the second (heads of whole groups) and the attention output read it. Float formats and
+ * chunk programs have none, and the validator refuses copies that break those rules. */
 static void check_xq_program(const char *name, const struct mk_model *m, uint32_t workers, uint32_t ubatch,
                              bool block) {
     struct mk_error err = { 0 };
     struct mk_program *p = compile_checked(name, m, workers, ubatch);
     if (!p) return;
     const bool want = block && ubatch <= 1;
-    uint32_t copies = 0, readers = 0, gate_up = UINT32_MAX, down = UINT32_MAX;
+    const bool want_attn = want && m->cfg.head_dim % MK_XQ_GROUP == 0;
+    uint32_t copies = 0, attn_copies = 0, readers = 0, gate_up = UINT32_MAX, down = UINT32_MAX;
+    uint32_t combine = UINT32_MAX;
     for (uint32_t i = 0; i < p->n_instr; i++) {
         const struct mk_instr *in = &p->instrs[i];
         if (in->op == MK_OP_NORM_GATE_UP_SILU) {
@@ -305,20 +308,34 @@ static void check_xq_program(const char *name, const struct mk_model *m, uint32_
             copies++;
             MK_CHECK_MSG(in->args.gate_up.rows_per_task % MK_XQ_GROUP == 0, "%s: instr %u tiles %u rows", name, i,
                          in->args.gate_up.rows_per_task);
+        } else if (in->op == MK_OP_ATTN_COMBINE) {
+            combine = i;
+            if (in->buf[2] != MK_NO_BUF) attn_copies++;
         } else if (in->op == MK_OP_MATVEC_RESIDUAL) {
-            /* The FFN-down reads what the last gate/up wrote; other matvecs read no copy. */
+            /* The FFN-down reads what the last gate/up wrote, the attention output what the last
+             * combine wrote; no other matvec reads a copy. */
             const bool ffn_down = gate_up != UINT32_MAX && in->buf[0] == p->instrs[gate_up].buf[1];
+            const bool attn_out = combine != UINT32_MAX && in->buf[0] == p->instrs[combine].buf[1];
             if (ffn_down) down = i;
             if (in->buf[2] == MK_NO_BUF) continue;
             readers++;
-            MK_CHECK_MSG(ffn_down && in->buf[2] == p->instrs[gate_up].buf[2],
-                         "%s: instr %u reads an int8 copy at %u that the gate/up (at %u) did not write", name, i,
-                         in->buf[2], gate_up == UINT32_MAX ? MK_NO_BUF : p->instrs[gate_up].buf[2]);
+            const uint32_t w = ffn_down ? gate_up : attn_out ? combine : UINT32_MAX;
+            MK_CHECK_MSG(w != UINT32_MAX && in->buf[2] == p->instrs[w].buf[2],
+                         "%s: instr %u reads an int8 copy at %u that its producer (at %u) did not write", name, i,
+                         in->buf[2], w == UINT32_MAX ? MK_NO_BUF : p->instrs[w].buf[2]);
         }
     }
-    MK_CHECK_MSG(copies == (want ? m->cfg.n_layer : 0) && readers == copies,
-                 "%s, %u workers, ubatch %u: %u gate/up copies and %u readers, want %u", name, workers, ubatch, copies,
-                 readers, want ? m->cfg.n_layer : 0);
+    MK_CHECK_MSG(copies == (want ? m->cfg.n_layer : 0) && attn_copies == (want_attn ? m->cfg.n_layer : 0) &&
+                     readers == copies + attn_copies,
+                 "%s, %u workers, ubatch %u: %u gate/up copies, %u combine copies and %u readers, want %u and %u", name,
+                 workers, ubatch, copies, attn_copies, readers, want ? m->cfg.n_layer : 0,
+                 want_attn ? m->cfg.n_layer : 0);
+    if (want_attn && combine != UINT32_MAX) {
+        struct mk_instr saved = p->instrs[combine];
+        p->instrs[combine].buf[2] = p->arena_floats - 8;
+        expect_invalid(p, "a combine's int8 copy past the arena", "past the arena");
+        p->instrs[combine] = saved;
+    }
     if (want && gate_up != UINT32_MAX && down != UINT32_MAX) {
         struct mk_instr saved = p->instrs[gate_up];
         p->instrs[gate_up].args.gate_up.rows_per_task += 2; /* still covers the rows, in split groups */

@@ -1,4 +1,4 @@
-/* MK_OP_ATTN_COMBINE: merges the (o, m, l) splits of one head into its attention output. */
+/* MK_OP_ATTN_COMBINE: merges the (o, m, l) splits of one head into its attention output, and its int8-level copy. */
 #ifndef MK_OP_ATTN_COMBINE_CUH
 #define MK_OP_ATTN_COMBINE_CUH
 
@@ -17,7 +17,12 @@ __device__ void mk_op_attn_combine(const struct mk_task_ctx *c) {
     __syncthreads();
     float mx = -INFINITY;
     for (uint32_t b = 0; b < nb; b++) mx = fmaxf(mx, ps[b * w + hd]);
-    for (uint32_t d = threadIdx.x; d < hd; d += MK_BLOCK_THREADS) {
+    /* With a copy to write (buf2; head_dim a multiple of 32), whole warps run each pass: a warp's 32
+     * elements are one group of it. */
+    const bool xq = in->buf[2] != MK_NO_BUF;
+    for (uint32_t d0 = 0; d0 < hd; d0 += MK_BLOCK_THREADS) {
+        const uint32_t d = d0 + threadIdx.x;
+        if (xq ? d0 + (threadIdx.x & ~31u) >= hd : d >= hd) break;
         float num = 0.0f, den = 0.0f;
         for (uint32_t b = 0; b < nb; b++) {
             const float *pb = ps + b * w;
@@ -26,7 +31,11 @@ __device__ void mk_op_attn_combine(const struct mk_task_ctx *c) {
             num += pb[d] * e;
             den += pb[hd + 1u] * e;
         }
-        out[d] = num / den;
+        const float v = num / den;
+        out[d] = v;
+        if (xq)
+            mk_warp_store_xq(v, (h * hd + d0) / 32u + (threadIdx.x >> 5), in->args.combine.n_head * hd,
+                             mk_arena(c) + in->buf[2]);
     }
     __syncthreads(); /* ps is read above by every thread */
 }
