@@ -47,9 +47,15 @@ __device__ __forceinline__ void mk_attn_merge_warps(float *ws, uint32_t g, uint3
 
 /* Query heads per KV head that mk_attn_rows takes. */
 #define MK_ATTN_ROWS_MAX_G 4
-/* Row groups each lane loads per batch of mk_attn_rows (16 bytes of K and of V each). */
+/* Row groups each lane loads per batch of mk_attn_rows (16 bytes of K and of V each). Two, not
+ * four: a split's batches are its warps' shares, and with four a short split (the first 64
+ * positions) left most warps idle while one ran the batch's long chain of dots, shuffles and
+ * exponentials for every query head (llama-8b Q4_K_M tg128 3.75 -> 3.67 ms, at depth 1500 3.86 ->
+ * 3.80; one row group measured better on llama-1b but worse on llama-8b at depth; BENCHMARKS.md,
+ * 2026-11-27 twentieth session). Not instruction fetch: the same pass run twice in a row took
+ * twice as long. */
 #ifndef MK_ATTN_ROWS_U
-#define MK_ATTN_ROWS_U 4
+#define MK_ATTN_ROWS_U 2
 #endif
 
 /* The split over an f16 cache, rows to lanes: a row's HD dimensions lie on HD / 8 lanes, 8 each
