@@ -277,6 +277,14 @@ static bool mk_lower_wants_xq(const struct mk_lower *L, int v, uint64_t n) {
     return false;
 }
 
+/* The arena offset of value v's int8-level copy (n elements), placed on first use: its producer
+ * writes there and the matvec reading v finds it under the same buffer id. */
+static uint32_t mk_lower_xq_out(struct mk_lower *L, struct mk_lower_ops_ctx *k, int v, uint64_t n) {
+    uint32_t *xo = &k->xqoff[BUF(v)];
+    if (*xo == MK_NO_BUF) *xo = mk_lower_alloc(L, MK_XQ_FLOATS(n));
+    return *xo;
+}
+
 /* Attention partials, then either the combine or the fused attention-output matvec. */
 static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_lower_ops_ctx *k,
                                                  const struct mk_node *n) {
@@ -336,11 +344,9 @@ static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_l
     if (!x) return NULL;
     x->ins.buf[0] = part;
     x->ins.buf[1] = OFF(n->out);
-    if (c->head_dim % MK_XQ_GROUP == 0 && mk_lower_wants_xq(L, n->out, (uint64_t)c->n_head * c->head_dim)) {
-        uint32_t *xo = &k->xqoff[BUF(n->out)];
-        if (*xo == MK_NO_BUF) *xo = mk_lower_alloc(L, MK_XQ_FLOATS((uint64_t)c->n_head * c->head_dim));
-        x->ins.buf[2] = *xo;
-    }
+    const uint64_t n_attn = (uint64_t)c->n_head * c->head_dim;
+    if (c->head_dim % MK_XQ_GROUP == 0 && mk_lower_wants_xq(L, n->out, n_attn))
+        x->ins.buf[2] = mk_lower_xq_out(L, k, n->out, n_attn);
     x->ins.args.combine =
         (struct mk_args_combine){ .n_blocks = n_blocks, .n_head = c->n_head, .head_dim = c->head_dim };
     mk_lower_access(x, part_buf, -1, BUF(n->out), -1);
@@ -377,11 +383,7 @@ static struct mk_lower_instr *mk_lower_gate_up(struct mk_lower *L, struct mk_low
     x->ins.buf[0] = OFF(n->in[0]);
     x->ins.buf[1] = OFF(n->out);
     x->ins.buf[3] = k->xqnoff[n->in[0]];
-    if (xq) {
-        uint32_t *xo = &k->xqoff[BUF(n->out)];
-        if (*xo == MK_NO_BUF) *xo = mk_lower_alloc(L, MK_XQ_FLOATS(rows));
-        x->ins.buf[2] = *xo;
-    }
+    if (xq) x->ins.buf[2] = mk_lower_xq_out(L, k, n->out, rows);
     x->ins.args.gate_up = (struct mk_args_norm_matvec){ .rows_per_task = rpt, .eps = n->eps };
     mk_lower_access(x, BUF(n->in[0]), -1, BUF(n->out), -1);
     return x;
