@@ -170,6 +170,7 @@ struct mk_cuda_backend {
     uint64_t c_xh_floats;     /* 0: no _KW products (not cc 9.0, --no-chunk-kq, or a small --ubatch) */
     uint32_t c_mv_k;          /* most columns of an mk_chunk_mv split whose x fits the device's shared
                                * memory (at most MK_CHUNK_MV_K); 0: few-token products take the tiles */
+    uint32_t c_mv_pair;       /* most dynamic shared memory of a block that shares its SM with another */
     uint32_t c_head_dim;      /* the chunk program's largest head */
     uint32_t c_qkv_cols;
     struct mk_step_cmd *h_ccmd; /* pinned: the chunk step's command */
@@ -974,6 +975,30 @@ static enum mk_status mk_cuda_chunk_split_launch(struct mk_cuda_backend *b, enum
     return st;
 }
 
+/* The K-quant few-token products' split (*splits) and blocks per split (*gx_out) for gx tiles of K
+ * columns and m token rows (partials: whether the splits' sums go through the partials, all rows of
+ * them): the plan that leaves the busiest block the fewest columns to read. Each block reads x for
+ * its split once and then takes every gx_out-th tile (mk_chunk_mv_body), so splits can be narrow
+ * enough that each block has a fair share of the weights, where one tile per block left a wave of
+ * blocks half empty (llama-8b gate/up: 448 blocks on 264 places) and made each pay for x per tile. */
+static void mk_cuda_mv_kq_plan(const struct mk_cuda_backend *b, uint32_t m, uint32_t K, uint32_t gx, bool partials,
+                               uint32_t all, uint32_t *splits, uint32_t *gx_out) {
+    const uint32_t most = mk_cuda_div_up(K, MK_CHUNK_MV_KSTEP), first = mk_cuda_div_up(K, b->c_mv_k);
+    uint64_t best = UINT64_MAX;
+    *splits = first, *gx_out = gx;
+    for (uint32_t s = first; s <= most && s <= 32u; s++) {
+        const uint32_t span = mk_chunk_mv_span(K, s);
+        if (mk_cuda_div_up(K, span) != s) continue; /* the same span as a smaller count */
+        if ((partials || s > 1u) && (uint64_t)s * m * all > mk_cuda_part_floats(b)) continue;
+        const uint32_t slots = (MK_CHUNK_MV_SMEM(m, span) <= b->c_mv_pair ? 2u : 1u) * (uint32_t)b->info.sm_count;
+        const uint32_t per = slots / s > 1u ? slots / s : 1u, bx = per < gx ? per : gx;
+        /* A tile's own cost (its rows' setup, its stores) as some columns more. */
+        const uint64_t cost = (uint64_t)mk_cuda_div_up(gx, bx) * (span + 64u);
+        if (cost < best) best = cost, *splits = s, *gx_out = bx;
+    }
+    if (b->gpu.mv_blocks && *gx_out > b->gpu.mv_blocks) *gx_out = b->gpu.mv_blocks;
+}
+
 /* mk_cuda_chunk_mm's product over at most MK_CHUNK_MV_TOKENS token rows (l: its launch record, rows:
  * its gate rows for SILU, else the stacked rows) by mk_chunk_mv kernel k, which reads each weight
  * once: the columns are split until the grid has a few blocks per multiprocessor, and SILU, or ADD over
@@ -981,17 +1006,20 @@ static enum mk_status mk_cuda_chunk_split_launch(struct mk_cuda_backend *b, enum
 static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chunk_launch l, uint32_t rows,
                                        enum mk_cuda_chunk_kernel k, struct mk_error *err) {
     const bool silu = l.mode == MK_CHUNK_MM_SILU;
-    const uint32_t K = l.ldx, all = silu ? 2u * rows : rows,
-                   gx = mk_cuda_div_up(rows, silu ? MK_CHUNK_MV_ROWS / 2u : MK_CHUNK_MV_ROWS);
-    /* K-quant blocks carry a third of bf16's bytes, so fewer, longer splits (measured on the H100,
-     * llama-1b Q4_K_M: 2 per SM beat 1, 4 and 8 by 3-5 %). */
-    const uint32_t per_sm = k == MK_CK_MV_KQ ? 2u : 4u;
-    const uint32_t want = per_sm * (uint32_t)b->info.sm_count, most = mk_cuda_div_up(K, MK_CHUNK_MV_KSTEP);
-    uint32_t splits = mk_cuda_div_up(K, b->c_mv_k);
-    if (gx * splits < want) splits = mk_cuda_div_up(want, gx);
-    if (splits > most) splits = most;
+    const uint32_t K = l.ldx, all = silu ? 2u * rows : rows;
+    const uint32_t tiles = mk_cuda_div_up(rows, silu ? MK_CHUNK_MV_ROWS / 2u : MK_CHUNK_MV_ROWS);
+    uint32_t gx = tiles, splits;
+    if (k == MK_CK_MV_KQ) {
+        mk_cuda_mv_kq_plan(b, l.m, K, tiles, silu, all, &splits, &gx);
+    } else {
+        /* bf16 and the other formats: a tile a block, 4 blocks per multiprocessor. */
+        const uint32_t want = 4u * (uint32_t)b->info.sm_count, most = mk_cuda_div_up(K, MK_CHUNK_MV_KSTEP);
+        splits = mk_cuda_div_up(K, b->c_mv_k);
+        if (gx * splits < want) splits = mk_cuda_div_up(want, gx);
+        if (splits > most) splits = most;
+        splits = mk_cuda_div_up(K, mk_chunk_mv_span(K, splits)); /* no split left empty; the span stays */
+    }
     const uint32_t span = mk_chunk_mv_span(K, splits);
-    splits = mk_cuda_div_up(K, span); /* no split left empty; the span stays the same */
     MK_ASSERT(mk_chunk_mv_span(K, splits) == span && span <= b->c_mv_k);
     if (splits == 1u && !silu) return mk_cuda_chunk_launch(b, k, gx, 1, MK_CHUNK_MV_SMEM(l.m, span), l, err);
     if ((uint64_t)splits * l.m * all > mk_cuda_part_floats(b))
@@ -1718,6 +1746,8 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     uint32_t mv_k = MK_CHUNK_MV_K;
     while (mv_k && MK_CHUNK_MV_SMEM(MK_CHUNK_MV_TOKENS, mv_k) > (uint32_t)optin) mv_k -= MK_CHUNK_MV_KSTEP;
     b->c_mv_k = mv_k;
+    /* Two blocks share a multiprocessor's shared memory (the optin limit and a block's 1 KB reserve). */
+    b->c_mv_pair = ((uint32_t)optin + 1024u) / 2u - 1024u;
     for (int k = MK_CK_MM_STORE_KQ; k <= MK_CK_MM_SILU_KQ32; k++)
         if (MK_CU(cu, err,
                   cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED,

@@ -230,6 +230,8 @@ struct mk_gpu_params {
                                  * ended (default: on sm_90 it overlaps that kernel's tail) */
     int no_chunk_kq;            /* nonzero: chunk products of Q4_K/Q5_K/Q6_K matrices over 17 or more
                                  * tokens go through decoded weights, not the matrices' integers */
+    unsigned mv_blocks;         /* most blocks per column split of the Q4_K/Q5_K/Q6_K products over 16
+                                 * or fewer tokens (each takes every such tile in turn); 0 = the plan */
 };
 
 /* Speculative decoding (mk_session_params.spec). */

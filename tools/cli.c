@@ -52,6 +52,8 @@ const char mk_cli_gpu_usage[] =
     "                               sm_90 each overlaps the tail of the one ahead)\n"
     "    --no-chunk-kq              chunk products of Q4_K/Q5_K/Q6_K matrices over 17 or more tokens\n"
     "                               decode the weights instead of multiplying their integers\n"
+    "    --mv-blocks N              most blocks per column split of the Q4_K/Q5_K/Q6_K products over 16\n"
+    "                               or fewer tokens, each taking tiles in turn (0 = the backend's plan)\n"
     "    --trace off|on|fetch       megakernel per-task timestamps\n"
     "    --kernel-image FILE        load this cubin, fatbin or PTX instead of the built-in kernels\n";
 
@@ -75,7 +77,7 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
     }
     if (strcmp(a, "--schedule") && strcmp(a, "--tasks-per-worker") && strcmp(a, "--attn-block") &&
         strcmp(a, "--attn-splits") && strcmp(a, "--blocks-per-sm") && strcmp(a, "--trace") &&
-        strcmp(a, "--kernel-image") && strcmp(a, "--chunk-dequant-min"))
+        strcmp(a, "--kernel-image") && strcmp(a, "--chunk-dequant-min") && strcmp(a, "--mv-blocks"))
         return 0;
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!v) {
@@ -87,6 +89,7 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
     if (!strcmp(a, "--attn-block")) return mk_cli_uint(cmd, a, v, 0, 1u << 20, &s->attn_block) ? -1 : 1;
     if (!strcmp(a, "--attn-splits")) return mk_cli_uint(cmd, a, v, 0, 1u << 16, &s->attn_splits) ? -1 : 1;
     if (!strcmp(a, "--chunk-dequant-min")) return mk_cli_uint(cmd, a, v, 0, 1u << 20, &s->chunk_dequant_min) ? -1 : 1;
+    if (!strcmp(a, "--mv-blocks")) return mk_cli_uint(cmd, a, v, 0, 1u << 20, &s->mv_blocks) ? -1 : 1;
     if (!strcmp(a, "--blocks-per-sm")) return mk_cli_uint(cmd, a, v, 0, 64, &s->blocks_per_sm) ? -1 : 1;
     if (!strcmp(a, "--kernel-image")) {
         s->kernel_image = v;
@@ -126,6 +129,7 @@ void mk_cli_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *ou
     out->chunk_dequant_min = s->chunk_dequant_min;
     out->no_pdl = s->no_pdl;
     out->no_chunk_kq = s->no_chunk_kq;
+    out->mv_blocks = s->mv_blocks;
     out->trace = (int)s->trace;
     out->kernel_image = s->kernel_image;
 }

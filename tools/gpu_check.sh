@@ -84,6 +84,8 @@ for w in $WHAT; do
         run "cuda_test chunk, decoded weights from 1 token" 300 env MK_CUDA_CHUNK_DEQUANT_MIN=1 "$BIN/cuda_test" chunk
         # K-quant chunk products through decoded weights too (default: their integers, mk_chunk_mm_*_kq).
         run "cuda_test chunk, K-quants decoded" 300 env MK_CUDA_NO_CHUNK_KQ=1 "$BIN/cuda_test" chunk
+        # Few-token K-quant products with one block per split taking every tile in turn.
+        run "cuda_test chunk, one block per split" 300 env MK_CUDA_MV_BLOCKS=1 "$BIN/cuda_test" chunk
         # The optional ATTN_OUTPUT op (combine fused into the attention output) must agree too.
         run "cuda_test stories, fused attention output" 300 env MK_CUDA_FUSE_ATTN_OUTPUT=1 "$BIN/cuda_test" stories
         ;;
@@ -91,6 +93,7 @@ for w in $WHAT; do
         # Every weight type and llama.cpp mix on the tiny preset, each GPU backend against the CPU.
         run "cuda_test quant" 300 "$BIN/cuda_test" quant
         run "cuda_test quant, decoded weights from 1 token" 300 env MK_CUDA_CHUNK_DEQUANT_MIN=1 "$BIN/cuda_test" quant
+        run "cuda_test quant, one block per split" 300 env MK_CUDA_MV_BLOCKS=1 "$BIN/cuda_test" quant
         run "cuda_test quant, K-quants decoded" 300 env MK_CUDA_NO_CHUNK_KQ=1 MK_CUDA_CHUNK_DEQUANT_MIN=1 "$BIN/cuda_test" quant
         ;;
     ptx)

@@ -230,7 +230,10 @@ __device__ __forceinline__ void mk_mv_mma4(float *d, const uint32_t *a0, const u
 /* EXACT: every matrix is bf16 (loaded as they are, no lo product); U: 32-column groups a warp
  * loads before it multiplies (bytes in flight, against registers: decoding takes many); KQ: every
  * matrix is a K-quant with whole super-blocks (the integer weights above; their own kernel, so that
- * the registers go to them). */
+ * the registers go to them). A block takes the tiles blockIdx.x, + gridDim.x, ... of its split's
+ * columns, x brought to shared memory once for all of them: where the host gives the grid fewer
+ * blocks than tiles (mk_cuda_chunk_mv, K-quants), narrow splits keep every block busy to the end
+ * without each paying for x and its group sums per tile. */
 template <bool EXACT, uint32_t U, bool KQ>
 __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a, const struct mk_chunk_launch &l) {
     static_assert(MK_CHUNK_MV_KSTEP % (32u * U) == 0, "a split spans whole groups of loads");
@@ -243,19 +246,21 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
     __nv_bfloat16 *xs = (__nv_bfloat16 *)mk_chunk_smem; /* (token, hi then lo, span): rows XLD apart */
     const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, g = lane >> 2, t4 = lane & 3u;
 
-    /* This warp's 16 rows from r0 (SILU: warps 0-3 gate, 4-7 up), and this lane's two of them, each
-     * in its own matrix of the stack; a row past them repeats the last and is never stored. */
+    /* This warp's 16 rows of tile `tile` (SILU: warps 0-3 gate, 4-7 up), and this lane's two of them,
+     * each in its own matrix of the stack; a row past them repeats the last and is never stored. */
     static_assert(MK_CHUNK_MV_ROWS == 16u * MK_BLOCK_WARPS && MK_BLOCK_WARPS == 8u,
                   "16 rows a warp, half the warps up");
     constexpr uint32_t HR = MK_CHUNK_MV_ROWS / 2u;
-    const uint32_t r0 =
-        silu ? (warp < 4u ? 0u : N) + blockIdx.x * HR + (warp & 3u) * 16u : blockIdx.x * MK_CHUNK_MV_ROWS + warp * 16u;
+    const uint32_t ntile = silu ? (N + HR - 1u) / HR : (rows + MK_CHUNK_MV_ROWS - 1u) / MK_CHUNK_MV_ROWS;
     const uint32_t r_end = silu ? (warp < 4u ? 0u : N) + N : rows;
+    auto first_row = [&](uint32_t tile) {
+        return silu ? (warp < 4u ? 0u : N) + tile * HR + (warp & 3u) * 16u : tile * MK_CHUNK_MV_ROWS + warp * 16u;
+    };
     struct mk_wdesc w[2];
     uint32_t wr[2];
-    mk_mv_lane_rows(&mm, silu, r0, r_end, g, w, wr);
+    mk_mv_lane_rows(&mm, silu, first_row(blockIdx.x), r_end, g, w, wr);
     /* bf16 rows whose columns are all there load as they are; the rest through mk_mm_fetch_*. */
-    const uint4 *wp[2] = { (const uint4 *)mk_row(&w[0], wr[0]) + t4, (const uint4 *)mk_row(&w[1], wr[1]) + t4 };
+    const uint4 *const wp[2] = { (const uint4 *)mk_row(&w[0], wr[0]) + t4, (const uint4 *)mk_row(&w[1], wr[1]) + t4 };
     const bool vec = EXACT && w[0].vec && w[1].vec;
     auto load = [&](uint32_t k0, uint4(&ah)[U][2], uint4(&al)[U][2]) {
         if (vec && k0 + 32u * U <= K) {
@@ -295,13 +300,11 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
     /* With a Q6_K row among the warp's, the integer weights go in two masked passes (a scale per
      * half group). */
     static_assert(!(KQ && EXACT), "one or the other");
-    const uint32_t kind[2] = { KQ ? mk_kq_kind(&w[0]) : MK_KQ_NONE, KQ ? mk_kq_kind(&w[1]) : MK_KQ_NONE };
-    bool halves = false;
-    if (KQ) {
-        if (!__all_sync(0xffffffffu, (K & 255u) == 0 && kind[0] != MK_KQ_NONE && kind[1] != MK_KQ_NONE)) __trap();
-        halves = __any_sync(0xffffffffu, kind[0] == MK_KQ_6 || kind[1] == MK_KQ_6);
-    }
+    uint32_t kind[2] = { KQ ? mk_kq_kind(&w[0]) : MK_KQ_NONE, KQ ? mk_kq_kind(&w[1]) : MK_KQ_NONE };
     const uint8_t *krow[2] = { mk_row(&w[0], wr[0]), mk_row(&w[1], wr[1]) };
+    /* Every row of a K-quant launch is one of the three with whole super-blocks (one check for the
+     * block's first tile: the stacked matrices are the same for all). */
+    if (KQ && !__all_sync(0xffffffffu, (K & 255u) == 0 && kind[0] != MK_KQ_NONE && kind[1] != MK_KQ_NONE)) __trap();
     struct mk_kq_raw kr[2];
 
     /* The first weights do not wait for x. */
@@ -316,113 +319,151 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
     }
     mk_grid_dep_wait();
 
-    /* x: 8 columns a thread at a time; token rows past m and columns past K are zero. */
+    /* x: 8 columns a thread at a time; token rows past m and columns past K are zero. For the
+     * integer weights, each token row's sum of x over each 32-column group too, xsum[(group, token
+     * row)] after x (MK_CHUNK_MV_SMEM's last part): the four threads of a group add their eight
+     * columns' hi and lo, then meet by shuffles. */
     const uint32_t nt = (m + 7u) / 8u; /* n8 tiles of token rows */
+    const uint32_t tr = 8u * nt;
+    float *xsum = (float *)(xs + tr * XLD);
     const bool xvec = (l.x_off & 3u) == 0 && (l.ldx & 7u) == 0;
+    static_assert(MK_CHUNK_MV_KSTEP % 32u == 0 && MK_BLOCK_THREADS % 32u == 0, "a group's four threads share a warp");
     for (uint32_t e = tid; e < 8u * nt * span / 8u; e += MK_BLOCK_THREADS) {
         const uint32_t i = e / (span / 8u), c = e % (span / 8u) * 8u, k = kb + c;
         const __nv_bfloat16 *hi = (const __nv_bfloat16 *)((const float *)a.arena + l.x_off + (uint64_t)i * l.ldx);
         __nv_bfloat16 *dh = xs + i * XLD + c;
+        float s = 0.0f;
         if (i < m && xvec && k + 8u <= K) {
-            *(uint4 *)dh = *(const uint4 *)(hi + k);
-            *(uint4 *)(dh + span) = *(const uint4 *)(hi + l.ldx + k);
+            const uint4 vh = *(const uint4 *)(hi + k), vl = *(const uint4 *)(hi + l.ldx + k);
+            *(uint4 *)dh = vh;
+            *(uint4 *)(dh + span) = vl;
+            if (KQ) {
+                const __nv_bfloat162 *ph = (const __nv_bfloat162 *)&vh, *pl = (const __nv_bfloat162 *)&vl;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const float2 fh = __bfloat1622float2(ph[j]), fl = __bfloat1622float2(pl[j]);
+                    s += (fh.x + fl.x) + (fh.y + fl.y);
+                }
+            }
         } else if (i < m) {
             mk_mm_split_copy8(dh, dh + span, hi, l.ldx, k, K);
+            if (KQ) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) s += __bfloat162float(dh[j]) + __bfloat162float(dh[span + j]);
+            }
         } else {
             *(uint4 *)dh = *(uint4 *)(dh + span) = make_uint4(0, 0, 0, 0);
         }
-    }
-    /* For the integer weights: each token row's sum of x over each 32-column group, xsum[(group,
-     * token row)] after x (MK_CHUNK_MV_SMEM's last part). */
-    const uint32_t tr = 8u * nt;
-    float *xsum = (float *)(xs + tr * XLD);
-    __syncthreads();
-    if (KQ) {
-        for (uint32_t e = tid; e < tr * (span / 32u); e += MK_BLOCK_THREADS) {
-            const uint32_t i = e % tr, gi = e / tr;
-            const __nv_bfloat16 *xp = xs + i * XLD + 32u * gi;
-            float s = 0.0f;
-            for (uint32_t c = 0; c < 32u; c++) s += __bfloat162float(xp[c]) + __bfloat162float(xp[span + c]);
-            xsum[e] = s;
+        if (KQ) {
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            if ((c & 31u) == 0u) xsum[(c / 32u) * tr + i] = s;
         }
-        __syncthreads();
     }
+    __syncthreads();
 
     const __nv_bfloat16 *xrow = xs + g * XLD + 8u * t4;
-    float acc[2][4] = {};
-    if (KQ) {
-        /* A half super-block (4 groups) a round, the next one's bytes loading meanwhile. */
-        for (uint32_t k0 = kb; k0 < ke; k0 += 128u) {
-            struct mk_kq_raw cur[2] = { kr[0], kr[1] };
-#pragma unroll
-            for (int h = 0; h < 2; h++) mk_kq_half(&cur[h], kind[h], (k0 >> 7) & 1u);
-            if (k0 + 128u < ke) {
-#pragma unroll
-                for (int h = 0; h < 2; h++) mk_kq_fetch(&kr[h], krow[h], kind[h], k0 + 128u, t4);
-            }
-#pragma unroll
-            for (uint32_t u = 0; u < 4u; u++) {
-                uint32_t a0[4], a1[4];
-                float s0[2], s1[2], mn[2];
-                mk_kq_decode2(cur, kind, ((k0 >> 5) & 7u) + u, a0, a1, s0, s1, mn);
-                /* Halves: pass 0 takes the lanes of columns 0-15 (t4 < 2), pass 1 the others. */
-                const uint32_t keep0 = !halves || t4 < 2u ? ~0u : 0u, keep1 = ~keep0;
-#pragma unroll
-                for (uint32_t t = 0; t < 2u; t++) {
-                    if (t >= nt) break;
-                    const struct mk_mv_x x = mk_mv_load_x(xrow + t * 8u * XLD + k0 - kb + 32u * u, span);
-                    float q[4] = {}, r[4] = {};
-                    if (!halves) {
-                        mk_mv_mma4(q, a0, a1, x);
-                    } else {
-                        const uint32_t b0[4] = { a0[0] & keep0, a0[1] & keep0, a0[2] & keep0, a0[3] & keep0 },
-                                       b1[4] = { a1[0] & keep0, a1[1] & keep0, a1[2] & keep0, a1[3] & keep0 },
-                                       c0[4] = { a0[0] & keep1, a0[1] & keep1, a0[2] & keep1, a0[3] & keep1 },
-                                       c1[4] = { a1[0] & keep1, a1[1] & keep1, a1[2] & keep1, a1[3] & keep1 };
-                        mk_mv_mma4(q, b0, b1, x);
-                        mk_mv_mma4(r, c0, c1, x);
-                    }
-                    const float2 xg = *(const float2 *)(xsum + ((k0 - kb) / 32u + u) * tr + 8u * t + 2u * t4);
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        acc[t][e] += s0[e >> 1] * q[e] + s1[e >> 1] * r[e] - mn[e >> 1] * ((e & 1) ? xg.y : xg.x);
-                }
-            }
-        }
-    }
-    for (uint32_t k0 = kb; k0 < ke && !KQ; k0 += 32u * U) {
-        if (k0 > kb) load(k0, ah, al);
-#pragma unroll
-        for (uint32_t u = 0; u < U; u++) {
-            const uint32_t a0[4] = { ah[u][0].x, ah[u][1].x, ah[u][0].y, ah[u][1].y },
-                           a1[4] = { ah[u][0].z, ah[u][1].z, ah[u][0].w, ah[u][1].w };
-            const uint32_t l0[4] = { al[u][0].x, al[u][1].x, al[u][0].y, al[u][1].y },
-                           l1[4] = { al[u][0].z, al[u][1].z, al[u][0].w, al[u][1].w };
-#pragma unroll
-            for (uint32_t t = 0; t < 2u; t++) {
-                if (t >= nt) break;
-                const struct mk_mv_x x = mk_mv_load_x(xrow + t * 8u * XLD + k0 - kb + 32u * u, span);
-                mk_mv_mma4(acc[t], a0, a1, x);
-                if (!EXACT) {
-                    mk_mma_bf16(acc[t], l0, x.h0);
-                    mk_mma_bf16(acc[t], l1, x.h1);
-                }
-            }
-        }
-    }
-
-    /* acc[t]: (row g, token 8 t + 2 t4), (g, .. + 1), (g + 8, 8 t + 2 t4), (g + 8, .. + 1). */
     float *y = (float *)a.arena + l.y_off + (uint64_t)blockIdx.z * m * l.ldy;
     const bool add = l.mode == MK_CHUNK_MM_ADD && splits == 1u;
+    auto run_tile = [&](uint32_t tile) {
+        float acc[2][4] = {};
+        if (KQ) {
+            const bool halves = __any_sync(0xffffffffu, kind[0] == MK_KQ_6 || kind[1] == MK_KQ_6);
+            /* The next tile's rows, whose first bytes load during this tile's last round. */
+            const uint32_t next = tile + gridDim.x;
+            uint32_t nkind[2] = { kind[0], kind[1] };
+            const uint8_t *nrow[2] = { krow[0], krow[1] };
+            /* A half super-block (4 groups) a round, the next one's bytes loading meanwhile. */
+            for (uint32_t k0 = kb; k0 < ke; k0 += 128u) {
+                struct mk_kq_raw cur[2] = { kr[0], kr[1] };
 #pragma unroll
-    for (uint32_t t = 0; t < 2u; t++)
+                for (int h = 0; h < 2; h++) mk_kq_half(&cur[h], kind[h], (k0 >> 7) & 1u);
+                if (k0 + 128u < ke) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const uint32_t r = r0 + g + 8u * (uint32_t)(e >> 1), i = 8u * t + 2u * t4 + (uint32_t)(e & 1);
-            if (r >= r_end || i >= m) continue;
-            float *yp = y + (uint64_t)i * l.ldy + r;
-            *yp = add ? __ldcg(yp) + acc[t][e] : acc[t][e];
+                    for (int h = 0; h < 2; h++) mk_kq_fetch(&kr[h], krow[h], kind[h], k0 + 128u, t4);
+                } else if (next < ntile) {
+                    /* The matrices again from the launch: kept from the start, they cost registers. */
+                    const struct mk_mm_mats nm = mk_mm_launch_mats(&a, &l, silu);
+                    struct mk_wdesc nw[2];
+                    uint32_t nwr[2];
+                    mk_mv_lane_rows(&nm, silu, first_row(next), r_end, g, nw, nwr);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        nkind[h] = mk_kq_kind(&nw[h]), nrow[h] = mk_row(&nw[h], nwr[h]);
+                        mk_kq_fetch(&kr[h], nrow[h], nkind[h], kb, t4);
+                    }
+                }
+#pragma unroll
+                for (uint32_t u = 0; u < 4u; u++) {
+                    uint32_t a0[4], a1[4];
+                    float s0[2], s1[2], mn[2];
+                    mk_kq_decode2(cur, kind, ((k0 >> 5) & 7u) + u, a0, a1, s0, s1, mn);
+                    /* Halves: pass 0 takes the lanes of columns 0-15 (t4 < 2), pass 1 the others. */
+                    const uint32_t keep0 = !halves || t4 < 2u ? ~0u : 0u, keep1 = ~keep0;
+#pragma unroll
+                    for (uint32_t t = 0; t < 2u; t++) {
+                        if (t >= nt) break;
+                        const struct mk_mv_x x = mk_mv_load_x(xrow + t * 8u * XLD + k0 - kb + 32u * u, span);
+                        float q[4] = {}, r[4] = {};
+                        if (!halves) {
+                            mk_mv_mma4(q, a0, a1, x);
+                        } else {
+                            const uint32_t b0[4] = { a0[0] & keep0, a0[1] & keep0, a0[2] & keep0, a0[3] & keep0 },
+                                           b1[4] = { a1[0] & keep0, a1[1] & keep0, a1[2] & keep0, a1[3] & keep0 },
+                                           c0[4] = { a0[0] & keep1, a0[1] & keep1, a0[2] & keep1, a0[3] & keep1 },
+                                           c1[4] = { a1[0] & keep1, a1[1] & keep1, a1[2] & keep1, a1[3] & keep1 };
+                            mk_mv_mma4(q, b0, b1, x);
+                            mk_mv_mma4(r, c0, c1, x);
+                        }
+                        const float2 xg = *(const float2 *)(xsum + ((k0 - kb) / 32u + u) * tr + 8u * t + 2u * t4);
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            acc[t][e] += s0[e >> 1] * q[e] + s1[e >> 1] * r[e] - mn[e >> 1] * ((e & 1) ? xg.y : xg.x);
+                    }
+                }
+            }
+            kind[0] = nkind[0], kind[1] = nkind[1], krow[0] = nrow[0], krow[1] = nrow[1];
+        } else {
+            for (uint32_t k0 = kb; k0 < ke; k0 += 32u * U) {
+                if (k0 > kb) load(k0, ah, al);
+#pragma unroll
+                for (uint32_t u = 0; u < U; u++) {
+                    const uint32_t a0[4] = { ah[u][0].x, ah[u][1].x, ah[u][0].y, ah[u][1].y },
+                                   a1[4] = { ah[u][0].z, ah[u][1].z, ah[u][0].w, ah[u][1].w };
+                    const uint32_t l0[4] = { al[u][0].x, al[u][1].x, al[u][0].y, al[u][1].y },
+                                   l1[4] = { al[u][0].z, al[u][1].z, al[u][0].w, al[u][1].w };
+#pragma unroll
+                    for (uint32_t t = 0; t < 2u; t++) {
+                        if (t >= nt) break;
+                        const struct mk_mv_x x = mk_mv_load_x(xrow + t * 8u * XLD + k0 - kb + 32u * u, span);
+                        mk_mv_mma4(acc[t], a0, a1, x);
+                        if (!EXACT) {
+                            mk_mma_bf16(acc[t], l0, x.h0);
+                            mk_mma_bf16(acc[t], l1, x.h1);
+                        }
+                    }
+                }
+            }
         }
+
+        /* acc[t]: (row g, token 8 t + 2 t4), (g, .. + 1), (g + 8, 8 t + 2 t4), (g + 8, .. + 1). */
+        const uint32_t rt = first_row(tile);
+#pragma unroll
+        for (uint32_t t = 0; t < 2u; t++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const uint32_t r = rt + g + 8u * (uint32_t)(e >> 1), i = 8u * t + 2u * t4 + (uint32_t)(e & 1);
+                if (r >= r_end || i >= m) continue;
+                float *yp = y + (uint64_t)i * l.ldy + r;
+                *yp = add ? __ldcg(yp) + acc[t][e] : acc[t][e];
+            }
+    };
+    /* Only the K-quant kernel takes several tiles (the others' registers hold no more). */
+    if (KQ) {
+        for (uint32_t tile = blockIdx.x; tile < ntile; tile += gridDim.x) run_tile(tile);
+    } else if (blockIdx.x < ntile) {
+        run_tile(blockIdx.x);
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)
