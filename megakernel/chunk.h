@@ -116,6 +116,32 @@ MK_ABI_FN uint32_t mk_chunk_mv_span(uint32_t cols, uint32_t splits) {
     return (cols + step - 1u) / step * MK_CHUNK_MV_KSTEP;
 }
 
+/* The K-quant few-token products' plan (mk_chunk_mv_kq) for `tiles` tiles of K columns and m token
+ * rows: *splits column splits (at most max_k columns each) of *blocks blocks, each block taking
+ * every *blocks-th tile of its split with x brought in once. The plan leaves the busiest block the
+ * fewest columns, a tile's own cost (its rows' setup, its stores) counted as 64 columns more
+ * (BENCHMARKS.md, twenty-second session: 512 and up were slower). slots1 / slots2: the blocks the
+ * GPU holds at once with a block's x above / within pair_smem bytes; part_floats: the room for the
+ * splits' partial sums (partials: SILU, whose sums always go through them; m x all floats a split);
+ * cap: at most this many blocks a split, 0 = no cap. */
+MK_ABI_FN void mk_chunk_mv_kq_plan(uint32_t m, uint32_t K, uint32_t tiles, uint32_t max_k, uint32_t pair_smem,
+                                   uint32_t slots1, uint32_t slots2, uint64_t part_floats, bool partials, uint32_t all,
+                                   uint32_t cap, uint32_t *splits, uint32_t *blocks) {
+    const uint32_t most = (K + MK_CHUNK_MV_KSTEP - 1u) / MK_CHUNK_MV_KSTEP, first = (K + max_k - 1u) / max_k;
+    uint64_t best = ~0ull;
+    *splits = first, *blocks = tiles;
+    for (uint32_t s = first; s <= most && s <= 32u; s++) {
+        const uint32_t span = mk_chunk_mv_span(K, s);
+        if ((K + span - 1u) / span != s) continue; /* the same span as a smaller count */
+        if ((partials || s > 1u) && (uint64_t)s * m * all > part_floats) continue;
+        const uint32_t slots = MK_CHUNK_MV_SMEM(m, span) <= pair_smem ? slots2 : slots1;
+        const uint32_t per = slots / s > 1u ? slots / s : 1u, bx = per < tiles ? per : tiles;
+        const uint64_t cost = (uint64_t)((tiles + bx - 1u) / bx) * (span + 64u);
+        if (cost < best) best = cost, *splits = s, *blocks = bx;
+    }
+    if (cap && *blocks > cap) *blocks = cap;
+}
+
 /* mk_chunk_qkv: a block finishes this many rows of one token row, whole tasks of the instruction's
  * rows_per_task (so no RoPE pair or normed head straddles two blocks), about 4096 where tasks are
  * smaller: the one-token program's tasks are a few rows each, far too little work for a block. */

@@ -975,34 +975,11 @@ static enum mk_status mk_cuda_chunk_split_launch(struct mk_cuda_backend *b, enum
     return st;
 }
 
-/* The K-quant few-token products' split (*splits) and blocks per split (*gx_out) for gx tiles of K
- * columns and m token rows (partials: whether the splits' sums go through the partials, all rows of
- * them): the plan that leaves the busiest block the fewest columns to read. Each block reads x for
- * its split once and then takes every gx_out-th tile (mk_chunk_mv_body), so splits can be narrow
- * enough that each block has a fair share of the weights, where one tile per block left a wave of
- * blocks half empty (llama-8b gate/up: 448 blocks on 264 places) and made each pay for x per tile. */
-static void mk_cuda_mv_kq_plan(const struct mk_cuda_backend *b, uint32_t m, uint32_t K, uint32_t gx, bool partials,
-                               uint32_t all, uint32_t *splits, uint32_t *gx_out) {
-    const uint32_t most = mk_cuda_div_up(K, MK_CHUNK_MV_KSTEP), first = mk_cuda_div_up(K, b->c_mv_k);
-    uint64_t best = UINT64_MAX;
-    *splits = first, *gx_out = gx;
-    for (uint32_t s = first; s <= most && s <= 32u; s++) {
-        const uint32_t span = mk_chunk_mv_span(K, s);
-        if (mk_cuda_div_up(K, span) != s) continue; /* the same span as a smaller count */
-        if ((partials || s > 1u) && (uint64_t)s * m * all > mk_cuda_part_floats(b)) continue;
-        const uint32_t slots = (MK_CHUNK_MV_SMEM(m, span) <= b->c_mv_pair ? 2u : 1u) * (uint32_t)b->info.sm_count;
-        const uint32_t per = slots / s > 1u ? slots / s : 1u, bx = per < gx ? per : gx;
-        /* A tile's own cost (its rows' setup, its stores) as some columns more. */
-        const uint64_t cost = (uint64_t)mk_cuda_div_up(gx, bx) * (span + 64u);
-        if (cost < best) best = cost, *splits = s, *gx_out = bx;
-    }
-    if (b->gpu.mv_blocks && *gx_out > b->gpu.mv_blocks) *gx_out = b->gpu.mv_blocks;
-}
-
 /* mk_cuda_chunk_mm's product over at most MK_CHUNK_MV_TOKENS token rows (l: its launch record, rows:
  * its gate rows for SILU, else the stacked rows) by mk_chunk_mv kernel k, which reads each weight
- * once: the columns are split until the grid has a few blocks per multiprocessor, and SILU, or ADD over
- * several splits, add the splits' partials after. MK_ERR_UNSUPPORTED when the partials do not fit. */
+ * once: the columns are split until the grid has a few blocks per multiprocessor (the K-quants as
+ * mk_chunk_mv_kq_plan says, their blocks taking several tiles each), and SILU, or ADD over several
+ * splits, add the splits' partials after. MK_ERR_UNSUPPORTED when the partials do not fit. */
 static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chunk_launch l, uint32_t rows,
                                        enum mk_cuda_chunk_kernel k, struct mk_error *err) {
     const bool silu = l.mode == MK_CHUNK_MM_SILU;
@@ -1010,7 +987,9 @@ static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chun
     const uint32_t tiles = mk_cuda_div_up(rows, silu ? MK_CHUNK_MV_ROWS / 2u : MK_CHUNK_MV_ROWS);
     uint32_t gx = tiles, splits;
     if (k == MK_CK_MV_KQ) {
-        mk_cuda_mv_kq_plan(b, l.m, K, tiles, silu, all, &splits, &gx);
+        const uint32_t sms = (uint32_t)b->info.sm_count;
+        mk_chunk_mv_kq_plan(l.m, K, tiles, b->c_mv_k, b->c_mv_pair, sms, 2u * sms, mk_cuda_part_floats(b), silu, all,
+                            b->gpu.mv_blocks, &splits, &gx);
     } else {
         /* bf16 and the other formats: a tile a block, 4 blocks per multiprocessor. */
         const uint32_t want = 4u * (uint32_t)b->info.sm_count, most = mk_cuda_div_up(K, MK_CHUNK_MV_KSTEP);
