@@ -100,20 +100,6 @@ __device__ __forceinline__ void mk_qmma_k45_load(const uint8_t *b0, const uint8_
     }
 }
 
-/* Group s (0..7) of a Q4_K (FIVE: Q5_K) super-block of rows g and g + 8 as this lane's mma A
- * fragment: its 8 bytes of each row's quants, with Q5_K's fifth bits. */
-template <bool FIVE> __device__ __forceinline__ void mk_qmma_k45_a(const struct mk_qk45_raw &w, int s, uint32_t *a) {
-    const uint32_t p = (uint32_t)s >> 1, sh = 4u * ((uint32_t)s & 1u);
-    a[0] = (w.q0[2 * p] >> sh) & 0x0f0f0f0fu, a[1] = (w.q8[2 * p] >> sh) & 0x0f0f0f0fu;
-    a[2] = (w.q0[2 * p + 1] >> sh) & 0x0f0f0f0fu, a[3] = (w.q8[2 * p + 1] >> sh) & 0x0f0f0f0fu;
-    if (FIVE) {
-        a[0] |= ((w.e0[0] >> s) & 0x01010101u) << 4;
-        a[1] |= ((w.e8[0] >> s) & 0x01010101u) << 4;
-        a[2] |= ((w.e0[1] >> s) & 0x01010101u) << 4;
-        a[3] |= ((w.e8[1] >> s) & 0x01010101u) << 4;
-    }
-}
-
 /* Super-block sb of Q4_K (FIVE: Q5_K) rows g and g + 8 (words in w): adds this lane's share of each
  * row's dot to acc[0], acc[1] (the four lanes of a row sum later). xq, xg: shared addresses of x's
  * quants and groups. */
@@ -126,18 +112,24 @@ __device__ __forceinline__ void mk_qmma_k45_sb(const struct mk_qk45_raw &w, uint
     const float tw = c == 0u ? 1.0f / MK_XQ_STEP : c == 1u ? 1.0f / (MK_XQ_STEP * MK_XQ_STEP * MK_XQ_STEP) : 0.0f;
     const bool bl = g < 3u;
     const uint32_t xqo = xq + 32u * (bl ? g : 0u) + 8u * c;
-    const uint32_t *h0 = w.h0, *h8 = w.h8;
+    const uint32_t *h0 = w.h0, *h8 = w.h8, *q0 = w.q0, *q8 = w.q8, *e0 = w.e0, *e8 = w.e8;
     /* 6-bit scales of sub-blocks 0-3 and 4-7, bytes of words; mins likewise. */
     const uint32_t s0[2] = { mk_qmma_k4_scales(h0, false), mk_qmma_k4_scales(h0, true) };
     const uint32_t s8[2] = { mk_qmma_k4_scales(h8, false), mk_qmma_k4_scales(h8, true) };
     float v0 = 0.0f, v8 = 0.0f;
     MK_UNROLL
     for (int s = 0; s < 8; s++) {
-        const uint32_t G = 8u * sb + (uint32_t)s;
+        const uint32_t G = 8u * sb + (uint32_t)s, p = (uint32_t)s >> 1, sh = 4u * ((uint32_t)s & 1u);
         const uint2 bx = mk_lds64(xqo + 96u * G);
         const uint32_t xb0 = bl ? bx.x : 0u, xb1 = bl ? bx.y : 0u;
-        uint32_t a[4];
-        mk_qmma_k45_a<FIVE>(w, s, a);
+        uint32_t a[4] = { (q0[2 * p] >> sh) & 0x0f0f0f0fu, (q8[2 * p] >> sh) & 0x0f0f0f0fu,
+                          (q0[2 * p + 1] >> sh) & 0x0f0f0f0fu, (q8[2 * p + 1] >> sh) & 0x0f0f0f0fu };
+        if (FIVE) {
+            a[0] |= ((e0[0] >> s) & 0x01010101u) << 4;
+            a[1] |= ((e8[0] >> s) & 0x01010101u) << 4;
+            a[2] |= ((e0[1] >> s) & 0x01010101u) << 4;
+            a[3] |= ((e8[1] >> s) & 0x01010101u) << 4;
+        }
         int d[4];
         mk_mma_s8(d, a[0], a[1], a[2], a[3], xb0, xb1);
         const float dx = __uint_as_float(mk_lds128(xg + 16u * G).x) * tw;
@@ -159,69 +151,6 @@ __device__ __forceinline__ void mk_qmma_k45_sb(const struct mk_qk45_raw &w, uint
     const float2 d0 = mk_qmma_h2f(h0[0]), d8 = mk_qmma_h2f(h8[0]);
     acc[0] += d0.x * v0 - d0.y * m0;
     acc[1] += d8.x * v8 - d8.y * m8;
-}
-
-/* Super-block sb of Q4_K (FIVE: Q5_K) rows g and g + 8 against NP pairs of token rows (a chunk
- * step's few-token products, so that they read the weights as the one-token tiles do; not yet
- * taken by a kernel: BENCHMARKS.md, 2026-11-27 twenty-second session). Each pair is one mma on A
- * decoded once a group: B's columns 0-2 are the pair's first token's three levels, 4-6 the
- * second's, 3 and 7 empty, so lane c's C columns 2c, 2c + 1 belong to token c >> 1 of the pair and
- * combine as mk_qmma_k45_sb's do (t = 254 C[2c] + C[2c + 1], weighed 1/254 or 1/254^3).
- * acc[p][0], acc[p][1]: this lane's share of rows g and g + 8 for token 2p + (c >> 1) (lanes c and
- * c ^ 1 sum later); the mins go four groups a lane. xq[2 NP], xg[2 NP]: shared addresses of each
- * token row's quants and groups. */
-template <bool FIVE, int NP>
-__device__ __forceinline__ void mk_qmma_k45_sbp(const struct mk_qk45_raw &w, uint32_t sb, const uint32_t *xq,
-                                                const uint32_t *xg, float (*acc)[2]) {
-    const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, c = lane & 3u, tok = c >> 1;
-    const float tw = (c & 1u) == 0u ? 1.0f / MK_XQ_STEP : 1.0f / (MK_XQ_STEP * MK_XQ_STEP * MK_XQ_STEP);
-    /* B column g: token g >> 2's level g & 3 (3: none). */
-    const uint32_t btok = g >> 2, blev = g & 3u;
-    const bool bl = blev < 3u;
-    uint32_t xqo[NP], xgt[NP];
-    MK_UNROLL
-    for (int p = 0; p < NP; p++) {
-        xqo[p] = xq[2 * p + (int)btok] + 32u * (bl ? blev : 0u) + 8u * c;
-        xgt[p] = xg[2 * p + (int)tok];
-    }
-    const uint32_t *h0 = w.h0, *h8 = w.h8;
-    const uint32_t s0[2] = { mk_qmma_k4_scales(h0, false), mk_qmma_k4_scales(h0, true) };
-    const uint32_t s8[2] = { mk_qmma_k4_scales(h8, false), mk_qmma_k4_scales(h8, true) };
-    float v0[NP], v8[NP];
-    MK_UNROLL
-    for (int p = 0; p < NP; p++) v0[p] = v8[p] = 0.0f;
-    MK_UNROLL
-    for (int s = 0; s < 8; s++) {
-        const uint32_t G = 8u * sb + (uint32_t)s;
-        uint32_t a[4];
-        mk_qmma_k45_a<FIVE>(w, s, a);
-        const int sc0 = (int)mk_qmma_byte(s0[s >> 2], (uint32_t)s & 3u);
-        const int sc8 = (int)mk_qmma_byte(s8[s >> 2], (uint32_t)s & 3u);
-        MK_UNROLL
-        for (int p = 0; p < NP; p++) {
-            const uint2 bx = mk_lds64(xqo[p] + 96u * G);
-            int d[4];
-            mk_mma_s8(d, a[0], a[1], a[2], a[3], bl ? bx.x : 0u, bl ? bx.y : 0u);
-            const float dx = __uint_as_float(mk_lds128(xgt[p] + 16u * G).x) * tw;
-            v0[p] += (float)((d[0] * 254 + d[1]) * sc0) * dx;
-            v8[p] += (float)((d[2] * 254 + d[3]) * sc8) * dx;
-        }
-    }
-    /* Mins: lane c takes its token's sub-blocks 4 (c & 1) .. + 3. */
-    const uint32_t m0w = mk_qmma_k4_mins(h0, (c & 1u) != 0u), m8w = mk_qmma_k4_mins(h8, (c & 1u) != 0u);
-    const float2 d0 = mk_qmma_h2f(h0[0]), d8 = mk_qmma_h2f(h8[0]);
-    MK_UNROLL
-    for (int p = 0; p < NP; p++) {
-        float m0 = 0.0f, m8 = 0.0f;
-        MK_UNROLL
-        for (uint32_t e = 0; e < 4u; e++) {
-            const float gs = mk_qmma_gsum(xgt[p], 8u * sb + 4u * (c & 1u) + e);
-            m0 += (float)mk_qmma_byte(m0w, e) * gs;
-            m8 += (float)mk_qmma_byte(m8w, e) * gs;
-        }
-        acc[p][0] += d0.x * v0[p] - d0.y * m0;
-        acc[p][1] += d8.x * v8[p] - d8.y * m8;
-    }
 }
 
 /* Rows pg (row g) and pg8 (row g + 8) over super-blocks [sb0, sb1) straight from global memory, the
