@@ -3,7 +3,8 @@
 
 #include "graph/lookup.h"
 
-uint32_t mk_lookup_draft(const int32_t *ctx, size_t n, uint32_t max_draft, int32_t *draft) {
+uint32_t mk_lookup_draft(const int32_t *ctx, size_t n, uint32_t max_draft, int32_t *draft, uint32_t *ngram) {
+    if (ngram) *ngram = 0;
     if (!max_draft) return 0;
     for (uint32_t g = MK_LOOKUP_NGRAM_MAX; g >= MK_LOOKUP_NGRAM_MIN; g--) {
         if (n < (size_t)g + 1) continue;
@@ -17,6 +18,7 @@ uint32_t mk_lookup_draft(const int32_t *ctx, size_t n, uint32_t max_draft, int32
                 const size_t src = p + g + i;
                 draft[i] = src < n ? ctx[src] : draft[src - n];
             }
+            if (ngram) *ngram = g;
             return max_draft;
         }
     }
@@ -49,11 +51,23 @@ uint32_t mk_lookup_choose(double accept, double c0, double beta, uint32_t k_max)
 #define MK_LOOKUP_SLOPE_HOLD  1.0
 #define MK_LOOKUP_VERIFY_KEEP 0.8
 
+/* The starting acceptance by match length, each just above what pays at the starting costs and
+ * higher for longer matches: a verification that fails costs most of a step, and free text has
+ * many chance matches of two tokens, so their drafts stop being verified after a few misses,
+ * while the rarer long matches, which predict well, keep their own estimate. */
 struct mk_lookup_stats mk_lookup_stats_init(void) {
-    return (struct mk_lookup_stats){ .accept = 0.5, .c0 = MK_LOOKUP_C0_START, .beta = MK_LOOKUP_BETA_START };
+    struct mk_lookup_stats s = { .c0 = MK_LOOKUP_C0_START, .beta = MK_LOOKUP_BETA_START };
+    _Static_assert(MK_LOOKUP_NGRAM_MIN == 2u && MK_LOOKUP_NGRAM_MAX == 4u, "one starting acceptance per length");
+    s.accept[2] = 0.4;
+    s.accept[3] = 0.5;
+    s.accept[4] = 0.6;
+    return s;
 }
 
-void mk_lookup_stats_token(struct mk_lookup_stats *s, int hit) { s->accept += 0.1 * ((hit ? 1.0 : 0.0) - s->accept); }
+void mk_lookup_stats_token(struct mk_lookup_stats *s, uint32_t ngram, int hit) {
+    if (ngram < MK_LOOKUP_NGRAM_MIN || ngram > MK_LOOKUP_NGRAM_MAX) return;
+    s->accept[ngram] += 0.1 * ((hit ? 1.0 : 0.0) - s->accept[ngram]);
+}
 
 void mk_lookup_stats_plain(struct mk_lookup_stats *s, double ms) {
     s->step_ms = s->step_ms > 0 ? s->step_ms + 0.2 * (ms - s->step_ms) : ms;

@@ -42,11 +42,16 @@ struct mk_session {
      * earlier entries) that step evaluated too. */
     int32_t *queue; /* (ubatch) */
     uint32_t q_head, q_len;
-    /* Adaptive draft length: acceptance and cost estimates, and a draft that was not verified
-     * (a plain step was cheaper) whose tokens are scored against what greedy decoding then gives. */
+    /* Adaptive draft length: acceptance and cost estimates, and the draft prompt lookup would have
+     * made at a plain step, scored against what greedy decoding then gives (mk_spec_score). */
     struct mk_lookup_stats spec_stats;
     int32_t *shadow; /* (ubatch) */
-    uint32_t shadow_len, shadow_at;
+    uint32_t shadow_len, shadow_at, shadow_ngram;
+    /* The last verification step's draft length and time, scored at the next step: a plain step
+     * after it pays for bringing the one-token loop back (the megakernel leaves it for chunk
+     * steps), which belongs to the verification. */
+    uint32_t spec_pend_k;
+    double spec_pend_ms;
     uint32_t logits_pos0, logits_rows; /* position of the last step's output row 0, and its rows */
     bool host_loop;                    /* generate steps one token at a time even where the backend has generate */
     bool logits_ahead;                 /* the backend's last step is past n_past - 1 (a device generation ran on) */
@@ -497,6 +502,41 @@ enum mk_status mk_session_feed_text(struct mk_session *s, const char *text) {
     return st;
 }
 
+/* Scores the drafts prompt lookup would have made at positions from .. n_past - 1, which plain
+ * steps evaluated: a draft is followed until it misses or runs out, then the next position's
+ * opens. The acceptance estimate so learns from every token, verified or not. */
+static void mk_spec_score(struct mk_session *s, uint32_t from) {
+    for (uint32_t i = from; i < s->n_past; i++) {
+        const int32_t follow = i + 1 < s->n_past ? s->hist[i + 1] : s->next;
+        if (!s->shadow_len) {
+            s->shadow_len = mk_lookup_draft(s->hist, (size_t)i + 1, s->n_draft, s->shadow, &s->shadow_ngram);
+            s->shadow_at = 0;
+            if (!s->shadow_len) continue;
+        }
+        const int hit = follow == s->shadow[s->shadow_at];
+        mk_lookup_stats_token(&s->spec_stats, s->shadow_ngram, hit);
+        if (!hit || ++s->shadow_at == s->shadow_len) s->shadow_len = 0;
+    }
+}
+
+/* A step's time into the cost estimates: a verification of k drafted tokens, or (k = 0) a plain
+ * step. */
+static void mk_spec_timed(struct mk_session *s, uint32_t k, double ms) {
+    if (s->spec_pend_k) {
+        double v = s->spec_pend_ms;
+        if (!k && s->spec_stats.step_ms > 0 && ms > s->spec_stats.step_ms) v += ms - s->spec_stats.step_ms;
+        mk_lookup_stats_verify(&s->spec_stats, s->spec_pend_k, v);
+        s->spec_pend_k = 0;
+        if (!k) return; /* this step's own time is not a plain one's */
+    }
+    if (k) {
+        s->spec_pend_k = k;
+        s->spec_pend_ms = ms;
+    } else {
+        mk_lookup_stats_plain(&s->spec_stats, ms);
+    }
+}
+
 /* Evaluates s->next at the next position (its sampled successor becomes s->next), but takes the
  * output from a verification step's queue when it already has it, and otherwise, with speculation
  * on, verifies as much of a prompt-lookup draft as pays in the same step. left: tokens the caller may still emit after next. */
@@ -515,20 +555,12 @@ static enum mk_status mk_session_advance(struct mk_session *s, uint64_t left) {
     uint64_t max = s->spec ? s->n_draft : 0;
     if (max > left) max = left;
     if (max > room - 1u) max = room - 1u;
-    uint32_t k = 0;
+    uint32_t k = 0, ngram = 0;
     if (max) {
         /* The context so far is hist[0..n_past) then next. */
         s->hist[s->n_past] = s->next;
-        k = mk_lookup_draft(s->hist, s->n_past + 1, (uint32_t)max, s->chunk + 1);
-        uint32_t use = mk_lookup_choose(s->spec_stats.accept, s->spec_stats.c0, s->spec_stats.beta, k);
-        if (!use && k && !s->shadow_len) {
-            /* A draft not verified is scored as the plain steps go: the estimate keeps learning
-             * while speculation does not pay. */
-            s->shadow_len = k;
-            s->shadow_at = 0;
-            memcpy(s->shadow, s->chunk + 1, k * sizeof *s->shadow);
-        }
-        k = use;
+        k = mk_lookup_draft(s->hist, s->n_past + 1, (uint32_t)max, s->chunk + 1, &ngram);
+        k = mk_lookup_choose(s->spec_stats.accept[ngram], s->spec_stats.c0, s->spec_stats.beta, k);
     }
     s->chunk[0] = s->next;
     const uint32_t base = s->n_past;
@@ -536,22 +568,17 @@ static enum mk_status mk_session_advance(struct mk_session *s, uint64_t left) {
     enum mk_status st = mk_session_step_n(s, s->chunk, k + 1, k + 1);
     if (st != MK_OK || !s->spec) return st;
     const double ms = mk_api_now_ms() - t0;
+    mk_spec_timed(s, k, ms);
     if (!k) {
-        mk_lookup_stats_plain(&s->spec_stats, ms);
-        if (s->shadow_len) {
-            int hit = s->next == s->shadow[s->shadow_at];
-            mk_lookup_stats_token(&s->spec_stats, hit);
-            if (!hit || ++s->shadow_at == s->shadow_len) s->shadow_len = 0;
-        }
+        mk_spec_score(s, base);
         return MK_OK;
     }
     s->shadow_len = 0;
-    mk_lookup_stats_verify(&s->spec_stats, k, ms);
     /* outs[i] is greedy's token after chunk[i]; draft token chunk[i + 1] holds while it matches. */
     uint32_t j = 0;
     while (j < k && s->outs[j] == s->chunk[j + 1]) j++;
-    for (uint32_t i = 0; i < j; i++) mk_lookup_stats_token(&s->spec_stats, 1);
-    if (j < k) mk_lookup_stats_token(&s->spec_stats, 0);
+    for (uint32_t i = 0; i < j; i++) mk_lookup_stats_token(&s->spec_stats, ngram, 1);
+    if (j < k) mk_lookup_stats_token(&s->spec_stats, ngram, 0);
     s->timings.n_spec_steps++;
     s->timings.n_drafted += k;
     s->timings.n_accepted += j;

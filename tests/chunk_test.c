@@ -223,21 +223,21 @@ static void check_lookup(void) {
     const int32_t ctx[] = { 5, 6, 7, 8, 9, 1, 2, 5, 6, 7 };
     int32_t d[8];
     /* "5 6 7" occurred before, followed by 8 9 1 2 5 6 7. */
-    uint32_t k = mk_lookup_draft(ctx, 10, 3, d);
-    MK_CHECK(k == 3 && d[0] == 8 && d[1] == 9 && d[2] == 1);
-    k = mk_lookup_draft(ctx, 10, 8, d);
+    uint32_t g = 9, k = mk_lookup_draft(ctx, 10, 3, d, &g);
+    MK_CHECK(k == 3 && d[0] == 8 && d[1] == 9 && d[2] == 1 && g == 3);
+    k = mk_lookup_draft(ctx, 10, 8, d, NULL);
     MK_CHECK(k == 8 && d[6] == 7 && d[7] == 8); /* past the context: the match goes on with 8 */
     /* A loop of period 2 drafts as far as asked, not the 2 tokens after the latest match. */
     const int32_t loop[] = { 3, 1, 2, 1, 2, 1, 2 };
-    k = mk_lookup_draft(loop, 7, 5, d);
-    MK_CHECK(k == 5 && d[0] == 1 && d[1] == 2 && d[2] == 1 && d[3] == 2 && d[4] == 1);
+    k = mk_lookup_draft(loop, 7, 5, d, &g);
+    MK_CHECK(k == 5 && d[0] == 1 && d[1] == 2 && d[2] == 1 && d[3] == 2 && d[4] == 1 && g == 4);
     /* No repeated 2-gram at the end: no draft. */
     const int32_t fresh[] = { 1, 2, 3, 4, 2, 5 };
-    MK_CHECK(mk_lookup_draft(fresh, 6, 4, d) == 0);
+    MK_CHECK(mk_lookup_draft(fresh, 6, 4, d, &g) == 0 && g == 0);
     /* The latest occurrence wins. */
     const int32_t twice[] = { 1, 2, 3, 1, 2, 4, 1, 2 };
-    MK_CHECK(mk_lookup_draft(twice, 8, 1, d) == 1 && d[0] == 4);
-    MK_CHECK(mk_lookup_draft(twice, 8, 0, d) == 0 && mk_lookup_draft(twice, 1, 4, d) == 0);
+    MK_CHECK(mk_lookup_draft(twice, 8, 1, d, &g) == 1 && d[0] == 4 && g == 2);
+    MK_CHECK(mk_lookup_draft(twice, 8, 0, d, NULL) == 0 && mk_lookup_draft(twice, 1, 4, d, NULL) == 0);
 
     /* Draft length: weight-bound steps (small beta) verify long drafts even at modest acceptance;
      * arithmetic-bound ones (beta near 1) only short drafts at high acceptance, none at low. */
@@ -252,10 +252,23 @@ static void check_lookup(void) {
     MK_CHECK(mk_lookup_choose(0.55, 0.5, 0.03, 8) >= 3);
     MK_CHECK(mk_lookup_choose(0.55, 0.0, 0.5, 8) <= 1);
     MK_CHECK(mk_lookup_choose(0.3, 0.5, 0.03, 8) == 0);
-    /* The estimates move toward what they see. */
+    /* A session starts verifying drafts of every match length; a few misses of 2-token matches
+     * stop theirs and not the others, and a run of hits brings them back: each length learns
+     * apart. */
     struct mk_lookup_stats st = mk_lookup_stats_init();
-    for (int i = 0; i < 50; i++) mk_lookup_stats_token(&st, 0);
-    MK_CHECK(st.accept < 0.01);
+    for (uint32_t n = 2; n <= 4; n++) MK_CHECK(mk_lookup_choose(st.accept[n], st.c0, st.beta, 8) >= 1);
+    for (int i = 0; i < 3; i++) mk_lookup_stats_token(&st, 2, 0);
+    MK_CHECK(mk_lookup_choose(st.accept[2], st.c0, st.beta, 8) == 0);
+    MK_CHECK(mk_lookup_choose(st.accept[4], st.c0, st.beta, 8) >= 1);
+    for (int i = 0; i < 8; i++) mk_lookup_stats_token(&st, 2, 1);
+    MK_CHECK(mk_lookup_choose(st.accept[2], st.c0, st.beta, 8) >= 2);
+    MK_CHECK(st.accept[4] == mk_lookup_stats_init().accept[4] && st.accept[2] > st.accept[4]);
+    mk_lookup_stats_token(&st, 0, 1); /* no match, no length: ignored */
+    mk_lookup_stats_token(&st, 9, 1);
+    /* The estimates move toward what they see. */
+    for (uint32_t n = 2; n <= 4; n++)
+        for (int i = 0; i < 50; i++) mk_lookup_stats_token(&st, n, 0);
+    for (uint32_t n = 2; n <= 4; n++) MK_CHECK(st.accept[n] < 0.01);
     mk_lookup_stats_verify(&st, 4, 2.0); /* no plain step timed yet: no cost estimate */
     MK_CHECK(st.beta == mk_lookup_stats_init().beta);
     for (int i = 0; i < 20; i++) mk_lookup_stats_plain(&st, 1.0);

@@ -15,6 +15,7 @@
 #include "core/model.h"
 #include "graph/sample.h"
 #include "runtime/soak.h"
+#include "runtime/mk.h"
 #include "tests/test_util.h"
 
 static const enum mk_backend_kind gpu_kinds[] = { MK_BACKEND_MEGAKERNEL, MK_BACKEND_PEROP, MK_BACKEND_GRAPH };
@@ -1107,6 +1108,71 @@ static void test_generate(const struct mk_model *m) {
     mk_model_free(g);
 }
 
+/* Speculation through the public API on the GPU: greedy output with prompt lookup equals plain
+ * greedy decoding (which runs as one device loop) on the megakernel and on perop. */
+struct spec_run {
+    int32_t ids[160];
+    uint32_t n;
+    struct mk_timings t;
+};
+static int spec_collect(void *user, int32_t id, const char *piece, size_t len) {
+    (void)piece, (void)len;
+    struct spec_run *r = user;
+    if (r->n < 160) r->ids[r->n++] = id;
+    return 0;
+}
+static void spec_session(const struct mk_lm *lm, enum mk_backend_kind kind, int spec, const int32_t *prompt,
+                         uint32_t n_prompt, struct spec_run *r) {
+    struct mk_session_params sp = mk_session_default_params();
+    sp.backend = kind;
+    sp.n_ctx = 256;
+    sp.ubatch = 16;
+    sp.spec = spec;
+    sp.kv_type = test_kv_type();
+    sp.sampling.temperature = 0.0f;
+    struct mk_session *s = NULL;
+    struct mk_error err = { 0 };
+    memset(r, 0, sizeof *r);
+    if (mk_session_create(lm, &sp, &s, &err) != MK_OK) {
+        MK_CHECK_MSG(0, "spec session on %s: %s", mk_backend_kind_name(kind), err.msg);
+        return;
+    }
+    MK_CHECK_MSG(mk_session_feed(s, prompt, n_prompt) == MK_OK, "feed: %s", mk_session_last_error(s));
+    MK_CHECK_MSG(mk_session_generate(s, 150, spec_collect, r, NULL, NULL) == MK_OK, "generate: %s",
+                 mk_session_last_error(s));
+    r->t = mk_session_timings(s);
+    mk_session_free(s);
+}
+static void test_spec(const char *dir) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/stories260K-f32.gguf", dir);
+    struct mk_lm *lm = NULL;
+    struct mk_error err = { 0 };
+    if (mk_lm_load(path, &lm, &err) != MK_OK) {
+        MK_CHECK_MSG(0, "%s: %s", path, err.msg);
+        return;
+    }
+    /* Repeats, so that drafts hold at times. */
+    int32_t prompt[48];
+    for (uint32_t i = 0; i < 48; i++) prompt[i] = (int32_t)(1u + (i % 13u) * 29u % 511u);
+    static struct spec_run base, on, perop;
+    spec_session(lm, MK_BACKEND_MEGAKERNEL, MK_SPEC_OFF, prompt, 48, &base);
+    spec_session(lm, MK_BACKEND_MEGAKERNEL, MK_SPEC_LOOKUP, prompt, 48, &on);
+    spec_session(lm, MK_BACKEND_PEROP, MK_SPEC_LOOKUP, prompt, 48, &perop);
+    const struct spec_run *all[] = { &on, &perop };
+    static const char *const what[] = { "megakernel", "perop" };
+    MK_CHECK(base.n == 150);
+    for (int k = 0; k < 2; k++) {
+        MK_CHECK_MSG(all[k]->n == base.n && !memcmp(all[k]->ids, base.ids, base.n * sizeof base.ids[0]),
+                     "speculation (%s) output differs from plain greedy decoding at token %u", what[k],
+                     first_diff_u(all[k]->ids, base.ids, base.n));
+        printf("INFO spec %s: %u verification steps, %u of %u drafted tokens accepted\n", what[k],
+               (unsigned)all[k]->t.n_spec_steps, (unsigned)all[k]->t.n_accepted, (unsigned)all[k]->t.n_drafted);
+    }
+    MK_CHECK_MSG(on.t.n_spec_steps > 0 && perop.t.n_spec_steps > 0, "no draft was verified on a repetitive prompt");
+    mk_lm_free(lm);
+}
+
 int main(int argc, char **argv) {
     const struct mk_cuda *cu = NULL;
     struct mk_error err;
@@ -1152,6 +1218,7 @@ int main(int argc, char **argv) {
     if (all || !strcmp(only, "generate")) test_generate(m);
     if (all || !strcmp(only, "hang")) test_hang(m);
     if (all || !strcmp(only, "faults")) test_faults(m, argc > 2 ? argv[2] : NULL);
+    if (all || !strcmp(only, "spec")) test_spec(dir);
     mk_model_free(m);
     if (all || !strcmp(only, "quant")) test_quant();
     if (all || !strcmp(only, "chunk")) test_chunk_hd128();

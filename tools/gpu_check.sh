@@ -69,7 +69,7 @@ for w in $WHAT; do
         grep -E 'H100|H200|NVIDIA|REG|16-byte|local-memory' "$LOG" >> "$SUM"
         ;;
     tests)
-        for t in stories sampling context hang faults generate; do
+        for t in stories sampling context hang faults generate spec; do
             run "cuda_test $t" 300 "$BIN/cuda_test" "$t"
         done
         # Sticky CUDA errors end CUDA for their process: one process per injected kind.
