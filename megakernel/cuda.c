@@ -46,6 +46,7 @@ static const struct mk_cuda_sym mk_cuda_syms[] = {
     MK_CUDA_SYM(cuMemcpyHtoDAsync_v2),
     MK_CUDA_SYM(cuMemcpyDtoHAsync_v2),
     MK_CUDA_SYM(cuMemsetD8_v2),
+    MK_CUDA_SYM(cuMemsetD8Async),
     MK_CUDA_SYM(cuMemHostAlloc),
     MK_CUDA_SYM(cuMemFreeHost),
     MK_CUDA_SYM(cuMemHostGetDevicePointer_v2),

@@ -100,6 +100,7 @@ struct mk_cuda {
     mk_cu_result (*cuMemcpyHtoDAsync_v2)(mk_cu_devptr, const void *, size_t, mk_cu_stream);
     mk_cu_result (*cuMemcpyDtoHAsync_v2)(void *, mk_cu_devptr, size_t, mk_cu_stream);
     mk_cu_result (*cuMemsetD8_v2)(mk_cu_devptr, unsigned char, size_t);
+    mk_cu_result (*cuMemsetD8Async)(mk_cu_devptr, unsigned char, size_t, mk_cu_stream);
     mk_cu_result (*cuMemHostAlloc)(void **, size_t, unsigned);
     mk_cu_result (*cuMemFreeHost)(void *);
     mk_cu_result (*cuMemHostGetDevicePointer_v2)(mk_cu_devptr *, void *, unsigned);

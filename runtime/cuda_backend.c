@@ -733,13 +733,15 @@ static enum mk_status mk_cuda_poison(struct mk_cuda_backend *b, enum mk_status s
 static enum mk_status mk_cuda_relaunch(struct mk_cuda_backend *b, struct mk_error *err) {
     const struct mk_cuda *cu = b->cu;
     const struct mk_program *p = b->prog;
+    const uint64_t t0 = mk_cuda_now_ns();
     if (MK_CU(cu, err, cuCtxSetCurrent(b->ctx))) return MK_ERR_CUDA;
     if (MK_CU(cu, err, cuStreamSynchronize(b->stream))) return MK_ERR_CUDA;
-    if (MK_CU(cu, err, cuMemsetD8_v2(b->d_counters, 0, (size_t)p->n_counters * 4u)) ||
-        MK_CU(cu, err, cuMemsetD8_v2(b->d_work, 0, sizeof(uint64_t))) ||
-        MK_CU(cu, err, cuMemsetD8_v2(b->d_state, 0, sizeof(struct mk_step_state))))
+    /* On the kernel's stream: it is non-blocking, so memsets on the legacy stream were not
+     * ordered before the launch. */
+    if (MK_CU(cu, err, cuMemsetD8Async(b->d_counters, 0, (size_t)p->n_counters * 4u, b->stream)) ||
+        MK_CU(cu, err, cuMemsetD8Async(b->d_work, 0, sizeof(uint64_t), b->stream)) ||
+        MK_CU(cu, err, cuMemsetD8Async(b->d_state, 0, sizeof(struct mk_step_state), b->stream)))
         return MK_ERR_CUDA;
-    const uint64_t t0 = mk_cuda_now_ns();
     enum mk_status st = mk_cuda_start_megakernel(b, err);
     if (st == MK_OK && b->verbose && b->gpu.trace != MK_GPU_TRACE_OFF)
         fprintf(stderr, "mk: megakernel launched again after chunk steps in %.3f ms\n", (mk_cuda_now_ns() - t0) / 1e6);
