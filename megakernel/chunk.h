@@ -116,6 +116,15 @@ MK_ABI_FN uint32_t mk_chunk_mv_span(uint32_t cols, uint32_t splits) {
     return (cols + step - 1u) / step * MK_CHUNK_MV_KSTEP;
 }
 
+/* mk_chunk_mv_kq8_<NT>, the K-quant products of mk_chunk_mv_kq with x as int8 levels on the one-token
+ * tiles' tensor-core form (megakernel/chunk/mv8.cuh): the same grid and outputs, NT =
+ * mk_chunk_mv8_tokens(m) token rows (m rounded up; the rest zero), and x's levels and group scales
+ * of whole super-blocks (a split of an odd number of 128-column steps touches one more half
+ * super-block, given zero x): MK_CHUNK_MV8_SMEM(m, span) bytes, 112 a token row and 32 columns. */
+MK_ABI_FN uint32_t mk_chunk_mv8_tokens(uint32_t m) { return m <= 2u ? 2u : m <= 4u ? 4u : m <= 8u ? 8u : 16u; }
+MK_ABI_FN uint32_t mk_chunk_mv8_cols(uint32_t span) { return (span + 255u) / 256u * 256u; }
+#define MK_CHUNK_MV8_SMEM(m, span) (mk_chunk_mv8_tokens(m) * 112u * (mk_chunk_mv8_cols(span) / 32u))
+
 /* The K-quant few-token products' plan (mk_chunk_mv_kq) for `tiles` tiles of K columns and m token
  * rows: *splits column splits (at most max_k columns each) of *blocks blocks, each block taking
  * every *blocks-th tile of its split with x brought in once. The plan leaves the busiest block the
