@@ -82,6 +82,11 @@ enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_err
     if ((v = getenv("MK_CUDA_NO_PDL")) && mk_env_bool("MK_CUDA_NO_PDL", v, &s->no_pdl, err)) return MK_ERR_INVALID_ARG;
     if ((v = getenv("MK_CUDA_NO_CHUNK_KQ")) && mk_env_bool("MK_CUDA_NO_CHUNK_KQ", v, &s->no_chunk_kq, err))
         return MK_ERR_INVALID_ARG;
+    if ((v = getenv("MK_CUDA_MV_KQ8"))) {
+        bool on = true;
+        if (mk_env_bool("MK_CUDA_MV_KQ8", v, &on, err)) return MK_ERR_INVALID_ARG;
+        s->no_mv_kq8 = !on;
+    }
     if ((v = getenv("MK_CUDA_MV_BLOCKS")) && mk_env_uint("MK_CUDA_MV_BLOCKS", v, 0, 1u << 20, &s->mv_blocks, err))
         return MK_ERR_INVALID_ARG;
     if ((v = getenv("MK_CUDA_TRACE"))) {

@@ -9,6 +9,7 @@
 #include "megakernel/chunk/mmq.cuh"
 #include "megakernel/chunk/mmw.cuh"
 #include "megakernel/chunk/mv.cuh"
+#include "megakernel/chunk/mv8.cuh"
 #include "megakernel/chunk/qkv.cuh"
 #include "megakernel/chunk/rows.cuh"
 #include "megakernel/chunk/sample.cuh"

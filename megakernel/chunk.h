@@ -116,6 +116,15 @@ MK_ABI_FN uint32_t mk_chunk_mv_span(uint32_t cols, uint32_t splits) {
     return (cols + step - 1u) / step * MK_CHUNK_MV_KSTEP;
 }
 
+/* mk_chunk_mv_kq8_<NT>, the K-quant products of mk_chunk_mv_kq with x as int8 levels on the one-token
+ * tiles' tensor-core form (megakernel/chunk/mv8.cuh): the same grid and outputs, NT =
+ * mk_chunk_mv8_tokens(m) token rows (m rounded up; the rest zero), and x's levels and group scales
+ * of whole super-blocks (a split of an odd number of 128-column steps touches one more half
+ * super-block, given zero x): MK_CHUNK_MV8_SMEM(m, span) bytes, 112 a token row and 32 columns. */
+MK_ABI_FN uint32_t mk_chunk_mv8_tokens(uint32_t m) { return m <= 2u ? 2u : m <= 4u ? 4u : m <= 8u ? 8u : 16u; }
+MK_ABI_FN uint32_t mk_chunk_mv8_cols(uint32_t span) { return (span + 255u) / 256u * 256u; }
+#define MK_CHUNK_MV8_SMEM(m, span) (mk_chunk_mv8_tokens(m) * 112u * (mk_chunk_mv8_cols(span) / 32u))
+
 /* The K-quant few-token products' plan (mk_chunk_mv_kq) for `tiles` tiles of K columns and m token
  * rows: *splits column splits (at most max_k columns each) of *blocks blocks, each block taking
  * every *blocks-th tile of its split with x brought in once. The plan leaves the busiest block the
@@ -123,10 +132,14 @@ MK_ABI_FN uint32_t mk_chunk_mv_span(uint32_t cols, uint32_t splits) {
  * (BENCHMARKS.md, twenty-second session: 512 and up were slower). slots1 / slots2: the blocks the
  * GPU holds at once with a block's x above / within pair_smem bytes; part_floats: the room for the
  * splits' partial sums (partials: SILU, whose sums always go through them; m x all floats a split);
- * cap: at most this many blocks a split, 0 = no cap. */
+ * cap: at most this many blocks a split, 0 = no cap. kq8: for mk_chunk_mv_kq8_*, whose x takes
+ * MK_CHUNK_MV8_SMEM and whose blocks read whole super-blocks (mk_chunk_mv8_cols of a split's span). */
+MK_ABI_FN uint32_t mk_chunk_mv_kq_smem(uint32_t m, uint32_t span, bool kq8) {
+    return kq8 ? MK_CHUNK_MV8_SMEM(m, span) : MK_CHUNK_MV_SMEM(m, span);
+}
 MK_ABI_FN void mk_chunk_mv_kq_plan(uint32_t m, uint32_t K, uint32_t tiles, uint32_t max_k, uint32_t pair_smem,
                                    uint32_t slots1, uint32_t slots2, uint64_t part_floats, bool partials, uint32_t all,
-                                   uint32_t cap, uint32_t *splits, uint32_t *blocks) {
+                                   uint32_t cap, bool kq8, uint32_t *splits, uint32_t *blocks) {
     const uint32_t most = (K + MK_CHUNK_MV_KSTEP - 1u) / MK_CHUNK_MV_KSTEP, first = (K + max_k - 1u) / max_k;
     uint64_t best = ~0ull;
     *splits = first, *blocks = tiles;
@@ -134,9 +147,9 @@ MK_ABI_FN void mk_chunk_mv_kq_plan(uint32_t m, uint32_t K, uint32_t tiles, uint3
         const uint32_t span = mk_chunk_mv_span(K, s);
         if ((K + span - 1u) / span != s) continue; /* the same span as a smaller count */
         if ((partials || s > 1u) && (uint64_t)s * m * all > part_floats) continue;
-        const uint32_t slots = MK_CHUNK_MV_SMEM(m, span) <= pair_smem ? slots2 : slots1;
+        const uint32_t slots = mk_chunk_mv_kq_smem(m, span, kq8) <= pair_smem ? slots2 : slots1;
         const uint32_t per = slots / s > 1u ? slots / s : 1u, bx = per < tiles ? per : tiles;
-        const uint64_t cost = (uint64_t)((tiles + bx - 1u) / bx) * (span + 64u);
+        const uint64_t cost = (uint64_t)((tiles + bx - 1u) / bx) * ((kq8 ? mk_chunk_mv8_cols(span) : span) + 64u);
         if (cost < best) best = cost, *splits = s, *blocks = bx;
     }
     if (cap && *blocks > cap) *blocks = cap;

@@ -234,6 +234,141 @@ __device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8
     }
 }
 
+/* The few-token tiles of a chunk step (megakernel/chunk/mv8.cuh): the weights are read once for NT
+ * token rows, as the one-token tiles read them for one, instead of decoding them to bf16 with float
+ * scales per group (mk_chunk_mv_kq, bound by those instructions: BENCHMARKS.md, twenty-second
+ * session). x's image holds the NT token rows interleaved, so that a token's offset is a constant
+ * of the load: token t's levels of group G at xq + 96 (NT G + t) (three levels of 32 bytes, as
+ * mk_xq8's), its mk_xgroup at xg + 16 (NT G + t). The originals above stay as they are: the
+ * megakernel's code is tuned on their generated code. */
+
+/* Group s (0..7) of a Q4_K (FIVE: Q5_K) super-block of rows g and g + 8 as this lane's mma A
+ * fragment: its 8 bytes of each row's quants, with Q5_K's fifth bits (mk_qmma_k45_sb's decoding). */
+template <bool FIVE> __device__ __forceinline__ void mk_qmma_k45_a(const struct mk_qk45_raw &w, int s, uint32_t *a) {
+    const uint32_t p = (uint32_t)s >> 1, sh = 4u * ((uint32_t)s & 1u);
+    a[0] = (w.q0[2 * p] >> sh) & 0x0f0f0f0fu, a[1] = (w.q8[2 * p] >> sh) & 0x0f0f0f0fu;
+    a[2] = (w.q0[2 * p + 1] >> sh) & 0x0f0f0f0fu, a[3] = (w.q8[2 * p + 1] >> sh) & 0x0f0f0f0fu;
+    if (FIVE) {
+        a[0] |= ((w.e0[0] >> s) & 0x01010101u) << 4;
+        a[1] |= ((w.e8[0] >> s) & 0x01010101u) << 4;
+        a[2] |= ((w.e0[1] >> s) & 0x01010101u) << 4;
+        a[3] |= ((w.e8[1] >> s) & 0x01010101u) << 4;
+    }
+}
+
+/* A Q4_K (FIVE: Q5_K) super-block of rows g and g + 8 (words in w; its first group G0 of x's image)
+ * against NT token rows, NT / 2 pairs, each pair one mma on A decoded once a group: B's columns
+ * 0-2 are the pair's first token's three levels, 4-6 the second's, 3 and 7 empty, so lane c's C
+ * columns 2c, 2c + 1 belong to token c >> 1 of the pair and combine as mk_qmma_k45_sb's do
+ * (t = 254 C[2c] + C[2c + 1], weighed 1/254 or 1/254^3). acc[p][0], acc[p][1]: this lane's share of
+ * rows g and g + 8 for token 2p + (c >> 1) (lanes c and c ^ 1 sum later); the mins go four groups a
+ * lane. The super-block's d goes into each product rather than into a sum per pair after the
+ * groups: NT = 16 would otherwise hold 16 more registers. */
+template <bool FIVE, int NT>
+__device__ __forceinline__ void mk_qmma_k45_sbt(const struct mk_qk45_raw &w, uint32_t G0, uint32_t xq, uint32_t xg,
+                                                float (*acc)[2]) {
+    static_assert(NT % 2 == 0, "pairs of token rows");
+    const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, c = lane & 3u, tok = c >> 1;
+    const float tw = (c & 1u) == 0u ? 1.0f / MK_XQ_STEP : 1.0f / (MK_XQ_STEP * MK_XQ_STEP * MK_XQ_STEP);
+    /* B column g: token g >> 2's level g & 3 (3: none). */
+    const uint32_t blev = g & 3u;
+    const bool bl = blev < 3u;
+    const uint32_t xqo = xq + 96u * (g >> 2) + 32u * (bl ? blev : 0u) + 8u * c, xgt = xg + 16u * tok;
+    const uint32_t *h0 = w.h0, *h8 = w.h8;
+    const uint32_t s0[2] = { mk_qmma_k4_scales(h0, false), mk_qmma_k4_scales(h0, true) };
+    const uint32_t s8[2] = { mk_qmma_k4_scales(h8, false), mk_qmma_k4_scales(h8, true) };
+    const float2 d0 = mk_qmma_h2f(h0[0]), d8 = mk_qmma_h2f(h8[0]);
+    const float tw0 = tw * d0.x, tw8 = tw * d8.x;
+    MK_UNROLL
+    for (int s = 0; s < 8; s++) {
+        const uint32_t G = G0 + (uint32_t)s;
+        uint32_t a[4];
+        mk_qmma_k45_a<FIVE>(w, s, a);
+        const int sc0 = (int)mk_qmma_byte(s0[s >> 2], (uint32_t)s & 3u);
+        const int sc8 = (int)mk_qmma_byte(s8[s >> 2], (uint32_t)s & 3u);
+        MK_UNROLL
+        for (int p = 0; p < NT / 2; p++) {
+            const uint2 bx = mk_lds64(xqo + 96u * (NT * G + 2u * (uint32_t)p));
+            int d[4];
+            mk_mma_s8(d, a[0], a[1], a[2], a[3], bl ? bx.x : 0u, bl ? bx.y : 0u);
+            const float xd = __uint_as_float(mk_lds128(xgt + 16u * (NT * G + 2u * (uint32_t)p)).x);
+            acc[p][0] += (float)((d[0] * 254 + d[1]) * sc0) * (xd * tw0);
+            acc[p][1] += (float)((d[2] * 254 + d[3]) * sc8) * (xd * tw8);
+        }
+    }
+    /* Mins: lane c takes its token's sub-blocks 4 (c & 1) .. + 3. */
+    const uint32_t m0w = mk_qmma_k4_mins(h0, (c & 1u) != 0u), m8w = mk_qmma_k4_mins(h8, (c & 1u) != 0u);
+    MK_UNROLL
+    for (int p = 0; p < NT / 2; p++) {
+        float m0 = 0.0f, m8 = 0.0f;
+        MK_UNROLL
+        for (uint32_t e = 0; e < 4u; e++) {
+            const float gs = mk_qmma_gsum(xgt + 16u * 2u * (uint32_t)p, NT * (G0 + 4u * (c & 1u) + e));
+            m0 += (float)mk_qmma_byte(m0w, e) * gs;
+            m8 += (float)mk_qmma_byte(m8w, e) * gs;
+        }
+        acc[p][0] -= d0.y * m0;
+        acc[p][1] -= d8.y * m8;
+    }
+}
+
+/* A Q6_K super-block of rows g and g + 8 (b0, b8; its first group G0 of x's image) against NT token
+ * rows, one mma a token on A decoded once a group: B's columns are mk_qmma_k6's (a token fills six
+ * of them, so tokens do not pair). acc[t][0], acc[t][1]: this lane's share of rows g and g + 8 for
+ * token t (the four lanes of a row sum later). The super-block's d goes into each product, as in
+ * mk_qmma_k45_sbt. */
+template <int NT>
+__device__ __forceinline__ void mk_qmma_k6_sbt(const uint8_t *b0, const uint8_t *b8, uint32_t G0, uint32_t xq,
+                                               uint32_t xg, float (*acc)[2]) {
+    const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, c = lane & 3u;
+    const uint32_t lev = g == 4u || g == 6u ? 2u : g & 1u, half = g == 2u || g == 3u || g == 6u ? 1u : 0u;
+    const bool bl = g != 5u && g != 7u && half == c >> 1;
+    const uint32_t xqo = xq + 32u * lev + 8u * c;
+    const float tw = c < 2u ? 1.0f / MK_XQ_STEP : 1.0f / (MK_XQ_STEP * MK_XQ_STEP * MK_XQ_STEP);
+    const uint32_t hs = 8u * (c & 1u);
+    const float tw0 = tw * mk_q_half(b0 + 208u), tw8 = tw * mk_q_half(b8 + 208u);
+    uint32_t sc0[4], sc8[4];
+    mk_w_words<4>(b0 + 192u, sc0);
+    mk_w_words<4>(b8 + 192u, sc8);
+    MK_UNROLL
+    for (int i = 0; i < 4; i++) sc0[i] >>= hs, sc8[i] >>= hs;
+    MK_UNROLL
+    for (uint32_t n = 0; n < 2u; n++) {
+        uint32_t la0[2], lb0[2], hh0[2], la8[2], lb8[2], hh8[2];
+        mk_w_words<2>(b0 + 64u * n + 8u * c, la0);
+        mk_w_words<2>(b0 + 64u * n + 32u + 8u * c, lb0);
+        mk_w_words<2>(b0 + 128u + 32u * n + 8u * c, hh0);
+        mk_w_words<2>(b8 + 64u * n + 8u * c, la8);
+        mk_w_words<2>(b8 + 64u * n + 32u + 8u * c, lb8);
+        mk_w_words<2>(b8 + 128u + 32u * n + 8u * c, hh8);
+        MK_UNROLL
+        for (uint32_t kk = 0; kk < 4u; kk++) {
+            const uint32_t G = G0 + 4u * n + kk;
+            uint32_t a[4];
+            MK_UNROLL
+            for (int k = 0; k < 2; k++) {
+                const uint32_t l0 = kk & 1u ? lb0[k] : la0[k], l8 = kk & 1u ? lb8[k] : la8[k];
+                const uint32_t q0 = kk < 2u ? l0 & 0x0f0f0f0fu : (l0 >> 4) & 0x0f0f0f0fu;
+                const uint32_t q8 = kk < 2u ? l8 & 0x0f0f0f0fu : (l8 >> 4) & 0x0f0f0f0fu;
+                a[2 * k] = mk_q8_minus32(q0 | (((hh0[k] >> (2u * kk)) & 0x03030303u) << 4));
+                a[2 * k + 1] = mk_q8_minus32(q8 | (((hh8[k] >> (2u * kk)) & 0x03030303u) << 4));
+            }
+            /* Scale 8n + 2kk + half: byte (2kk) % 4 of word (8n + 2kk) / 4, shifted by half. */
+            const uint32_t wi = (8u * n + 2u * kk) >> 2, bi = (2u * kk) & 3u;
+            const int s0 = (int)(int8_t)mk_qmma_byte(sc0[wi], bi), s8 = (int)(int8_t)mk_qmma_byte(sc8[wi], bi);
+            MK_UNROLL
+            for (int t = 0; t < NT; t++) {
+                const uint2 bx = mk_lds64(xqo + 96u * (NT * G + (uint32_t)t));
+                int d[4];
+                mk_mma_s8(d, a[0], a[1], a[2], a[3], bl ? bx.x : 0u, bl ? bx.y : 0u);
+                const float xd = __uint_as_float(mk_lds128(xg + 16u * (NT * G + (uint32_t)t)).x);
+                acc[t][0] += (float)((d[0] * 254 + d[1]) * s0) * (xd * tw0);
+                acc[t][1] += (float)((d[2] * 254 + d[3]) * s8) * (xd * tw8);
+            }
+        }
+    }
+}
+
 /* Super-blocks [lo, hi) of item `it` (tile it / ks, its share it % ks of nsb). */
 __device__ __forceinline__ uint32_t mk_qmma_lo(uint32_t it, uint32_t ks, uint32_t nsb) { return it % ks * nsb / ks; }
 __device__ __forceinline__ uint32_t mk_qmma_hi(uint32_t it, uint32_t ks, uint32_t nsb) {

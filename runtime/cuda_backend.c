@@ -85,7 +85,11 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_STORE_KW, /* the same over more token rows on sm_90a's wgmma, x as MK_CK_XH left it */
     MK_CK_MM_ADD_KW,
     MK_CK_MM_SILU_KW,
-    MK_CK_XH, /* x's split rows to the f16 stages of the _KW products */
+    MK_CK_XH,       /* x's split rows to the f16 stages of the _KW products */
+    MK_CK_MV_KQ8_2, /* MK_CK_MV_KQ with x as int8 levels on the tensor cores, for 2, 4, 8, 16 token rows */
+    MK_CK_MV_KQ8_4,
+    MK_CK_MV_KQ8_8,
+    MK_CK_MV_KQ8_16,
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
@@ -106,6 +110,8 @@ static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
     "mk_chunk_mm_add_kq32",  "mk_chunk_mm_silu_kq32",
     "mk_chunk_mm_store_kw",  "mk_chunk_mm_add_kw",
     "mk_chunk_mm_silu_kw",   "mk_chunk_xh",
+    "mk_chunk_mv_kq8_2",     "mk_chunk_mv_kq8_4",
+    "mk_chunk_mv_kq8_8",     "mk_chunk_mv_kq8_16",
 };
 
 struct mk_cuda_backend {
@@ -889,6 +895,18 @@ static bool mk_cuda_chunk_kquants(const struct mk_weight_ref *wt, const uint32_t
     return true;
 }
 
+/* Whether mk_chunk_mv_kq8_* takes the K-quant stack w (mk_cuda_chunk_kquants): each warp's 16 rows
+ * must share one format, so where the format changes down the stack it changes at a multiple of
+ * 16 rows (SILU's gate and up never share a warp). */
+static bool mk_cuda_chunk_kq8(const struct mk_weight_ref *wt, const uint32_t w[3], bool silu) {
+    uint32_t row = 0;
+    for (int j = 0; j < 2 && !silu && w[j + 1] != MK_NO_WEIGHT; j++) {
+        row += wt[w[j]].rows;
+        if (row % 16u && wt[w[j]].dtype != wt[w[j + 1]].dtype) return false;
+    }
+    return true;
+}
+
 /* The widest matrix of the chunk program's products (their x rows' length). */
 static uint32_t mk_cuda_product_cols(const struct mk_program *p) {
     uint32_t most = 0;
@@ -987,11 +1005,12 @@ static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chun
     const bool silu = l.mode == MK_CHUNK_MM_SILU;
     const uint32_t K = l.ldx, all = silu ? 2u * rows : rows;
     const uint32_t tiles = mk_cuda_div_up(rows, silu ? MK_CHUNK_MV_ROWS / 2u : MK_CHUNK_MV_ROWS);
+    const bool kq8 = k >= MK_CK_MV_KQ8_2 && k <= MK_CK_MV_KQ8_16;
     uint32_t gx = tiles, splits;
-    if (k == MK_CK_MV_KQ) {
+    if (k == MK_CK_MV_KQ || kq8) {
         const uint32_t sms = (uint32_t)b->info.sm_count;
         mk_chunk_mv_kq_plan(l.m, K, tiles, b->c_mv_k, b->c_mv_pair, sms, 2u * sms, mk_cuda_part_floats(b), silu, all,
-                            b->gpu.mv_blocks, &splits, &gx);
+                            b->gpu.mv_blocks, kq8, &splits, &gx);
     } else {
         /* bf16 and the other formats: a tile a block, 4 blocks per multiprocessor. */
         const uint32_t want = 4u * (uint32_t)b->info.sm_count, most = mk_cuda_div_up(K, MK_CHUNK_MV_KSTEP);
@@ -1002,10 +1021,11 @@ static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chun
     }
     const uint32_t span = mk_chunk_mv_span(K, splits);
     MK_ASSERT(mk_chunk_mv_span(K, splits) == span && span <= b->c_mv_k);
-    if (splits == 1u && !silu) return mk_cuda_chunk_launch(b, k, gx, 1, MK_CHUNK_MV_SMEM(l.m, span), l, err);
+    const uint32_t smem = mk_chunk_mv_kq_smem(l.m, span, kq8);
+    if (splits == 1u && !silu) return mk_cuda_chunk_launch(b, k, gx, 1, smem, l, err);
     if ((uint64_t)splits * l.m * all > mk_cuda_part_floats(b))
         return mk_error_set(err, MK_ERR_UNSUPPORTED, "the partials of %u splits do not fit", splits);
-    return mk_cuda_chunk_split_launch(b, k, gx, 1, splits, MK_CHUNK_MV_SMEM(l.m, span), l, rows, all, err);
+    return mk_cuda_chunk_split_launch(b, k, gx, 1, splits, smem, l, rows, all, err);
 }
 
 /* Product kernel k on (gx, gy) tiles of stages of kstage columns. Too few tiles to fill the GPU (few
@@ -1066,9 +1086,17 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
                                  .y_off = y_off,
                                  .ldy = ldy };
     if (m <= MK_CHUNK_MV_TOKENS && b->c_mv_k) {
-        const enum mk_cuda_chunk_kernel mv = bf16                           ? MK_CK_MV_BF16
-                                             : mk_cuda_chunk_kquants(wt, w) ? MK_CK_MV_KQ
-                                                                            : MK_CK_MV;
+        /* K-quants: x as int8 levels on the megakernel's integer tiles, unless MK_CUDA_MV_KQ8=0 asks
+         * for the bf16 decoding (mk_chunk_mv_kq) to compare. */
+        const uint32_t nt = mk_chunk_mv8_tokens(m);
+        const enum mk_cuda_chunk_kernel kq8 = nt == 2u   ? MK_CK_MV_KQ8_2
+                                              : nt == 4u ? MK_CK_MV_KQ8_4
+                                              : nt == 8u ? MK_CK_MV_KQ8_8
+                                                         : MK_CK_MV_KQ8_16;
+        const enum mk_cuda_chunk_kernel mv = bf16                                                  ? MK_CK_MV_BF16
+                                             : !mk_cuda_chunk_kquants(wt, w)                       ? MK_CK_MV
+                                             : !b->gpu.no_mv_kq8 && mk_cuda_chunk_kq8(wt, w, silu) ? kq8
+                                                                                                   : MK_CK_MV_KQ;
         enum mk_status st = mk_cuda_chunk_mv(b, l, rows, mv, err);
         if (st != MK_ERR_UNSUPPORTED) return st;
     }
@@ -1743,6 +1771,13 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         if (mv_k && mv > 48u * 1024u &&
             MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)mv)))
             return MK_ERR_CUDA;
+    /* mk_chunk_mv_kq8_*: x of their most token rows (no more than the above: chunk_test). */
+    for (int k = MK_CK_MV_KQ8_2; k <= MK_CK_MV_KQ8_16; k++) {
+        const uint32_t mv8 = MK_CHUNK_MV8_SMEM(2u << (k - MK_CK_MV_KQ8_2), mv_k);
+        if (mv_k && mv8 > 48u * 1024u &&
+            MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)mv8)))
+            return MK_ERR_CUDA;
+    }
     return MK_OK;
 }
 

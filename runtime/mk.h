@@ -232,6 +232,8 @@ struct mk_gpu_params {
                                  * tokens go through decoded weights, not the matrices' integers */
     unsigned mv_blocks;         /* most blocks per column split of the Q4_K/Q5_K/Q6_K products over 16
                                  * or fewer tokens (each takes every such tile in turn); 0 = the plan */
+    int no_mv_kq8;              /* nonzero: those products decode the weights to bf16 instead of taking x
+                                 * as int8 levels on the integer tensor cores, for comparison */
 };
 
 /* Speculative decoding (mk_session_params.spec). */

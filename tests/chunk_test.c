@@ -182,40 +182,44 @@ static void check_mv_plan(void) {
     for (size_t a = 0; a < sizeof Ks / sizeof Ks[0]; a++)
         for (size_t b = 0; b < sizeof ms / sizeof ms[0]; b++)
             for (size_t c = 0; c < sizeof tiles_of / sizeof tiles_of[0]; c++)
-                for (int silu = 0; silu < 2; silu++) {
+                for (int v = 0; v < 4; v++) {
+                    const bool silu = v & 1, kq8 = v >> 1;
                     const uint32_t K = Ks[a], m = ms[b], tiles = tiles_of[c], all = tiles * 128u;
                     const uint64_t part = 4ull * 132u * MK_CHUNK_MM_TOKENS * 2u * MK_CHUNK_MM_ROWS;
                     uint32_t s, bx;
-                    mk_chunk_mv_kq_plan(m, K, tiles, 2048, 113u * 1024u, 132, 264, part, silu, all, 0, &s, &bx);
+                    mk_chunk_mv_kq_plan(m, K, tiles, 2048, 113u * 1024u, 132, 264, part, silu, all, 0, kq8, &s, &bx);
                     const uint32_t span = mk_chunk_mv_span(K, s);
                     const bool fits = (!silu && s == 1) || (uint64_t)s * m * all <= part;
                     bool ok =
                         span <= 2048 && (K + span - 1u) / span == s && (s - 1u) * span < K && bx >= 1 && bx <= tiles;
-                    const uint32_t slots = MK_CHUNK_MV_SMEM(m, span) <= 113u * 1024u ? 264u : 132u;
+                    const uint32_t slots = mk_chunk_mv_kq_smem(m, span, kq8) <= 113u * 1024u ? 264u : 132u;
                     ok = ok && (!fits || (uint64_t)s * bx <= (slots > s ? slots : s));
-                    const uint64_t cost = (uint64_t)((tiles + bx - 1u) / bx) * (span + 64u);
+                    const uint32_t cols = kq8 ? mk_chunk_mv8_cols(span) : span;
+                    const uint64_t cost = (uint64_t)((tiles + bx - 1u) / bx) * (cols + 64u);
                     for (uint32_t t = (K + 2047u) / 2048u; ok && t <= 32u && t <= (K + 127u) / 128u; t++) {
                         const uint32_t sp = mk_chunk_mv_span(K, t);
                         if ((K + sp - 1u) / sp != t || ((silu || t > 1) && (uint64_t)t * m * all > part)) continue;
                         if (!fits) ok = false; /* a count whose partials fit was passed over */
-                        const uint32_t sl = MK_CHUNK_MV_SMEM(m, sp) <= 113u * 1024u ? 264u : 132u;
+                        const uint32_t sl = mk_chunk_mv_kq_smem(m, sp, kq8) <= 113u * 1024u ? 264u : 132u;
                         const uint32_t per = sl / t > 1u ? sl / t : 1u, b2 = per < tiles ? per : tiles;
-                        ok = (uint64_t)((tiles + b2 - 1u) / b2) * (sp + 64u) >= cost;
+                        ok = (uint64_t)((tiles + b2 - 1u) / b2) * ((kq8 ? mk_chunk_mv8_cols(sp) : sp) + 64u) >= cost;
                     }
                     /* A cap lowers the blocks and nothing else. */
                     uint32_t s1, b1;
-                    mk_chunk_mv_kq_plan(m, K, tiles, 2048, 113u * 1024u, 132, 264, part, silu, all, 1, &s1, &b1);
+                    mk_chunk_mv_kq_plan(m, K, tiles, 2048, 113u * 1024u, 132, 264, part, silu, all, 1, kq8, &s1, &b1);
                     ok = ok && s1 == s && b1 == 1;
+                    /* kq8's x is smaller: it fits wherever the bf16 staging's does. */
+                    ok = ok && (!kq8 || MK_CHUNK_MV8_SMEM(m, span) <= MK_CHUNK_MV_SMEM(m, span));
                     checked++;
                     if (!ok && !bad++)
                         fprintf(stderr, "mv plan: K %u m %u tiles %u silu %d: %u splits of %u blocks\n", K, m, tiles,
                                 silu, s, bx);
                 }
-    MK_CHECK(checked == 8 * 6 * 9 * 2 && bad == 0);
+    MK_CHECK(checked == 8 * 6 * 9 * 2 * 2 && bad == 0);
     /* llama-8b's FFN gate/up at 4 tokens: 8 splits of 512 columns, 33 blocks each (BENCHMARKS.md). */
     uint32_t s, bx;
     mk_chunk_mv_kq_plan(4, 4096, 224, 2048, 113u * 1024u, 132, 264,
-                        4ull * 132u * MK_CHUNK_MM_TOKENS * 2u * MK_CHUNK_MM_ROWS, true, 2u * 14336u, 0, &s, &bx);
+                        4ull * 132u * MK_CHUNK_MM_TOKENS * 2u * MK_CHUNK_MM_ROWS, true, 2u * 14336u, 0, false, &s, &bx);
     MK_CHECK(s == 8 && bx == 33);
 }
 

@@ -189,6 +189,92 @@ static int check(uint32_t t, const char *name, uint32_t n, uint32_t ks, int c, d
     return bad;
 }
 
+/* mk_qmma_k45_sbt and mk_qmma_k6_sbt: NT token rows of n inputs in one pass over 16 rows, x's
+ * image interleaved by token as the chunk kernel stages it (token ntok and up padding: d 0, levels
+ * 0), each token's row sum (the lanes the kernel sums: c and c ^ 1 of a pair, all four for Q6_K)
+ * against the float dot, as check() bounds the one-token tile. The tokens differ in scale, so a
+ * lane that read another token's levels or groups shows. */
+template <int NT> static int check_tokens(uint32_t t, const char *name, uint32_t n, int ntok, int c, double *worst) {
+    const size_t rb = mk_dtype_row_bytes((enum mk_dtype)t, n);
+    std::vector<uint8_t> rows(16 * rb + 64);
+    std::vector<float> w(n);
+    std::vector<std::vector<float>> x(NT, std::vector<float>(n, 0.0f));
+    const float wscale[] = { 1.0f, 1e-4f, 1e3f, 1.0f }, xscale[] = { 1.0f, 30.0f, 1e-3f, 1.0f };
+    for (int r = 0; r < 16; r++) {
+        for (uint32_t i = 0; i < n; i++) w[i] = rng_uniform() * wscale[c] * (i % 97 == 0 ? 50.0f : 1.0f);
+        mk_quantize_row((enum mk_dtype)t, w.data(), rows.data() + r * rb, n);
+    }
+    const uint32_t ng = n / 32, xg = 96u * NT * ng;
+    std::vector<uint8_t> smem(112u * NT * ng, 0);
+    for (int k = 0; k < ntok; k++) {
+        for (uint32_t i = 0; i < n; i++) {
+            x[k][i] = rng_uniform() * xscale[c] * (float)(1 + 3 * k) * (c == 3 && i % 61 == 0 ? 400.0f : 1.0f);
+            if (c == 3 && (i + 64u * (uint32_t)k) % 256 < 32) x[k][i] = 0.0f;
+        }
+        std::vector<int8_t> q;
+        std::vector<struct mk_xgroup> grp;
+        mk_test_make_xq(x[k], q, grp);
+        for (uint32_t G = 0; G < ng; G++) {
+            memcpy(smem.data() + 96u * (NT * G + (uint32_t)k), q.data() + 96u * G, 96);
+            memcpy(smem.data() + xg + 16u * (NT * G + (uint32_t)k), &grp[G], 16);
+        }
+    }
+    g_smem = smem.data();
+    const bool six = t == MK_DEV_Q6_K;
+    float acc[32][NT][2] = {}; /* Q4_K/Q5_K: pair p in acc[lane][p] */
+    std::vector<std::thread> lanes;
+    for (unsigned lane = 0; lane < 32; lane++) {
+        lanes.emplace_back([&, lane] {
+            threadIdx.x = lane;
+            const uint8_t *pg = rows.data() + (lane >> 2) * rb, *pg8 = rows.data() + ((lane >> 2) + 8) * rb;
+            for (uint32_t sb = 0; sb < n / 256; sb++) {
+                struct mk_qk45_raw raw;
+                if (six) {
+                    mk_qmma_k6_sbt<NT>(pg + (uint64_t)sb * 210u, pg8 + (uint64_t)sb * 210u, 8u * sb, 0u, xg, acc[lane]);
+                } else if (t == MK_DEV_Q5_K) {
+                    mk_qmma_k45_load<true>(pg + (uint64_t)sb * 176u, pg8 + (uint64_t)sb * 176u, &raw);
+                    mk_qmma_k45_sbt<true, NT>(raw, 8u * sb, 0u, xg, acc[lane]);
+                } else {
+                    mk_qmma_k45_load<false>(pg + (uint64_t)sb * 144u, pg8 + (uint64_t)sb * 144u, &raw);
+                    mk_qmma_k45_sbt<false, NT>(raw, 8u * sb, 0u, xg, acc[lane]);
+                }
+            }
+        });
+    }
+    for (auto &l : lanes) l.join();
+    int bad = 0;
+    for (int k = 0; k < NT; k++) {
+        double xmax = 0.0;
+        for (uint32_t i = 0; i < n; i++) xmax = fmax(xmax, fabs((double)x[k][i]));
+        for (int r = 0; r < 16; r++) {
+            double want = 0.0, mag = 0.0;
+            mk_dequantize_row((enum mk_dtype)t, rows.data() + r * rb, w.data(), n);
+            for (uint32_t i = 0; i < n; i++) want += (double)w[i] * x[k][i], mag += fabs((double)w[i]);
+            mag *= xmax;
+            const int g = r % 8, h = r / 8, l0 = 4 * g + 2 * (k % 2);
+            const double got =
+                six ? (double)acc[4 * g][k][h] + acc[4 * g + 1][k][h] + acc[4 * g + 2][k][h] + acc[4 * g + 3][k][h]
+                    : (double)acc[l0][k / 2][h] + acc[l0 + 1][k / 2][h];
+            if (k >= ntok) { /* padding: exactly nothing */
+                if (got != 0.0) {
+                    if (bad < 3)
+                        fprintf(stderr, "%s %d tokens: padding token %d row %d gives %.9g\n", name, NT, k, r, got);
+                    bad++;
+                }
+                continue;
+            }
+            if (fabs(got - want) > *worst * mag) *worst = fabs(got - want) / mag;
+            if (!(fabs(got - want) <= 3e-6 * mag)) {
+                if (bad < 3)
+                    fprintf(stderr, "%s %d tokens n %u case %d token %d row %d: tile %.9g, float dot %.9g\n", name, NT,
+                            n, c, k, r, got, want);
+                bad++;
+            }
+        }
+    }
+    return bad;
+}
+
 int main(void) {
     const uint32_t types[] = { MK_DEV_Q4_K, MK_DEV_Q5_K, MK_DEV_Q6_K };
     const char *names[] = { "q4_k", "q5_k", "q6_k" };
@@ -204,6 +290,17 @@ int main(void) {
         printf("%-5s tiles %s the float dot (worst %.2g of sum |w| max |x|)\n", names[i],
                bad ? "DIFFER FROM" : "agree with", worst);
         failures += bad != 0;
+        int bad2 = 0;
+        double worst2 = 0.0;
+        for (int c = 0; c < 4; c++)
+            bad2 += check_tokens<2>(types[i], names[i], 256, 2, c, &worst2) +
+                    check_tokens<2>(types[i], names[i], 1024, 1, c, &worst2) +
+                    check_tokens<4>(types[i], names[i], 512, 3, c, &worst2) +
+                    check_tokens<8>(types[i], names[i], 256, 8, c, &worst2) +
+                    check_tokens<16>(types[i], names[i], 512, 13, c, &worst2);
+        printf("%-5s tiles of 2 to 16 tokens %s the float dot (worst %.2g of sum |w| max |x|)\n", names[i],
+               bad2 ? "DIFFER FROM" : "agree with", worst2);
+        failures += bad2 != 0;
     }
     if (failures) {
         fprintf(stderr, "qmma_host_test: %d type(s) differ\n", failures);

@@ -1,0 +1,207 @@
+/* mk_chunk_mv_kq8: a chunk step's K-quant products over a few token rows with x as int8 levels, on the one-token megakernel's tensor-core tiles (megakernel/qmma.cuh). */
+#ifndef MK_CHUNK_MV8_CUH
+#define MK_CHUNK_MV8_CUH
+
+#include "megakernel/chunk.h"
+#include "megakernel/chunk/mv.cuh"
+
+/* mk_chunk_mv_kq decodes each lane's weights to bf16 and scales each group's sums in float: about
+ * 60 instructions a 32-column group, which bound it (llama-8b Q4_K_M, a 4-token step: 6.1 ms at
+ * 0.75 TB/s, where the one-token megakernel reads the same weights in 3.3 ms). Here x's token rows
+ * are quantized once a block into the megakernel's three int8 levels, and a group of 16 weight rows
+ * is one integer mma per pair of token rows (Q6_K: per token row) on its quants as they are, as the
+ * megakernel's tiles do for one. The grid, the tiles a block takes, the splits and the outputs are
+ * mk_chunk_mv_kq's, so the host picks either with the same plan. */
+
+/* Q4_K and Q5_K rows need their blocks 16-byte aligned (mk_qmma_k45_load's 128-bit loads of a
+ * header), Q6_K's 2-byte; other rows take no tile here. */
+__device__ __forceinline__ uint32_t mk_kq8_kind(const struct mk_wdesc *w) {
+    const uint32_t align = (uint32_t)(((uintptr_t)w->ptr | w->row_bytes) & 15u);
+    if (w->dtype == MK_DEV_Q4_K && !align) return MK_KQ_4;
+    if (w->dtype == MK_DEV_Q5_K && !align) return MK_KQ_5;
+    if (w->dtype == MK_DEV_Q6_K && !(align & 1u)) return MK_KQ_6;
+    return MK_KQ_NONE;
+}
+
+/* x's split rows (chunk.h) for the columns of super-blocks [sb0, sb1) as NT token rows of int8
+ * levels at xq (token t's group G at 96 (NT G + t)) and their groups at xg (16 (NT G + t)), by the
+ * whole block: the megakernel's quantizer (mk_xq_pack: the same scale and rounding), four columns
+ * a thread. Token rows from m on and columns outside [kb, ke) are zero (d 0, levels 0), which
+ * every tile then multiplies to exactly nothing. */
+template <uint32_t NT>
+__device__ __forceinline__ void mk_kq8_stage_x(const struct mk_kernel_args &a, const struct mk_chunk_launch &l,
+                                               uint32_t m, uint32_t sb0, uint32_t sb1, uint32_t kb, uint32_t ke,
+                                               uint8_t *xq, uint8_t *xg) {
+    const uint32_t cols = 256u * (sb1 - sb0), all = NT * cols;
+    const bool vec = (l.x_off & 1u) == 0u && (l.ldx & 3u) == 0u; /* 8-byte loads of hi and of lo */
+    for (uint32_t base = 0; base < all; base += 4u * MK_BLOCK_THREADS) {
+        const uint32_t e = base + 4u * threadIdx.x, i = e / cols, cc = e % cols, k = 256u * sb0 + cc;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (e < all && i < m && k >= kb && k < ke) {
+            const __nv_bfloat16 *hi = (const __nv_bfloat16 *)((const float *)a.arena + l.x_off + (uint64_t)i * l.ldx);
+            float f[4];
+            if (vec) {
+                const uint2 h = *(const uint2 *)(hi + k), o = *(const uint2 *)(hi + l.ldx + k);
+                const __nv_bfloat162 *ph = (const __nv_bfloat162 *)&h, *po = (const __nv_bfloat162 *)&o;
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const float2 fh = __bfloat1622float2(ph[j]), fo = __bfloat1622float2(po[j]);
+                    f[2 * j] = fh.x + fo.x, f[2 * j + 1] = fh.y + fo.y;
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; j++) f[j] = mk_split_load(hi, l.ldx, k + (uint32_t)j);
+            }
+            v = make_float4(f[0], f[1], f[2], f[3]);
+        }
+        uint32_t word[3];
+        int s[3];
+        float d;
+        mk_xq_pack(v, word, s, &d); /* every lane: its shuffles take the whole warp */
+        if (e >= all) continue;
+        const uint32_t G = cc / 32u, p = cc % 32u, at = NT * G + i;
+#pragma unroll
+        for (int q = 0; q < 3; q++) *(uint32_t *)(xq + 96u * at + 32u * (uint32_t)q + p) = word[q];
+        if ((threadIdx.x & 7u) == 0u)
+            *(uint4 *)(xg + 16u * at) = make_uint4(__float_as_uint(d), (uint32_t)s[0], (uint32_t)s[1], (uint32_t)s[2]);
+    }
+}
+
+/* One tile's rows (this warp's 16) over super-blocks [sb0, sb1) into acc (mk_qmma_k45_sbt's pairs,
+ * or mk_qmma_k6_sbt's tokens): Q4_K/Q5_K words of the next super-block load during this one's
+ * products, as mk_qmma_k45 does for one token. */
+template <bool FIVE, uint32_t NT>
+__device__ __forceinline__ void mk_kq8_k45(const uint8_t *p0, const uint8_t *p8, uint32_t sb0, uint32_t sb1,
+                                           uint32_t xq, uint32_t xg, float (*acc)[2]) {
+    const uint32_t BB = FIVE ? 176u : 144u;
+    if (sb0 >= sb1) return;
+    struct mk_qk45_raw w;
+    mk_qmma_k45_load<FIVE>(p0 + (uint64_t)sb0 * BB, p8 + (uint64_t)sb0 * BB, &w);
+    for (uint32_t sb = sb0; sb < sb1; sb++) {
+        const struct mk_qk45_raw cur = w;
+        if (sb + 1u < sb1) mk_qmma_k45_load<FIVE>(p0 + (uint64_t)(sb + 1u) * BB, p8 + (uint64_t)(sb + 1u) * BB, &w);
+        mk_qmma_k45_sbt<FIVE, (int)NT>(cur, 8u * (sb - sb0), xq, xg, acc);
+    }
+}
+
+template <uint32_t NT>
+__device__ __forceinline__ void mk_chunk_mv_kq8_body(const struct mk_kernel_args &a, const struct mk_chunk_launch &l) {
+    const bool silu = l.mode == MK_CHUNK_MM_SILU;
+    uint32_t N, K;
+    {
+        const struct mk_mm_mats mm = mk_mm_launch_mats(&a, &l, silu);
+        N = mm.rows, K = mm.m[0].cols;
+    }
+    const uint32_t rows = silu ? 2u * N : N, m = min(l.m, NT);
+    const uint32_t splits = l.splits > 1u ? l.splits : 1u, span = mk_chunk_mv_span(K, splits);
+    const uint32_t kb = min(K, blockIdx.z * span), ke = min(K, kb + span);
+    /* The split's super-blocks: a split of an odd number of 128-column steps starts or ends in the
+     * middle of one, whose other half has zero x here (mk_kq8_stage_x). */
+    const uint32_t sb0 = kb / 256u, sb1 = (ke + 255u) / 256u;
+    const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3u;
+    uint8_t *xs = (uint8_t *)mk_chunk_smem;
+    uint8_t *xgs = xs + 96u * NT * 8u * (sb1 - sb0);
+    const uint32_t xq = (uint32_t)__cvta_generic_to_shared(xs), xg = (uint32_t)__cvta_generic_to_shared(xgs);
+
+    /* This warp's 16 rows of a tile, as mk_chunk_mv_body lays them (SILU: warps 0-3 gate, 4-7 up). */
+    static_assert(MK_CHUNK_MV_ROWS == 16u * MK_BLOCK_WARPS && MK_BLOCK_WARPS == 8u,
+                  "16 rows a warp, half the warps up");
+    constexpr uint32_t HR = MK_CHUNK_MV_ROWS / 2u;
+    const uint32_t ntile = silu ? (N + HR - 1u) / HR : (rows + MK_CHUNK_MV_ROWS - 1u) / MK_CHUNK_MV_ROWS;
+    const uint32_t r_end = silu ? (warp < 4u ? 0u : N) + N : rows;
+    auto first_row = [&](uint32_t tile) {
+        return silu ? (warp < 4u ? 0u : N) + tile * HR + (warp & 3u) * 16u : tile * MK_CHUNK_MV_ROWS + warp * 16u;
+    };
+    /* A tile's rows, one format for the whole warp (the host sends only stacks where that holds:
+     * mk_cuda_chunk_kq8); the matrices again from the launch each time, as registers are dear. */
+    auto rows_of = [&](uint32_t tile, uint32_t *kind, const uint8_t **p0, const uint8_t **p8) {
+        const struct mk_mm_mats mm = mk_mm_launch_mats(&a, &l, silu);
+        struct mk_wdesc w[2];
+        uint32_t wr[2];
+        mk_mv_lane_rows(&mm, silu, first_row(tile), r_end, g, w, wr);
+        const uint32_t k = mk_kq8_kind(&w[0]);
+        const bool same = k != MK_KQ_NONE && mk_kq8_kind(&w[1]) == k && __shfl_sync(0xffffffffu, k, 0) == k;
+        if (!__all_sync(0xffffffffu, (K & 255u) == 0 && same)) __trap();
+        *kind = k, *p0 = mk_row(&w[0], wr[0]), *p8 = mk_row(&w[1], wr[1]);
+    };
+    /* A lane of each row asks L2 for the split's bytes of a tile's rows: the first tile's while x is
+     * staged (and the kernel ahead ends), each next one's while this one's products run. */
+    auto prefetch = [&](uint32_t kind, const uint8_t *p0, const uint8_t *p8) {
+        const uint64_t BB = kind == MK_KQ_6 ? 210u : kind == MK_KQ_5 ? 176u : 144u;
+        if (c == 0u) mk_prefetch_l2(p0 + BB * sb0, BB * (sb1 - sb0));
+        if (c == 1u) mk_prefetch_l2(p8 + BB * sb0, BB * (sb1 - sb0));
+    };
+    uint32_t kind = MK_KQ_NONE;
+    const uint8_t *p0 = nullptr, *p8 = nullptr;
+    if (blockIdx.x < ntile) {
+        rows_of(blockIdx.x, &kind, &p0, &p8);
+        prefetch(kind, p0, p8);
+    }
+    mk_grid_dep_wait();
+    mk_kq8_stage_x<NT>(a, l, m, sb0, sb1, kb, ke, xs, xgs);
+    __syncthreads();
+
+    float *y = (float *)a.arena + l.y_off + (uint64_t)blockIdx.z * m * l.ldy;
+    const bool add = l.mode == MK_CHUNK_MM_ADD && splits == 1u;
+    auto put = [&](uint32_t rt, uint32_t i, int h, float v) {
+        const uint32_t r = rt + g + 8u * (uint32_t)h;
+        if (r >= r_end || i >= m) return;
+        float *yp = y + (uint64_t)i * l.ldy + r;
+        *yp = add ? __ldcg(yp) + v : v;
+    };
+    for (uint32_t tile = blockIdx.x; tile < ntile; tile += gridDim.x) {
+        if (tile != blockIdx.x) rows_of(tile, &kind, &p0, &p8);
+        if (tile + gridDim.x < ntile) {
+            uint32_t nk;
+            const uint8_t *n0, *n8;
+            rows_of(tile + gridDim.x, &nk, &n0, &n8);
+            prefetch(nk, n0, n8);
+        }
+        const uint32_t rt = first_row(tile);
+        float acc[NT][2];
+#pragma unroll
+        for (uint32_t t = 0; t < NT; t++) acc[t][0] = acc[t][1] = 0.0f;
+        if (kind == MK_KQ_6) {
+            for (uint32_t sb = sb0; sb < sb1; sb++) {
+                mk_qmma_k6_sbt<(int)NT>(p0 + 210ull * sb, p8 + 210ull * sb, 8u * (sb - sb0), xq, xg, acc);
+            }
+            /* Token t: the four lanes of each row; lane t % 4 stores it. */
+#pragma unroll
+            for (uint32_t t = 0; t < NT; t++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float v = acc[t][h];
+                    v += __shfl_xor_sync(0xffffffffu, v, 1);
+                    v += __shfl_xor_sync(0xffffffffu, v, 2);
+                    if (c == (t & 3u)) put(rt, t, h, v);
+                }
+        } else {
+            if (kind == MK_KQ_5) {
+                mk_kq8_k45<true, NT>(p0, p8, sb0, sb1, xq, xg, acc);
+            } else {
+                mk_kq8_k45<false, NT>(p0, p8, sb0, sb1, xq, xg, acc);
+            }
+            /* Token 2p + (c >> 1): lanes c and c ^ 1; the even one stores it. */
+#pragma unroll
+            for (uint32_t p = 0; p < NT / 2u; p++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float v = acc[p][h] + __shfl_xor_sync(0xffffffffu, acc[p][h], 1);
+                    if ((c & 1u) == 0u) put(rt, 2u * p + (c >> 1), h, v);
+                }
+        }
+    }
+}
+
+#define MK_CHUNK_MV_KQ8(NT)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)                                           \
+        mk_chunk_mv_kq8_##NT(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
+        mk_chunk_mv_kq8_body<NT##u>(a, l);                                                                      \
+    }
+MK_CHUNK_MV_KQ8(2)
+MK_CHUNK_MV_KQ8(4)
+MK_CHUNK_MV_KQ8(8)
+MK_CHUNK_MV_KQ8(16)
+#undef MK_CHUNK_MV_KQ8
+
+#endif
