@@ -105,6 +105,7 @@ static enum mk_status mk_bench_spec_once(const struct mk_lm *lm, const struct mk
     sp.spec = spec;
     sp.n_draft = p->n_draft;
     sp.kv_type = p->kv_type;
+    sp.gpu = p->gpu;
     sp.sampling.temperature = 0.0f;
     struct mk_session *s = NULL;
     enum mk_status st = mk_session_create(lm, &sp, &s, err);

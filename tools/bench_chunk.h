@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "graph/executor.h"
+#include "runtime/mk.h"
 
 struct mk_bench_pp {
     double ms_per_token_p50, ms_per_token_max; /* over the repetitions */
@@ -34,6 +35,7 @@ struct mk_bench_spec_params {
     enum mk_backend_kind kind;
     uint32_t threads, ctx, ubatch, n_draft, n;
     enum mk_kv_type kv_type;
+    struct mk_gpu_params gpu; /* the GPU settings (flags and MK_CUDA_* overrides), as the other rows take */
 };
 
 /* Runs both tasks (res[0] rewrite, res[1] story); MK_OK or the first failure in err. */

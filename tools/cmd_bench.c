@@ -366,7 +366,8 @@ static void mk_bench_print(const struct mk_bench_row *r, bool json, bool *first)
 /* The speculative-decoding rows: each task without and with speculation. */
 static int mk_bench_spec_rows(const char *path, enum mk_backend_kind kind, const struct mk_bench_opts *o,
                               const struct mk_bench_row *tg, bool *first) {
-    struct mk_bench_spec_params sp = { path, kind, o->threads, o->ctx, o->ubatch, o->n_draft, o->n, o->kv_type };
+    struct mk_bench_spec_params sp = { path, kind, o->threads, o->ctx, o->ubatch, o->n_draft, o->n, o->kv_type, { 0 } };
+    mk_cli_gpu_params(&o->gpu, &sp.gpu);
     struct mk_bench_spec res[2];
     struct mk_error err = { 0 };
     if (mk_bench_spec_run(&sp, res, &err) != MK_OK) {
