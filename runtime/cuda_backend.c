@@ -86,10 +86,9 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_ADD_KW,
     MK_CK_MM_SILU_KW,
     MK_CK_XH,       /* x's split rows to the f16 stages of the _KW products */
-    MK_CK_MV_KQ8_2, /* MK_CK_MV_KQ with x as int8 levels on the tensor cores, for 2, 4, 8, 16 token rows */
+    MK_CK_MV_KQ8_2, /* MK_CK_MV_KQ with x as int8 levels on the tensor cores, for 2, 4, 8 token rows */
     MK_CK_MV_KQ8_4,
     MK_CK_MV_KQ8_8,
-    MK_CK_MV_KQ8_16,
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
@@ -111,7 +110,7 @@ static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
     "mk_chunk_mm_store_kw",  "mk_chunk_mm_add_kw",
     "mk_chunk_mm_silu_kw",   "mk_chunk_xh",
     "mk_chunk_mv_kq8_2",     "mk_chunk_mv_kq8_4",
-    "mk_chunk_mv_kq8_8",     "mk_chunk_mv_kq8_16",
+    "mk_chunk_mv_kq8_8",
 };
 
 struct mk_cuda_backend {
@@ -1005,7 +1004,7 @@ static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chun
     const bool silu = l.mode == MK_CHUNK_MM_SILU;
     const uint32_t K = l.ldx, all = silu ? 2u * rows : rows;
     const uint32_t tiles = mk_cuda_div_up(rows, silu ? MK_CHUNK_MV_ROWS / 2u : MK_CHUNK_MV_ROWS);
-    const bool kq8 = k >= MK_CK_MV_KQ8_2 && k <= MK_CK_MV_KQ8_16;
+    const bool kq8 = k >= MK_CK_MV_KQ8_2 && k <= MK_CK_MV_KQ8_8;
     uint32_t gx = tiles, splits;
     if (k == MK_CK_MV_KQ || kq8) {
         const uint32_t sms = (uint32_t)b->info.sm_count;
@@ -1086,17 +1085,15 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
                                  .y_off = y_off,
                                  .ldy = ldy };
     if (m <= MK_CHUNK_MV_TOKENS && b->c_mv_k) {
-        /* K-quants: x as int8 levels on the megakernel's integer tiles, unless MK_CUDA_MV_KQ8=0 asks
-         * for the bf16 decoding (mk_chunk_mv_kq) to compare. */
+        /* K-quants over up to 8 rows: x as int8 levels on the megakernel's integer tiles, unless
+         * MK_CUDA_MV_KQ8=0 asks for the bf16 decoding (mk_chunk_mv_kq) to compare. */
         const uint32_t nt = mk_chunk_mv8_tokens(m);
-        const enum mk_cuda_chunk_kernel kq8 = nt == 2u   ? MK_CK_MV_KQ8_2
-                                              : nt == 4u ? MK_CK_MV_KQ8_4
-                                              : nt == 8u ? MK_CK_MV_KQ8_8
-                                                         : MK_CK_MV_KQ8_16;
-        const enum mk_cuda_chunk_kernel mv = bf16                                                  ? MK_CK_MV_BF16
-                                             : !mk_cuda_chunk_kquants(wt, w)                       ? MK_CK_MV
-                                             : !b->gpu.no_mv_kq8 && mk_cuda_chunk_kq8(wt, w, silu) ? kq8
-                                                                                                   : MK_CK_MV_KQ;
+        const enum mk_cuda_chunk_kernel kq8 = nt == 2u ? MK_CK_MV_KQ8_2 : nt == 4u ? MK_CK_MV_KQ8_4 : MK_CK_MV_KQ8_8;
+        const bool take8 = !b->gpu.no_mv_kq8 && m <= MK_CHUNK_MV8_TOKENS;
+        const enum mk_cuda_chunk_kernel mv = bf16                                      ? MK_CK_MV_BF16
+                                             : !mk_cuda_chunk_kquants(wt, w)           ? MK_CK_MV
+                                             : take8 && mk_cuda_chunk_kq8(wt, w, silu) ? kq8
+                                                                                       : MK_CK_MV_KQ;
         enum mk_status st = mk_cuda_chunk_mv(b, l, rows, mv, err);
         if (st != MK_ERR_UNSUPPORTED) return st;
     }
@@ -1772,7 +1769,7 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
             MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)mv)))
             return MK_ERR_CUDA;
     /* mk_chunk_mv_kq8_*: x of their most token rows (no more than the above: chunk_test). */
-    for (int k = MK_CK_MV_KQ8_2; k <= MK_CK_MV_KQ8_16; k++) {
+    for (int k = MK_CK_MV_KQ8_2; k <= MK_CK_MV_KQ8_8; k++) {
         const uint32_t mv8 = MK_CHUNK_MV8_SMEM(2u << (k - MK_CK_MV_KQ8_2), mv_k);
         if (mv_k && mv8 > 48u * 1024u &&
             MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)mv8)))

@@ -572,8 +572,8 @@ static void check_gpu_kinds(const struct mk_model *m, const struct trace *t, uin
  * near tie, as check_gpu_kinds allows. */
 static void check_chunks(const struct mk_model *m, const struct trace *t, uint32_t n_ctx, uint32_t ubatch,
                          const char *what) {
-    /* 0: a one-token step. At ubatch 24 the sizes up to 16 take each of mk_chunk_mv_kq8_*'s token
-     * counts (2; 3 and 5 padded with zero rows to 4 and 8; 9 and 13 to 16). */
+    /* 0: a one-token step. At ubatch 24 the sizes up to 8 take each of mk_chunk_mv_kq8_*'s token
+     * counts (2; 3 and 5 padded with zero rows to 4 and 8), 9 and 13 mk_chunk_mv_kq. */
     static const uint32_t sizes[] = { 5, 24, 0, 17, 0, 0, 24, 2, 9, 0, 13, 3 };
     float *lg = malloc((size_t)t->vocab * sizeof *lg);
     int32_t *outs = malloc((size_t)ubatch * sizeof *outs);

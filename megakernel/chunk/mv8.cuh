@@ -201,7 +201,6 @@ __device__ __forceinline__ void mk_chunk_mv_kq8_body(const struct mk_kernel_args
 MK_CHUNK_MV_KQ8(2)
 MK_CHUNK_MV_KQ8(4)
 MK_CHUNK_MV_KQ8(8)
-MK_CHUNK_MV_KQ8(16)
 #undef MK_CHUNK_MV_KQ8
 
 #endif
