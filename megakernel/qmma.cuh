@@ -100,6 +100,20 @@ __device__ __forceinline__ void mk_qmma_k45_load(const uint8_t *b0, const uint8_
     }
 }
 
+/* Group s (0..7) of a Q4_K (FIVE: Q5_K) super-block of rows g and g + 8 as this lane's mma A
+ * fragment: its 8 bytes of each row's quants, with Q5_K's fifth bits. */
+template <bool FIVE> __device__ __forceinline__ void mk_qmma_k45_a(const struct mk_qk45_raw &w, int s, uint32_t *a) {
+    const uint32_t p = (uint32_t)s >> 1, sh = 4u * ((uint32_t)s & 1u);
+    a[0] = (w.q0[2 * p] >> sh) & 0x0f0f0f0fu, a[1] = (w.q8[2 * p] >> sh) & 0x0f0f0f0fu;
+    a[2] = (w.q0[2 * p + 1] >> sh) & 0x0f0f0f0fu, a[3] = (w.q8[2 * p + 1] >> sh) & 0x0f0f0f0fu;
+    if (FIVE) {
+        a[0] |= ((w.e0[0] >> s) & 0x01010101u) << 4;
+        a[1] |= ((w.e8[0] >> s) & 0x01010101u) << 4;
+        a[2] |= ((w.e0[1] >> s) & 0x01010101u) << 4;
+        a[3] |= ((w.e8[1] >> s) & 0x01010101u) << 4;
+    }
+}
+
 /* Super-block sb of Q4_K (FIVE: Q5_K) rows g and g + 8 (words in w): adds this lane's share of each
  * row's dot to acc[0], acc[1] (the four lanes of a row sum later). xq, xg: shared addresses of x's
  * quants and groups. */
@@ -112,24 +126,18 @@ __device__ __forceinline__ void mk_qmma_k45_sb(const struct mk_qk45_raw &w, uint
     const float tw = c == 0u ? 1.0f / MK_XQ_STEP : c == 1u ? 1.0f / (MK_XQ_STEP * MK_XQ_STEP * MK_XQ_STEP) : 0.0f;
     const bool bl = g < 3u;
     const uint32_t xqo = xq + 32u * (bl ? g : 0u) + 8u * c;
-    const uint32_t *h0 = w.h0, *h8 = w.h8, *q0 = w.q0, *q8 = w.q8, *e0 = w.e0, *e8 = w.e8;
+    const uint32_t *h0 = w.h0, *h8 = w.h8;
     /* 6-bit scales of sub-blocks 0-3 and 4-7, bytes of words; mins likewise. */
     const uint32_t s0[2] = { mk_qmma_k4_scales(h0, false), mk_qmma_k4_scales(h0, true) };
     const uint32_t s8[2] = { mk_qmma_k4_scales(h8, false), mk_qmma_k4_scales(h8, true) };
     float v0 = 0.0f, v8 = 0.0f;
     MK_UNROLL
     for (int s = 0; s < 8; s++) {
-        const uint32_t G = 8u * sb + (uint32_t)s, p = (uint32_t)s >> 1, sh = 4u * ((uint32_t)s & 1u);
+        const uint32_t G = 8u * sb + (uint32_t)s;
         const uint2 bx = mk_lds64(xqo + 96u * G);
         const uint32_t xb0 = bl ? bx.x : 0u, xb1 = bl ? bx.y : 0u;
-        uint32_t a[4] = { (q0[2 * p] >> sh) & 0x0f0f0f0fu, (q8[2 * p] >> sh) & 0x0f0f0f0fu,
-                          (q0[2 * p + 1] >> sh) & 0x0f0f0f0fu, (q8[2 * p + 1] >> sh) & 0x0f0f0f0fu };
-        if (FIVE) {
-            a[0] |= ((e0[0] >> s) & 0x01010101u) << 4;
-            a[1] |= ((e8[0] >> s) & 0x01010101u) << 4;
-            a[2] |= ((e0[1] >> s) & 0x01010101u) << 4;
-            a[3] |= ((e8[1] >> s) & 0x01010101u) << 4;
-        }
+        uint32_t a[4];
+        mk_qmma_k45_a<FIVE>(w, s, a);
         int d[4];
         mk_mma_s8(d, a[0], a[1], a[2], a[3], xb0, xb1);
         const float dx = __uint_as_float(mk_lds128(xg + 16u * G).x) * tw;
@@ -242,20 +250,6 @@ __device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8
  * mk_xq8's), its mk_xgroup at xg + 16 (NT G + t). The originals above stay as they are: the
  * megakernel's code is tuned on their generated code. */
 
-/* Group s (0..7) of a Q4_K (FIVE: Q5_K) super-block of rows g and g + 8 as this lane's mma A
- * fragment: its 8 bytes of each row's quants, with Q5_K's fifth bits (mk_qmma_k45_sb's decoding). */
-template <bool FIVE> __device__ __forceinline__ void mk_qmma_k45_a(const struct mk_qk45_raw &w, int s, uint32_t *a) {
-    const uint32_t p = (uint32_t)s >> 1, sh = 4u * ((uint32_t)s & 1u);
-    a[0] = (w.q0[2 * p] >> sh) & 0x0f0f0f0fu, a[1] = (w.q8[2 * p] >> sh) & 0x0f0f0f0fu;
-    a[2] = (w.q0[2 * p + 1] >> sh) & 0x0f0f0f0fu, a[3] = (w.q8[2 * p + 1] >> sh) & 0x0f0f0f0fu;
-    if (FIVE) {
-        a[0] |= ((w.e0[0] >> s) & 0x01010101u) << 4;
-        a[1] |= ((w.e8[0] >> s) & 0x01010101u) << 4;
-        a[2] |= ((w.e0[1] >> s) & 0x01010101u) << 4;
-        a[3] |= ((w.e8[1] >> s) & 0x01010101u) << 4;
-    }
-}
-
 /* A Q4_K (FIVE: Q5_K) super-block of rows g and g + 8 (words in w; its first group G0 of x's image)
  * against NT token rows, NT / 2 pairs, each pair one mma on A decoded once a group: B's columns
  * 0-2 are the pair's first token's three levels, 4-6 the second's, 3 and 7 empty, so lane c's C
@@ -316,7 +310,9 @@ __device__ __forceinline__ void mk_qmma_k45_sbt(const struct mk_qk45_raw &w, uin
  * rows, one mma a token on A decoded once a group: B's columns are mk_qmma_k6's (a token fills six
  * of them, so tokens do not pair). acc[t][0], acc[t][1]: this lane's share of rows g and g + 8 for
  * token t (the four lanes of a row sum later). The super-block's d goes into each product, as in
- * mk_qmma_k45_sbt. */
+ * mk_qmma_k45_sbt. Its decoding repeats mk_qmma_k6's: routing that one through shared helpers
+ * changed the one-token megakernel's generated code, which was not timed so (twenty-third
+ * session's review). */
 template <int NT>
 __device__ __forceinline__ void mk_qmma_k6_sbt(const uint8_t *b0, const uint8_t *b8, uint32_t G0, uint32_t xq,
                                                uint32_t xg, float (*acc)[2]) {

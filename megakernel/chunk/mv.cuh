@@ -177,6 +177,24 @@ __device__ __forceinline__ void mk_mv_lane_rows(const struct mk_mm_mats *mm, boo
     }
 }
 
+/* The tiles of a product of N rows (SILU: N gate rows, then N up rows), MK_CHUNK_MV_ROWS rows a tile,
+ * 16 a warp (SILU: warps 0-3 gate, 4-7 up): how many tiles, where this warp's stacked rows end, and
+ * this warp's first row of tile t, base + t step. */
+struct mk_mv_tiles {
+    uint32_t ntile, r_end, base, step;
+};
+__device__ __forceinline__ struct mk_mv_tiles mk_mv_tiles_of(bool silu, uint32_t N, uint32_t warp) {
+    static_assert(MK_CHUNK_MV_ROWS == 16u * MK_BLOCK_WARPS && MK_BLOCK_WARPS == 8u,
+                  "16 rows a warp, half the warps up");
+    constexpr uint32_t HR = MK_CHUNK_MV_ROWS / 2u;
+    struct mk_mv_tiles t;
+    if (silu)
+        t = { (N + HR - 1u) / HR, (warp < 4u ? 0u : N) + N, (warp < 4u ? 0u : N) + (warp & 3u) * 16u, HR };
+    else
+        t = { (N + MK_CHUNK_MV_ROWS - 1u) / MK_CHUNK_MV_ROWS, N, warp * 16u, MK_CHUNK_MV_ROWS };
+    return t;
+}
+
 /* A lane's two rows of a block's 128 stacked rows from n0, 16 a warp (SILU: warps 0-3 gate's rows
  * from n0, 4-7 the same rows of up), for the K-quant products over many token rows: each row's
  * format (mk_kq_kind) and first byte, and the bytes of the first half super-block of columns
@@ -240,22 +258,17 @@ __device__ __forceinline__ void mk_chunk_mv_body(const struct mk_kernel_args &a,
     const bool silu = l.mode == MK_CHUNK_MM_SILU;
     const struct mk_mm_mats mm = mk_mm_launch_mats(&a, &l, silu);
     if (EXACT && !mm.exact) __trap();
-    const uint32_t N = mm.rows, K = mm.m[0].cols, rows = silu ? 2u * N : N, m = min(l.m, MK_CHUNK_MV_TOKENS);
+    const uint32_t N = mm.rows, K = mm.m[0].cols, m = min(l.m, MK_CHUNK_MV_TOKENS);
     const uint32_t splits = l.splits > 1u ? l.splits : 1u, span = mk_chunk_mv_span(K, splits);
     const uint32_t kb = min(K, blockIdx.z * span), ke = min(K, kb + span), XLD = 2u * span + 8u;
     __nv_bfloat16 *xs = (__nv_bfloat16 *)mk_chunk_smem; /* (token, hi then lo, span): rows XLD apart */
     const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5, g = lane >> 2, t4 = lane & 3u;
 
-    /* This warp's 16 rows of tile `tile` (SILU: warps 0-3 gate, 4-7 up), and this lane's two of them,
-     * each in its own matrix of the stack; a row past them repeats the last and is never stored. */
-    static_assert(MK_CHUNK_MV_ROWS == 16u * MK_BLOCK_WARPS && MK_BLOCK_WARPS == 8u,
-                  "16 rows a warp, half the warps up");
-    constexpr uint32_t HR = MK_CHUNK_MV_ROWS / 2u;
-    const uint32_t ntile = silu ? (N + HR - 1u) / HR : (rows + MK_CHUNK_MV_ROWS - 1u) / MK_CHUNK_MV_ROWS;
-    const uint32_t r_end = silu ? (warp < 4u ? 0u : N) + N : rows;
-    auto first_row = [&](uint32_t tile) {
-        return silu ? (warp < 4u ? 0u : N) + tile * HR + (warp & 3u) * 16u : tile * MK_CHUNK_MV_ROWS + warp * 16u;
-    };
+    /* This warp's 16 rows of tile `tile`, and this lane's two of them, each in its own matrix of the
+     * stack; a row past them repeats the last and is never stored. */
+    const struct mk_mv_tiles tl = mk_mv_tiles_of(silu, N, warp);
+    const uint32_t ntile = tl.ntile, r_end = tl.r_end;
+    auto first_row = [&](uint32_t tile) { return tl.base + tile * tl.step; };
     struct mk_wdesc w[2];
     uint32_t wr[2];
     mk_mv_lane_rows(&mm, silu, first_row(blockIdx.x), r_end, g, w, wr);

@@ -67,9 +67,10 @@ __device__ __forceinline__ void mk_kq8_stage_x(const struct mk_kernel_args &a, c
     }
 }
 
-/* One tile's rows (this warp's 16) over super-blocks [sb0, sb1) into acc (mk_qmma_k45_sbt's pairs,
- * or mk_qmma_k6_sbt's tokens): Q4_K/Q5_K words of the next super-block load during this one's
- * products, as mk_qmma_k45 does for one token. */
+/* One tile's rows (this warp's 16) over super-blocks [sb0, sb1) into acc (mk_qmma_k45_sbt's pairs):
+ * Q4_K/Q5_K words of the next super-block load during this one's products, as mk_qmma_k45 does for
+ * one token. The loop is mk_qmma_k45's: taking both through one loop with a callable changed the
+ * one-token megakernel's generated code (twenty-third session's review). */
 template <bool FIVE, uint32_t NT>
 __device__ __forceinline__ void mk_kq8_k45(const uint8_t *p0, const uint8_t *p8, uint32_t sb0, uint32_t sb1,
                                            uint32_t xq, uint32_t xg, float (*acc)[2]) {
@@ -92,7 +93,7 @@ __device__ __forceinline__ void mk_chunk_mv_kq8_body(const struct mk_kernel_args
         const struct mk_mm_mats mm = mk_mm_launch_mats(&a, &l, silu);
         N = mm.rows, K = mm.m[0].cols;
     }
-    const uint32_t rows = silu ? 2u * N : N, m = min(l.m, NT);
+    const uint32_t m = min(l.m, NT);
     const uint32_t splits = l.splits > 1u ? l.splits : 1u, span = mk_chunk_mv_span(K, splits);
     const uint32_t kb = min(K, blockIdx.z * span), ke = min(K, kb + span);
     /* The split's super-blocks: a split of an odd number of 128-column steps starts or ends in the
@@ -103,15 +104,10 @@ __device__ __forceinline__ void mk_chunk_mv_kq8_body(const struct mk_kernel_args
     uint8_t *xgs = xs + 96u * NT * 8u * (sb1 - sb0);
     const uint32_t xq = (uint32_t)__cvta_generic_to_shared(xs), xg = (uint32_t)__cvta_generic_to_shared(xgs);
 
-    /* This warp's 16 rows of a tile, as mk_chunk_mv_body lays them (SILU: warps 0-3 gate, 4-7 up). */
-    static_assert(MK_CHUNK_MV_ROWS == 16u * MK_BLOCK_WARPS && MK_BLOCK_WARPS == 8u,
-                  "16 rows a warp, half the warps up");
-    constexpr uint32_t HR = MK_CHUNK_MV_ROWS / 2u;
-    const uint32_t ntile = silu ? (N + HR - 1u) / HR : (rows + MK_CHUNK_MV_ROWS - 1u) / MK_CHUNK_MV_ROWS;
-    const uint32_t r_end = silu ? (warp < 4u ? 0u : N) + N : rows;
-    auto first_row = [&](uint32_t tile) {
-        return silu ? (warp < 4u ? 0u : N) + tile * HR + (warp & 3u) * 16u : tile * MK_CHUNK_MV_ROWS + warp * 16u;
-    };
+    /* This warp's 16 rows of a tile, as mk_chunk_mv_body lays them. */
+    const struct mk_mv_tiles tl = mk_mv_tiles_of(silu, N, warp);
+    const uint32_t ntile = tl.ntile, r_end = tl.r_end;
+    auto first_row = [&](uint32_t tile) { return tl.base + tile * tl.step; };
     /* A tile's rows, one format for the whole warp (the host sends only stacks where that holds:
      * mk_cuda_chunk_kq8); the matrices again from the launch each time, as registers are dear. */
     auto rows_of = [&](uint32_t tile, uint32_t *kind, const uint8_t **p0, const uint8_t **p8) {
