@@ -42,9 +42,11 @@ struct mk_chunk_launch {
     uint32_t w2;     /* a matrix whose rows follow w1's (q, k, v in one launch), or MK_NO_WEIGHT */
     uint32_t w_off;  /* mk_chunk_mm_*_split: arena offset of the weights as split rows, made by
                       * mk_chunk_wsplit (row r of the stacked w0, w1, w2 at w_off + r * cols) */
-    uint32_t pad;
+    uint32_t n_off;  /* mk_chunk_reduce_norm: arena offset of the normalized split rows (rows ldx apart) */
+    uint32_t f_off;  /* mk_chunk_reduce_norm: arena offset of its counters, one per token row */
+    uint32_t s_off;  /* mk_chunk_reduce_norm: arena offset of its blocks' sums of squares (gridDim.x a row) */
 };
-MK_STATIC_ASSERT(sizeof(struct mk_chunk_launch) == 56, "mk_chunk_launch is 56 bytes");
+MK_STATIC_ASSERT(sizeof(struct mk_chunk_launch) == 64, "mk_chunk_launch is 64 bytes");
 MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.eps at 40");
 
 /* mk_chunk_mm's tiles: MK_CHUNK_MM_ROWS (mk_chunk_mm_*), MK_CHUNK_MM_WIDE_ROWS (_wide) or
@@ -164,6 +166,20 @@ MK_ABI_FN void mk_chunk_mv_kq_plan(uint32_t m, uint32_t K, uint32_t tiles, uint3
 MK_ABI_FN uint32_t mk_chunk_qkv_rows(uint32_t rows_per_task) {
     return rows_per_task >= 4096u ? rows_per_task : 4096u / rows_per_task * rows_per_task;
 }
+
+/* ... and where it adds the split product's partial sums itself (splits > 1): whole tasks of at
+ * least 256 rows, so that the partials' reads spread over many blocks (a block reads at a few tens
+ * of GB/s: 4,096 rows a block measured slower than the reduce launch it saved). */
+MK_ABI_FN uint32_t mk_chunk_qkv_fold_rows(uint32_t rows_per_task) {
+    return rows_per_task >= 256u ? rows_per_task : (255u / rows_per_task + 1u) * rows_per_task;
+}
+
+/* mk_chunk_reduce_norm: the split partials of an MK_CHUNK_MM_ADD product added into the residual
+ * rows (grid: columns / MK_BLOCK_THREADS by token rows, as mk_chunk_mm_reduce), then the RMSNorm of
+ * each row by the row's last block to finish. Its scratch: a counter per token row of the largest
+ * step (back at 0 after each launch; a place of its own, as steps of fewer rows would write sums
+ * over it), then each block's sum of squares. */
+#define MK_CHUNK_FOLD_FLOATS(ubatch, cols) ((uint64_t)(ubatch) * (1u + ((cols) + 255u) / 256u))
 
 /* mk_chunk_attn: a block holds MK_CHUNK_ATTN_ROWS query rows of (head, token) of one KV head,
  * mk_chunk_attn_tokens(g) tokens of its g query heads (grid: n_head_kv by tokens / that), and

@@ -261,6 +261,7 @@ static struct mk_gpu_settings mk_api_gpu_settings(const struct mk_gpu_params *g)
     s.no_chunk_kq = g->no_chunk_kq != 0;
     s.mv_blocks = g->mv_blocks;
     s.no_mv_kq8 = g->no_mv_kq8 != 0;
+    s.no_fold = g->no_fold != 0;
     s.trace = (enum mk_gpu_trace)g->trace;
     s.kernel_image = g->kernel_image;
     return s;

@@ -89,6 +89,7 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MV_KQ8_2, /* MK_CK_MV_KQ with x as int8 levels on the tensor cores, for 2, 4, 8 token rows */
     MK_CK_MV_KQ8_4,
     MK_CK_MV_KQ8_8,
+    MK_CK_REDUCE_NORM, /* mk_chunk_mm_reduce of an ADD product and the mk_chunk_rmsnorm after it */
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
@@ -110,7 +111,7 @@ static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
     "mk_chunk_mm_store_kw",  "mk_chunk_mm_add_kw",
     "mk_chunk_mm_silu_kw",   "mk_chunk_xh",
     "mk_chunk_mv_kq8_2",     "mk_chunk_mv_kq8_4",
-    "mk_chunk_mv_kq8_8",
+    "mk_chunk_mv_kq8_8",     "mk_chunk_reduce_norm",
 };
 
 struct mk_cuda_backend {
@@ -162,10 +163,16 @@ struct mk_cuda_backend {
     mk_cu_function ck[MK_CK_COUNT];
     mk_cu_devptr d_cinstrs, d_cwtable, d_carena, d_cstate;
     struct mk_kernel_args cargs;
-    uint32_t c_xn, c_qkv;     /* arena offsets of the scratch rows: normalized input (ubatch, n_embd) and
+    uint32_t c_xn, c_qkv; /* arena offsets of the scratch rows: normalized input (ubatch, n_embd) and
                            * q, k, v before RoPE (ubatch, q_dim + 2 kv_dim) */
-    uint32_t c_part;          /* arena offset of the split-K partial sums (mk_cuda_part_floats) */
-    uint32_t c_apart;         /* arena offset of the attention splits' partials (mk_cuda_attn_part_floats) */
+    uint32_t c_part;      /* arena offset of the split-K partial sums (mk_cuda_part_floats) */
+    uint32_t c_apart;     /* arena offset of the attention splits' partials (mk_cuda_attn_part_floats) */
+    /* A split product's partials not yet added (MK_CHUNK_MM_STORE or _ADD): mk_chunk_mm_reduce's
+     * record. The launch that reads that output adds them itself where it can (mk_chunk_rmsnorm,
+     * mk_chunk_qkv); any other launch runs the reduce first. */
+    struct mk_chunk_launch c_pend;
+    bool c_pend_on;
+    uint32_t c_fold;          /* arena offset of mk_chunk_reduce_norm's scratch (MK_CHUNK_FOLD_FLOATS), zeroed */
     uint32_t c_wsplit;        /* arena offset of one product's weights decoded to split rows (c_wsplit_floats) */
     uint64_t c_wsplit_floats; /* the largest block-format product's (q/k/v, output, gate/up, down; not
                                * the LM head); 0 = products always decode in their blocks */
@@ -432,7 +439,8 @@ static uint64_t mk_cuda_chunk_arena_floats(const struct mk_cuda_backend *b) {
     const struct mk_program *c = b->cprog;
     return (uint64_t)c->arena_floats + 16u + (uint64_t)c->ubatch * (c->n_embd + 16u) + 16u +
            (uint64_t)c->ubatch * (b->c_qkv_cols + 16u) + 16u + mk_cuda_part_floats(b) + 16u +
-           mk_cuda_attn_part_floats(b) + 16u + b->c_wsplit_floats + 16u + b->c_xh_floats;
+           mk_cuda_attn_part_floats(b) + 16u + b->c_wsplit_floats + 16u + b->c_xh_floats + 16u +
+           MK_CHUNK_FOLD_FLOATS(c->ubatch, c->n_embd);
 }
 static uint64_t mk_cuda_chunk_bytes(const struct mk_cuda_backend *b) {
     if (!b->cprog) return 0;
@@ -947,10 +955,10 @@ static uint64_t mk_cuda_wsplit_floats(const struct mk_program *p, bool kq) {
     return most;
 }
 
-/* One launch of chunk kernel k on grid (gx, gy, gz) with the launch record l. */
-static enum mk_status mk_cuda_chunk_launch3(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
-                                            uint32_t gy, uint32_t gz, uint32_t smem, struct mk_chunk_launch l,
-                                            struct mk_error *err) {
+/* One launch of chunk kernel k on grid (gx, gy, gz) with the launch record l, as it is. */
+static enum mk_status mk_cuda_chunk_issue(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
+                                          uint32_t gy, uint32_t gz, uint32_t smem, struct mk_chunk_launch l,
+                                          struct mk_error *err) {
     if (!gx || !gy) return MK_OK;
     if (b->gpu.trace != MK_GPU_TRACE_OFF && b->n_cev + 1u < MK_CUDA_CHUNK_EVENTS) {
         if (!b->cev[b->n_cev] && MK_CU(b->cu, err, cuEventCreate(&b->cev[b->n_cev], MK_CU_EVENT_DEFAULT)))
@@ -968,16 +976,48 @@ static enum mk_status mk_cuda_chunk_launch3(struct mk_cuda_backend *b, enum mk_c
     return MK_OK;
 }
 
+static uint32_t mk_cuda_div_up(uint32_t a, uint32_t b) { return (a + b - 1u) / b; }
+
+/* The pending partials (c_pend) added into their output by mk_chunk_mm_reduce. */
+static enum mk_status mk_cuda_chunk_flush(struct mk_cuda_backend *b, struct mk_error *err) {
+    if (!b->c_pend_on) return MK_OK;
+    b->c_pend_on = false;
+    const struct mk_chunk_launch r = b->c_pend;
+    const uint32_t cols = r.mode == MK_CHUNK_MM_SILU ? r.ldx / 2u : r.ldx;
+    return mk_cuda_chunk_issue(b, MK_CK_MM_REDUCE, mk_cuda_div_up(cols, MK_BLOCK_THREADS), r.m, 1, 0, r, err);
+}
+
+/* Whether the pending partials are those of the product whose output l reads: m rows of ldx floats
+ * from x_off, stored (STORE) or added to (ADD) as mode says. Then l reads them in its place (x_off,
+ * ldx: the partials; splits) and they are no longer pending. */
+static bool mk_cuda_chunk_fold(struct mk_cuda_backend *b, struct mk_chunk_launch *l, enum mk_chunk_mm_mode mode) {
+    const struct mk_chunk_launch *r = &b->c_pend;
+    if (!b->c_pend_on || b->gpu.no_fold || r->mode != (uint32_t)mode || r->y_off != l->x_off || r->ldy != l->ldx ||
+        r->ldx != l->ldx || r->m != l->m)
+        return false;
+    l->x_off = r->x_off;
+    l->splits = r->splits;
+    b->c_pend_on = false;
+    return true;
+}
+
+/* One launch of chunk kernel k, after any pending partials are added. */
+static enum mk_status mk_cuda_chunk_launch3(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
+                                            uint32_t gy, uint32_t gz, uint32_t smem, struct mk_chunk_launch l,
+                                            struct mk_error *err) {
+    enum mk_status st = mk_cuda_chunk_flush(b, err);
+    return st != MK_OK ? st : mk_cuda_chunk_issue(b, k, gx, gy, gz, smem, l, err);
+}
+
 static enum mk_status mk_cuda_chunk_launch(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
                                            uint32_t gy, uint32_t smem, struct mk_chunk_launch l, struct mk_error *err) {
     return mk_cuda_chunk_launch3(b, k, gx, gy, 1, smem, l, err);
 }
 
-static uint32_t mk_cuda_div_up(uint32_t a, uint32_t b) { return (a + b - 1u) / b; }
-
 /* Product kernel k on (gx, gy, splits) with each split's raw sums going to the partials (rows ldp
  * floats apart), then mk_chunk_mm_reduce adding them in split order into l's output with l's mode
- * (rows: the outputs per token row, SILU's gate rows). */
+ * (rows: the outputs per token row, SILU's gate rows); for STORE and ADD that reduce waits in
+ * c_pend for the next launch, which may add the partials itself. */
 static enum mk_status mk_cuda_chunk_split_launch(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
                                                  uint32_t gy, uint32_t splits, uint32_t smem, struct mk_chunk_launch l,
                                                  uint32_t rows, uint32_t ldp, struct mk_error *err) {
@@ -989,9 +1029,11 @@ static enum mk_status mk_cuda_chunk_split_launch(struct mk_cuda_backend *b, enum
     r.x_off = b->c_part;
     r.ldx = ldp;
     r.splits = splits;
-    if (st == MK_OK)
-        st = mk_cuda_chunk_launch(b, MK_CK_MM_REDUCE, mk_cuda_div_up(rows, MK_BLOCK_THREADS), l.m, 0, r, err);
-    return st;
+    MK_ASSERT(ldp == (r.mode == MK_CHUNK_MM_SILU ? 2u * rows : rows));
+    if (st != MK_OK) return st;
+    b->c_pend = r;
+    b->c_pend_on = true;
+    return r.mode == MK_CHUNK_MM_SILU ? mk_cuda_chunk_flush(b, err) : MK_OK;
 }
 
 /* mk_cuda_chunk_mm's product over at most MK_CHUNK_MV_TOKENS token rows (l: its launch record, rows:
@@ -1150,6 +1192,16 @@ static enum mk_status mk_cuda_chunk_norm(struct mk_cuda_backend *b, uint32_t ii,
                                  .y_off = b->c_xn,
                                  .ldy = n,
                                  .eps = eps };
+    if (mk_cuda_chunk_fold(b, &l, MK_CHUNK_MM_ADD)) {
+        /* The residual rows gain the product's partials and are normalized in one launch. */
+        l.y_off = x_off;
+        l.ldy = n;
+        l.n_off = b->c_xn;
+        MK_ASSERT(n <= b->cprog->n_embd && m <= b->cprog->ubatch); /* the scratch's size */
+        l.f_off = b->c_fold;
+        l.s_off = b->c_fold + b->cprog->ubatch;
+        return mk_cuda_chunk_issue(b, MK_CK_REDUCE_NORM, mk_cuda_div_up(n, MK_BLOCK_THREADS), m, 1, 0, l, err);
+    }
     return mk_cuda_chunk_launch(b, MK_CK_RMSNORM, m, 1, 0, l, err);
 }
 
@@ -1158,6 +1210,7 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, int32_t c
                                             struct mk_error *err) {
     const struct mk_program *p = b->cprog;
     enum mk_status st = MK_OK;
+    b->c_pend_on = false;
     for (uint32_t i = 0; i < p->n_instr && st == MK_OK; i++) {
         const struct mk_instr *in = &p->instrs[i];
         struct mk_chunk_launch l = { .ii = i, .w0 = MK_NO_WEIGHT, .w1 = MK_NO_WEIGHT, .w2 = MK_NO_WEIGHT, .m = n };
@@ -1173,9 +1226,15 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, int32_t c
                 st = mk_cuda_chunk_mm(b, MK_CK_MM_STORE, i, in->weight + 1, n, b->c_xn, b->c_qkv, total, err);
             l.x_off = b->c_qkv;
             l.ldx = total;
-            if (st == MK_OK)
-                st = mk_cuda_chunk_launch(b, MK_CK_QKV, mk_cuda_div_up(total, mk_chunk_qkv_rows(a->rows_per_task)), n,
-                                          mk_chunk_qkv_rows(a->rows_per_task) * 4u, l, err);
+            if (st == MK_OK) {
+                /* The product's partials are added by smaller blocks (mk_chunk_qkv_fold_rows). */
+                const bool fold = mk_cuda_chunk_fold(b, &l, MK_CHUNK_MM_STORE);
+                const uint32_t rows =
+                    fold ? mk_chunk_qkv_fold_rows(a->rows_per_task) : mk_chunk_qkv_rows(a->rows_per_task);
+                const uint32_t gx = mk_cuda_div_up(total, rows);
+                st = fold ? mk_cuda_chunk_issue(b, MK_CK_QKV, gx, n, 1, rows * 4u, l, err)
+                          : mk_cuda_chunk_launch(b, MK_CK_QKV, gx, n, rows * 4u, l, err);
+            }
             break;
         }
         case MK_OP_ATTN_CHUNK: {
@@ -1242,7 +1301,7 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, int32_t c
                               i, p->labels[i], mk_opcode_name(in->op));
         }
     }
-    return st;
+    return st == MK_OK ? mk_cuda_chunk_flush(b, err) : st;
 }
 
 /* With tracing: the last chunk step's time per kernel (each launch timed from its start event to
@@ -1816,6 +1875,7 @@ static enum mk_status mk_cuda_setup_chunk(struct mk_cuda_backend *b, struct mk_e
     b->c_apart = (uint32_t)((b->c_part + mk_cuda_part_floats(b) + 15u) & ~15ull);
     b->c_wsplit = (uint32_t)((b->c_apart + mk_cuda_attn_part_floats(b) + 15u) & ~15ull);
     b->c_xh = (uint32_t)((b->c_wsplit + b->c_wsplit_floats + 15u) & ~15ull);
+    b->c_fold = (uint32_t)((b->c_xh + b->c_xh_floats + 15u) & ~15ull);
     void *h = NULL;
     if (MK_CU(cu, err, cuMemHostAlloc(&h, sizeof(struct mk_step_cmd), MK_CU_MEMHOSTALLOC_PORTABLE))) return MK_ERR_CUDA;
     b->h_ccmd = h;

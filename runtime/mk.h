@@ -234,6 +234,8 @@ struct mk_gpu_params {
                                  * or fewer tokens (each takes every such tile in turn); 0 = the plan */
     int no_mv_kq8;              /* nonzero: those products decode the weights to bf16 instead of taking x
                                  * as int8 levels on the integer tensor cores, for comparison */
+    int no_fold;                /* nonzero: a chunk product split over its columns has its partial sums
+                                 * added by a launch of their own, not by the kernel that reads them */
 };
 
 /* Speculative decoding (mk_session_params.spec). */

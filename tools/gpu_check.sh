@@ -86,6 +86,8 @@ for w in $WHAT; do
         run "cuda_test chunk, K-quants decoded" 300 env MK_CUDA_NO_CHUNK_KQ=1 "$BIN/cuda_test" chunk
         # Few-token K-quant products with one block per split taking every tile in turn.
         run "cuda_test chunk, one block per split" 300 env MK_CUDA_MV_BLOCKS=1 "$BIN/cuda_test" chunk
+        # Split products' partials added by mk_chunk_mm_reduce launches (default: by the launch after).
+        run "cuda_test chunk, partials added by their own launch" 300 env MK_CUDA_FOLD=0 "$BIN/cuda_test" chunk
         # The optional ATTN_OUTPUT op (combine fused into the attention output) must agree too.
         run "cuda_test stories, fused attention output" 300 env MK_CUDA_FUSE_ATTN_OUTPUT=1 "$BIN/cuda_test" stories
         ;;

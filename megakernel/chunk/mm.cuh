@@ -699,13 +699,7 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     const bool silu = l.mode == MK_CHUNK_MM_SILU;
     const uint32_t n = blockIdx.x * MK_BLOCK_THREADS + threadIdx.x, i = blockIdx.y, N = silu ? l.ldx / 2u : l.ldx;
     if (n >= N) return;
-    const float *p = (const float *)a.arena + l.x_off + (uint64_t)i * l.ldx + n;
-    const uint64_t slice = (uint64_t)l.m * l.ldx;
-    float v = 0.0f, u = 0.0f;
-    for (uint32_t z = 0; z < l.splits; z++) {
-        v += __ldcg(p + z * slice);
-        if (silu) u += __ldcg(p + z * slice + N);
-    }
+    const float v = mk_chunk_part_sum(a, l, i, n), u = silu ? mk_chunk_part_sum(a, l, i, n + N) : 0.0f;
     float *y = (float *)a.arena + l.y_off + (uint64_t)i * l.ldy;
     if (l.mode == MK_CHUNK_MM_STORE)
         y[n] = v;

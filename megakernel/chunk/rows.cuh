@@ -28,6 +28,17 @@ __device__ __forceinline__ float mk_split_load(const __nv_bfloat16 *row, uint32_
     return __bfloat162float(row[i]) + __bfloat162float(row[ld + i]);
 }
 
+/* Column n of token row i of a split product's partial sums (l.splits of them at x_off, rows ldx
+ * apart, split z at z * m * ldx), added in split order from 0. */
+__device__ __forceinline__ float mk_chunk_part_sum(const struct mk_kernel_args &a, const struct mk_chunk_launch &l,
+                                                   uint32_t i, uint32_t n) {
+    const float *p = (const float *)a.arena + l.x_off + (uint64_t)i * l.ldx + n;
+    const uint64_t slice = (uint64_t)l.m * l.ldx;
+    float v = 0.0f;
+    for (uint32_t z = 0; z < l.splits; z++) v += __ldcg(p + z * slice);
+    return v;
+}
+
 /* The task context of a one-token op's helper run by a chunk kernel: in and cmd in shared memory,
  * no mailbox (a broken invariant traps). */
 __device__ __forceinline__ struct mk_task_ctx mk_chunk_task_ctx(const struct mk_kernel_args *a,
@@ -123,6 +134,62 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     const float scale = 1.0f / sqrtf(ss / (float)n + l.eps);
     for (uint32_t e = threadIdx.x; e < n; e += MK_BLOCK_THREADS)
         mk_split_store(y, n, e, __ldcg(x + e) * scale * mk_elem(nw.dtype, nw.ptr, e));
+}
+
+/* Block (b, i): columns [256 b, 256 b + 256) of residual row i (y_off, rows ldy apart) gain the
+ * split partials of the MK_CHUNK_MM_ADD product ahead (mk_chunk_part_sum; rows of ldx = the row's
+ * n values), as mk_chunk_mm_reduce adds them; then the row's last block to finish writes its
+ * RMSNorm (norm w0, eps) as a split row at n_off + i * ldx. Scratch: row i's counter at f_off + i,
+ * its blocks' sums at s_off + i * gridDim.x. This takes the place of mk_chunk_mm_reduce
+ * and mk_chunk_rmsnorm, two launches whose fixed cost (about 6 us each in a chain of them) was most
+ * of their time; the norm itself stays in one block a row, which reads the row once more from L2.
+ * The sum of squares adds the blocks' sums in block order, so it is the same on every run. */
+extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
+    mk_chunk_reduce_norm(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
+    static_assert(MK_BLOCK_THREADS == 256u, "MK_CHUNK_FOLD_FLOATS counts blocks of 256 columns");
+    __shared__ bool s_last;
+    struct mk_task_ctx c;
+    c.a = &a;
+    const struct mk_wdesc nw = mk_weight(&c, l.w0);
+    mk_grid_dep_wait();
+    const uint32_t n = l.ldx, i = blockIdx.y, e = blockIdx.x * MK_BLOCK_THREADS + threadIdx.x, nb = gridDim.x;
+    float *x = (float *)a.arena + l.y_off + (uint64_t)i * l.ldy;
+    float v = 0.0f;
+    if (e < n) {
+        v = __ldcg(x + e) + mk_chunk_part_sum(a, l, i, e);
+        x[e] = v;
+        __threadfence(); /* before the count that lets the row's last block read it */
+    }
+    const float ss = mk_block_sum(v * v);
+    uint32_t *count = (uint32_t *)a.arena + l.f_off + i;
+    float *sums = (float *)a.arena + l.s_off + (uint64_t)i * nb;
+    if (threadIdx.x == 0) {
+        sums[blockIdx.x] = ss;
+        __threadfence();
+        s_last = atomicAdd(count, 1u) == nb - 1u;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence(); /* the other blocks' values after their counts */
+    float total = 0.0f;
+    for (uint32_t b = 0; b < nb; b++) total += __ldcg(sums + b);
+    const float scale = 1.0f / sqrtf(total / (float)n + l.eps);
+    float *y = (float *)a.arena + l.n_off + (uint64_t)i * l.ldx;
+    /* A thread's loads go out together: one at a time, each waited out its own round trip. */
+    constexpr uint32_t U = 8;
+    for (uint32_t e0 = threadIdx.x; e0 < n; e0 += U * MK_BLOCK_THREADS) {
+        float xv[U], gv[U];
+#pragma unroll
+        for (uint32_t j = 0; j < U; j++) {
+            const uint32_t k = e0 + j * MK_BLOCK_THREADS;
+            xv[j] = k < n ? __ldcg(x + k) : 0.0f;
+            gv[j] = k < n ? mk_elem(nw.dtype, nw.ptr, k) : 0.0f;
+        }
+#pragma unroll
+        for (uint32_t j = 0; j < U; j++)
+            if (e0 + j * MK_BLOCK_THREADS < n) mk_split_store(y, n, e0 + j * MK_BLOCK_THREADS, xv[j] * scale * gv[j]);
+    }
+    if (threadIdx.x == 0) *count = 0u; /* for the next launch, which starts after this one ends */
 }
 
 #endif
