@@ -989,11 +989,13 @@ static enum mk_status mk_cuda_chunk_flush(struct mk_cuda_backend *b, struct mk_e
 
 /* Whether the pending partials are those of the product whose output l reads: m rows of ldx floats
  * from x_off, stored (STORE) or added to (ADD) as mode says. Then l reads them in its place (x_off,
- * ldx: the partials; splits) and they are no longer pending. */
+ * ldx: the partials; splits) and they are no longer pending. Only steps of few token rows, whose
+ * launches are short enough that a launch's fixed cost counts: at 512 rows the folded kernels were
+ * slower than the two launches they replace (llama-1b pp512 BF16 -4 %, Q4_K_M -2.6 %, run51). */
 static bool mk_cuda_chunk_fold(struct mk_cuda_backend *b, struct mk_chunk_launch *l, enum mk_chunk_mm_mode mode) {
     const struct mk_chunk_launch *r = &b->c_pend;
-    if (!b->c_pend_on || b->gpu.no_fold || r->mode != (uint32_t)mode || r->y_off != l->x_off || r->ldy != l->ldx ||
-        r->ldx != l->ldx || r->m != l->m)
+    if (!b->c_pend_on || b->gpu.no_fold || l->m > MK_CHUNK_MV_TOKENS || r->mode != (uint32_t)mode ||
+        r->y_off != l->x_off || r->ldy != l->ldx || r->ldx != l->ldx || r->m != l->m)
         return false;
     l->x_off = r->x_off;
     l->splits = r->splits;
