@@ -168,8 +168,8 @@ struct mk_cuda_backend {
     uint32_t c_part;      /* arena offset of the split-K partial sums (mk_cuda_part_floats) */
     uint32_t c_apart;     /* arena offset of the attention splits' partials (mk_cuda_attn_part_floats) */
     /* A split product's partials not yet added (MK_CHUNK_MM_STORE or _ADD): mk_chunk_mm_reduce's
-     * record. The launch that reads that output adds them itself where it can (mk_chunk_rmsnorm,
-     * mk_chunk_qkv); any other launch runs the reduce first. */
+     * record. The launch that reads that output adds them itself where it can (mk_chunk_reduce_norm
+     * in place of mk_chunk_rmsnorm, mk_chunk_qkv); any other launch runs the reduce first. */
     struct mk_chunk_launch c_pend;
     bool c_pend_on;
     uint32_t c_fold;          /* arena offset of mk_chunk_reduce_norm's scratch (MK_CHUNK_FOLD_FLOATS), zeroed */

@@ -10,8 +10,8 @@
  * rows_per_task), read from the (m, q_dim + 2 kv_dim) rows at x_off, finished by mk_qkv_epilogue
  * at position pos + i. With l.splits > 1 the rows are the sums of the product's split partials at
  * x_off (mk_chunk_part_sum), which this adds in place of mk_chunk_mm_reduce, over blocks of
- * B = mk_chunk_qkv_fold_rows(rows_per_task). B is whole tasks of the instruction, which hold whole heads where the
- * epilogue needs them, as in the one-token op. Dynamic shared memory: B floats. */
+ * B = mk_chunk_qkv_fold_rows(rows_per_task). B is whole tasks of the instruction, which hold whole
+ * heads where the epilogue needs them, as in the one-token op. Dynamic shared memory: B floats. */
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_qkv(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
     __shared__ struct mk_instr s_in;
