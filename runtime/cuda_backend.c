@@ -1018,8 +1018,8 @@ static enum mk_status mk_cuda_chunk_launch(struct mk_cuda_backend *b, enum mk_cu
 
 /* Product kernel k on (gx, gy, splits) with each split's raw sums going to the partials (rows ldp
  * floats apart), then mk_chunk_mm_reduce adding them in split order into l's output with l's mode
- * (rows: the outputs per token row, SILU's gate rows); for STORE and ADD that reduce waits in
- * c_pend for the next launch, which may add the partials itself. */
+ * (rows: the outputs per token row, SILU's gate rows). That reduce waits in c_pend for the next
+ * launch, which runs it first or, where it reads that output, adds the partials itself. */
 static enum mk_status mk_cuda_chunk_split_launch(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
                                                  uint32_t gy, uint32_t splits, uint32_t smem, struct mk_chunk_launch l,
                                                  uint32_t rows, uint32_t ldp, struct mk_error *err) {
@@ -1035,7 +1035,7 @@ static enum mk_status mk_cuda_chunk_split_launch(struct mk_cuda_backend *b, enum
     if (st != MK_OK) return st;
     b->c_pend = r;
     b->c_pend_on = true;
-    return r.mode == MK_CHUNK_MM_SILU ? mk_cuda_chunk_flush(b, err) : MK_OK;
+    return MK_OK;
 }
 
 /* mk_cuda_chunk_mm's product over at most MK_CHUNK_MV_TOKENS token rows (l: its launch record, rows:
@@ -1202,7 +1202,7 @@ static enum mk_status mk_cuda_chunk_norm(struct mk_cuda_backend *b, uint32_t ii,
         MK_ASSERT(n <= b->cprog->n_embd && m <= b->cprog->ubatch); /* the scratch's size */
         l.f_off = b->c_fold;
         l.s_off = b->c_fold + b->cprog->ubatch;
-        return mk_cuda_chunk_issue(b, MK_CK_REDUCE_NORM, mk_cuda_div_up(n, MK_BLOCK_THREADS), m, 1, 0, l, err);
+        return mk_cuda_chunk_launch(b, MK_CK_REDUCE_NORM, mk_cuda_div_up(n, MK_BLOCK_THREADS), m, 0, l, err);
     }
     return mk_cuda_chunk_launch(b, MK_CK_RMSNORM, m, 1, 0, l, err);
 }
@@ -1234,8 +1234,7 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, int32_t c
                 const uint32_t rows =
                     fold ? mk_chunk_qkv_fold_rows(a->rows_per_task) : mk_chunk_qkv_rows(a->rows_per_task);
                 const uint32_t gx = mk_cuda_div_up(total, rows);
-                st = fold ? mk_cuda_chunk_issue(b, MK_CK_QKV, gx, n, 1, rows * 4u, l, err)
-                          : mk_cuda_chunk_launch(b, MK_CK_QKV, gx, n, rows * 4u, l, err);
+                st = mk_cuda_chunk_launch(b, MK_CK_QKV, gx, n, rows * 4u, l, err);
             }
             break;
         }
