@@ -122,13 +122,13 @@ MK_ABI_FN uint32_t mk_chunk_mv_span(uint32_t cols, uint32_t splits) {
  * tiles' tensor-core form (megakernel/chunk/mv8.cuh), for m <= MK_CHUNK_MV8_TOKENS token rows: the
  * same grid and outputs, NT = mk_chunk_mv8_tokens(m) token rows (m rounded up; the rest zero), and
  * x's levels and group scales of whole super-blocks (a split of an odd number of 128-column steps
- * touches one more half super-block, given zero x): MK_CHUNK_MV8_SMEM(m, span) bytes, 112 a token
- * row and 32 columns. Past 8 rows mk_chunk_mv_kq is faster (a 16-row kernel measured 9.7 ms against
+ * touches one more half super-block, given zero x): MK_CHUNK_MV8_SMEM(m, span) bytes, 104 a token
+ * row and 32 columns (96 of levels, 8 of the group's scale and sum). Past 8 rows mk_chunk_mv_kq is faster (a 16-row kernel measured 9.7 ms against
  * its 8.3 for a 16-token llama-8b Q4_K_M step, BENCHMARKS.md twenty-third session). */
 #define MK_CHUNK_MV8_TOKENS 8u
 MK_ABI_FN uint32_t mk_chunk_mv8_tokens(uint32_t m) { return m <= 2u ? 2u : m <= 4u ? 4u : 8u; }
 MK_ABI_FN uint32_t mk_chunk_mv8_cols(uint32_t span) { return (span + 255u) / 256u * 256u; }
-#define MK_CHUNK_MV8_SMEM(m, span) (mk_chunk_mv8_tokens(m) * 112u * (mk_chunk_mv8_cols(span) / 32u))
+#define MK_CHUNK_MV8_SMEM(m, span) (mk_chunk_mv8_tokens(m) * 104u * (mk_chunk_mv8_cols(span) / 32u))
 
 /* The K-quant few-token products' plan (mk_chunk_mv_kq) for `tiles` tiles of K columns and m token
  * rows: *splits column splits (at most max_k columns each) of *blocks blocks, each block taking

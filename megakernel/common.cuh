@@ -577,10 +577,17 @@ __device__ __noinline__ float4 mk_q8_rows(uint32_t t, struct mk_rows4 row, int R
  * neighbouring lanes hold a group of 32 and reduce its maximum and level sums with shuffles. Every
  * lane of the warp must call it. Gives the thread's three words of quants and its group's scale
  * and sums (lane 0 of the eight writes those). */
+__device__ __forceinline__ void mk_xq_pack_d(float4 v, float d, uint32_t *word, int *s);
 __device__ __forceinline__ void mk_xq_pack(float4 v, uint32_t *word, int *s, float *d_out) {
     float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
     for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float d = amax / 127.0f;
+    mk_xq_pack_d(v, d, word, s);
+    *d_out = d;
+}
+
+/* ... at a scale d the caller chose (at least the group's max|x| / 127). */
+__device__ __forceinline__ void mk_xq_pack_d(float4 v, float d, uint32_t *word, int *s) {
     const float xv[4] = { v.x, v.y, v.z, v.w };
 #pragma unroll
     for (int m = 0; m < 3; m++) word[m] = 0u, s[m] = 0;
@@ -597,7 +604,6 @@ __device__ __forceinline__ void mk_xq_pack(float4 v, uint32_t *word, int *s, flo
 #pragma unroll
     for (int m = 0; m < 3; m++)
         for (int o = 4; o > 0; o >>= 1) s[m] += __shfl_xor_sync(0xffffffffu, s[m], o);
-    *d_out = d;
 }
 
 /* Stores what mk_xq_pack gave for input i (< n) of group i / 32. */

@@ -48,6 +48,11 @@ __device__ __forceinline__ uint2 mk_lds64(uint32_t a) {
     asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
     return v;
 }
+__device__ __forceinline__ uint32_t mk_lds32(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
 /* A word's two halves (a K-quant super-block's d and dmin) as floats. */
 __device__ __forceinline__ float2 mk_qmma_h2f(uint32_t w) { return __half22float2(*(const __half2 *)&w); }
 __device__ __forceinline__ uint4 mk_lds128(uint32_t a) {
@@ -247,8 +252,16 @@ __device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8
  * scales per group (mk_chunk_mv_kq, bound by those instructions: BENCHMARKS.md, twenty-second
  * session). x's image holds the NT token rows interleaved, so that a token's offset is a constant
  * of the load: token t's levels of group G at xq + 96 (NT G + t) (three levels of 32 bytes, as
- * mk_xq8's), its mk_xgroup at xg + 16 (NT G + t). The originals above stay as they are: the
- * megakernel's code is tuned on their generated code. */
+ * mk_xq8's), its group entry at xg + 8 (NT G + t): the group's d and its sum d * mk_xq_combine(s)
+ * (mk_qmma_xg_pack), the sum formed once where x is staged, not at each of the mins' reads (these
+ * tiles are bound by their instructions: BENCHMARKS.md, twenty-fifth session). The originals above
+ * stay as they are: the megakernel's code is tuned on their generated code. */
+#define MK_QMMA_XG_BYTES 8u
+__device__ __forceinline__ uint2 mk_qmma_xg_pack(float d, const int *s) {
+    uint2 v;
+    v.x = __float_as_uint(d), v.y = __float_as_uint(d * mk_xq_combine(s));
+    return v;
+}
 
 /* A Q4_K (FIVE: Q5_K) super-block of rows g and g + 8 (words in w; its first group G0 of x's image)
  * against NT token rows, NT / 2 pairs, each pair one mma on A decoded once a group: B's columns
@@ -256,8 +269,11 @@ __device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8
  * columns 2c, 2c + 1 belong to token c >> 1 of the pair and combine as mk_qmma_k45_sb's do
  * (t = 254 C[2c] + C[2c + 1], weighed 1/254 or 1/254^3). acc[p][0], acc[p][1]: this lane's share of
  * rows g and g + 8 for token 2p + (c >> 1) (lanes c and c ^ 1 sum later); the mins go four groups a
- * lane. The super-block's d goes into each product rather than into a sum per pair after the
- * groups: NT = 16 would otherwise hold 16 more registers. */
+ * lane. x's groups share one scale over the super-block (mk_kq8_stage_x), so each column's products
+ * times the sub-block scales add up as integers over the eight groups, and the floats come once a
+ * super-block: about 80 instructions fewer a super-block at four tokens (BENCHMARKS.md, twenty-fifth
+ * session). The integer sums stay below 2^31: at most 32 * 31 * 127 * 63 * 8 (Q5_K's quants, x's
+ * levels, 6-bit scales, eight groups). */
 template <bool FIVE, int NT>
 __device__ __forceinline__ void mk_qmma_k45_sbt(const struct mk_qk45_raw &w, uint32_t G0, uint32_t xq, uint32_t xg,
                                                 float (*acc)[2]) {
@@ -267,12 +283,15 @@ __device__ __forceinline__ void mk_qmma_k45_sbt(const struct mk_qk45_raw &w, uin
     /* B column g: token g >> 2's level g & 3 (3: none). */
     const uint32_t blev = g & 3u;
     const bool bl = blev < 3u;
-    const uint32_t xqo = xq + 96u * (g >> 2) + 32u * (bl ? blev : 0u) + 8u * c, xgt = xg + 16u * tok;
+    const uint32_t xqo = xq + 96u * (g >> 2) + 32u * (bl ? blev : 0u) + 8u * c, xgt = xg + MK_QMMA_XG_BYTES * tok;
     const uint32_t *h0 = w.h0, *h8 = w.h8;
     const uint32_t s0[2] = { mk_qmma_k4_scales(h0, false), mk_qmma_k4_scales(h0, true) };
     const uint32_t s8[2] = { mk_qmma_k4_scales(h8, false), mk_qmma_k4_scales(h8, true) };
     const float2 d0 = mk_qmma_h2f(h0[0]), d8 = mk_qmma_h2f(h8[0]);
-    const float tw0 = tw * d0.x, tw8 = tw * d8.x;
+    /* sum[p][h][k]: column 2c + k of row g + 8h for pair p, times the sub-block scales. */
+    int sum[NT / 2][2][2];
+    MK_UNROLL
+    for (int p = 0; p < NT / 2; p++) sum[p][0][0] = sum[p][0][1] = sum[p][1][0] = sum[p][1][1] = 0;
     MK_UNROLL
     for (int s = 0; s < 8; s++) {
         const uint32_t G = G0 + (uint32_t)s;
@@ -285,10 +304,15 @@ __device__ __forceinline__ void mk_qmma_k45_sbt(const struct mk_qk45_raw &w, uin
             const uint2 bx = mk_lds64(xqo + 96u * (NT * G + 2u * (uint32_t)p));
             int d[4];
             mk_mma_s8(d, a[0], a[1], a[2], a[3], bl ? bx.x : 0u, bl ? bx.y : 0u);
-            const float xd = __uint_as_float(mk_lds128(xgt + 16u * (NT * G + 2u * (uint32_t)p)).x);
-            acc[p][0] += (float)((d[0] * 254 + d[1]) * sc0) * (xd * tw0);
-            acc[p][1] += (float)((d[2] * 254 + d[3]) * sc8) * (xd * tw8);
+            sum[p][0][0] += d[0] * sc0, sum[p][0][1] += d[1] * sc0;
+            sum[p][1][0] += d[2] * sc8, sum[p][1][1] += d[3] * sc8;
         }
+    }
+    MK_UNROLL
+    for (int p = 0; p < NT / 2; p++) {
+        const float xd = __uint_as_float(mk_lds32(xgt + MK_QMMA_XG_BYTES * (NT * G0 + 2u * (uint32_t)p))) * tw;
+        acc[p][0] += ((float)sum[p][0][0] * MK_XQ_STEP + (float)sum[p][0][1]) * (xd * d0.x);
+        acc[p][1] += ((float)sum[p][1][0] * MK_XQ_STEP + (float)sum[p][1][1]) * (xd * d8.x);
     }
     /* Mins: lane c takes its token's sub-blocks 4 (c & 1) .. + 3. */
     const uint32_t m0w = mk_qmma_k4_mins(h0, (c & 1u) != 0u), m8w = mk_qmma_k4_mins(h8, (c & 1u) != 0u);
@@ -297,7 +321,8 @@ __device__ __forceinline__ void mk_qmma_k45_sbt(const struct mk_qk45_raw &w, uin
         float m0 = 0.0f, m8 = 0.0f;
         MK_UNROLL
         for (uint32_t e = 0; e < 4u; e++) {
-            const float gs = mk_qmma_gsum(xgt + 16u * 2u * (uint32_t)p, NT * (G0 + 4u * (c & 1u) + e));
+            const float gs = __uint_as_float(
+                mk_lds32(xgt + 4u + MK_QMMA_XG_BYTES * (2u * (uint32_t)p + NT * (G0 + 4u * (c & 1u) + e))));
             m0 += (float)mk_qmma_byte(m0w, e) * gs;
             m8 += (float)mk_qmma_byte(m8w, e) * gs;
         }
@@ -357,7 +382,7 @@ __device__ __forceinline__ void mk_qmma_k6_sbt(const uint8_t *b0, const uint8_t 
                 const uint2 bx = mk_lds64(xqo + 96u * (NT * G + (uint32_t)t));
                 int d[4];
                 mk_mma_s8(d, a[0], a[1], a[2], a[3], bl ? bx.x : 0u, bl ? bx.y : 0u);
-                const float xd = __uint_as_float(mk_lds128(xg + 16u * (NT * G + (uint32_t)t)).x);
+                const float xd = __uint_as_float(mk_lds32(xg + MK_QMMA_XG_BYTES * (NT * G + (uint32_t)t)));
                 acc[t][0] += (float)((d[0] * 254 + d[1]) * s0) * (xd * tw0);
                 acc[t][1] += (float)((d[2] * 254 + d[3]) * s8) * (xd * tw8);
             }

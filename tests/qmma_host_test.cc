@@ -33,6 +33,11 @@ static inline float __uint_as_float(uint32_t u) {
     memcpy(&f, &u, 4);
     return f;
 }
+static inline uint32_t __float_as_uint(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 static inline uint32_t min(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
 /* Shared memory: x's quants and groups in one buffer, addressed by offset as ld.shared is. */
@@ -40,6 +45,11 @@ static const uint8_t *g_smem;
 static uint2 mk_lds64(uint32_t a) {
     uint2 v;
     memcpy(&v, g_smem + a, 8);
+    return v;
+}
+static uint32_t mk_lds32(uint32_t a) {
+    uint32_t v;
+    memcpy(&v, g_smem + a, 4);
     return v;
 }
 static uint4 mk_lds128(uint32_t a) {
@@ -190,8 +200,8 @@ static int check(uint32_t t, const char *name, uint32_t n, uint32_t ks, int c, d
 }
 
 /* mk_qmma_k45_sbt and mk_qmma_k6_sbt: NT token rows of n inputs in one pass over 16 rows, x's
- * image interleaved by token as the chunk kernel stages it (token ntok and up padding: d 0, levels
- * 0), each token's row sum (the lanes the kernel sums: c and c ^ 1 of a pair, all four for Q6_K)
+ * image interleaved by token as the chunk kernel stages it (one scale a super-block; token ntok and
+ * up padding: d 0, levels 0), each token's row sum (the lanes the kernel sums: c and c ^ 1 of a pair, all four for Q6_K)
  * against the float dot, as check() bounds the one-token tile. The tokens differ in scale, so a
  * lane that read another token's levels or groups shows. */
 template <int NT> static int check_tokens(uint32_t t, const char *name, uint32_t n, int ntok, int c, double *worst) {
@@ -205,7 +215,8 @@ template <int NT> static int check_tokens(uint32_t t, const char *name, uint32_t
         mk_quantize_row((enum mk_dtype)t, w.data(), rows.data() + r * rb, n);
     }
     const uint32_t ng = n / 32, xg = 96u * NT * ng;
-    std::vector<uint8_t> smem(112u * NT * ng, 0);
+    std::vector<uint8_t> smem((96u + MK_QMMA_XG_BYTES) * NT * ng, 0);
+    int bad_x = 0; /* inputs whose levels miss x (mk_test_make_xq prints them) */
     for (int k = 0; k < ntok; k++) {
         for (uint32_t i = 0; i < n; i++) {
             x[k][i] = rng_uniform() * xscale[c] * (float)(1 + 3 * k) * (c == 3 && i % 61 == 0 ? 400.0f : 1.0f);
@@ -213,10 +224,11 @@ template <int NT> static int check_tokens(uint32_t t, const char *name, uint32_t
         }
         std::vector<int8_t> q;
         std::vector<struct mk_xgroup> grp;
-        mk_test_make_xq(x[k], q, grp);
+        bad_x += mk_test_make_xq(x[k], q, grp, 256);
         for (uint32_t G = 0; G < ng; G++) {
             memcpy(smem.data() + 96u * (NT * G + (uint32_t)k), q.data() + 96u * G, 96);
-            memcpy(smem.data() + xg + 16u * (NT * G + (uint32_t)k), &grp[G], 16);
+            const uint2 e = mk_qmma_xg_pack(grp[G].d, grp[G].s);
+            memcpy(smem.data() + xg + MK_QMMA_XG_BYTES * (NT * G + (uint32_t)k), &e, MK_QMMA_XG_BYTES);
         }
     }
     g_smem = smem.data();
@@ -242,7 +254,7 @@ template <int NT> static int check_tokens(uint32_t t, const char *name, uint32_t
         });
     }
     for (auto &l : lanes) l.join();
-    int bad = 0;
+    int bad = bad_x;
     for (int k = 0; k < NT; k++) {
         double xmax = 0.0;
         for (uint32_t i = 0; i < n; i++) xmax = fmax(xmax, fabs((double)x[k][i]));

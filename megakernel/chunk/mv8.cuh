@@ -24,16 +24,20 @@ __device__ __forceinline__ uint32_t mk_kq8_kind(const struct mk_wdesc *w) {
 }
 
 /* x's split rows (chunk.h) for the columns of super-blocks [sb0, sb1) as NT token rows of int8
- * levels at xq (token t's group G at 96 (NT G + t)) and their groups at xg (16 (NT G + t)), by the
- * whole block: the megakernel's quantizer (mk_xq_pack: the same scale and rounding), four columns
- * a thread. Token rows from m on and columns outside [kb, ke) are zero (d 0, levels 0), which
- * every tile then multiplies to exactly nothing. */
+ * levels at xq (token t's group G at 96 (NT G + t)) and their group entries (mk_qmma_xg_pack) at
+ * xg (MK_QMMA_XG_BYTES (NT G + t)), by the whole block, four columns a thread: the megakernel's
+ * levels and rounding (mk_xq_pack_d), but one scale for each token row's super-block, max|x| / 127
+ * over its 256 columns, so that mk_qmma_k45_sbt adds a super-block's groups as integers. The error
+ * stays that of float rounding against the super-block's largest value. Token rows from m on and
+ * columns outside [kb, ke) are zero (d 0, levels 0), which every tile then multiplies to exactly
+ * nothing. */
 template <uint32_t NT>
 __device__ __forceinline__ void mk_kq8_stage_x(const struct mk_kernel_args &a, const struct mk_chunk_launch &l,
                                                uint32_t m, uint32_t sb0, uint32_t sb1, uint32_t kb, uint32_t ke,
                                                uint8_t *xq, uint8_t *xg) {
     const uint32_t cols = 256u * (sb1 - sb0), all = NT * cols;
     const bool vec = (l.x_off & 1u) == 0u && (l.ldx & 3u) == 0u; /* 8-byte loads of hi and of lo */
+    __shared__ float wmax[2][MK_BLOCK_THREADS / 32u];
     for (uint32_t base = 0; base < all; base += 4u * MK_BLOCK_THREADS) {
         const uint32_t e = base + 4u * threadIdx.x, i = e / cols, cc = e % cols, k = 256u * sb0 + cc;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -54,16 +58,23 @@ __device__ __forceinline__ void mk_kq8_stage_x(const struct mk_kernel_args &a, c
             }
             v = make_float4(f[0], f[1], f[2], f[3]);
         }
+        /* A super-block's 256 columns are two warps' 128 (all, cols and the pass are multiples of
+         * 256): each warp's maximum meets its partner's in shared memory, by pass parity, so that
+         * one barrier a pass keeps a pass's reads before the writes two passes on. */
+        float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const uint32_t warp = threadIdx.x >> 5, par = (base / (4u * MK_BLOCK_THREADS)) & 1u;
+        if ((threadIdx.x & 31u) == 0u) wmax[par][warp] = amax;
+        __syncthreads();
+        const float d = fmaxf(wmax[par][warp], wmax[par][warp ^ 1u]) / 127.0f;
         uint32_t word[3];
         int s[3];
-        float d;
-        mk_xq_pack(v, word, s, &d); /* every lane: its shuffles take the whole warp */
+        mk_xq_pack_d(v, d, word, s); /* every lane: its shuffles take the whole warp */
         if (e >= all) continue;
         const uint32_t G = cc / 32u, p = cc % 32u, at = NT * G + i;
 #pragma unroll
         for (int q = 0; q < 3; q++) *(uint32_t *)(xq + 96u * at + 32u * (uint32_t)q + p) = word[q];
-        if ((threadIdx.x & 7u) == 0u)
-            *(uint4 *)(xg + 16u * at) = make_uint4(__float_as_uint(d), (uint32_t)s[0], (uint32_t)s[1], (uint32_t)s[2]);
+        if ((threadIdx.x & 7u) == 0u) *(uint2 *)(xg + MK_QMMA_XG_BYTES * at) = mk_qmma_xg_pack(d, s);
     }
 }
 
@@ -145,11 +156,14 @@ __device__ __forceinline__ void mk_chunk_mv_kq8_body(const struct mk_kernel_args
         float *yp = y + (uint64_t)i * l.ldy + r;
         *yp = add ? __ldcg(yp) + v : v;
     };
+    /* The next tile's rows, found for its prefetch and kept for its turn: these tiles are bound by
+     * their instructions (BENCHMARKS.md, twenty-fifth session), and a split's tile is short (two
+     * super-blocks at 4 tokens on llama-8b's gate/up). */
+    uint32_t nk = MK_KQ_NONE;
+    const uint8_t *n0 = nullptr, *n8 = nullptr;
     for (uint32_t tile = blockIdx.x; tile < ntile; tile += gridDim.x) {
-        if (tile != blockIdx.x) rows_of(tile, &kind, &p0, &p8);
+        if (tile != blockIdx.x) kind = nk, p0 = n0, p8 = n8;
         if (tile + gridDim.x < ntile) {
-            uint32_t nk;
-            const uint8_t *n0, *n8;
             rows_of(tile + gridDim.x, &nk, &n0, &n8);
             prefetch(nk, n0, n8);
         }
