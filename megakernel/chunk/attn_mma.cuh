@@ -56,17 +56,6 @@ __device__ __forceinline__ void mk_chunk_attn_mma_body(const struct mk_kernel_ar
     __nv_bfloat16 *ql = qh + ROWS * LDH, *kh = ql + ROWS * LDH, *kl = kh + KT * LDH, *vh = kl + KT * LDH,
                   *vl = vh + KT * LDH;
 
-    /* Row r of the block is query head kvh * g + r / T at token row t0 + r % T (zero past them). */
-    for (uint32_t k = tid; k < ROWS * HD / 4u; k += MK_BLOCK_THREADS) {
-        const uint32_t r = k / (HD / 4u), d = 4u * (k % (HD / 4u)), it = r % T;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < n_rows && it < n_tok) {
-            const float *q =
-                (const float *)a.arena + in->buf[0] + (uint64_t)(t0 + it) * q_dim + (kvh * g + r / T) * HD + d;
-            v = make_float4(__ldcg(q), __ldcg(q + 1), __ldcg(q + 2), __ldcg(q + 3));
-        }
-        mk_attn_split4(v, qh + r * LDH + d, ql + r * LDH + d);
-    }
     /* This thread's rows: R and R + 8 of the block (accumulator elements 0, 1 and 2, 3). */
     const uint32_t R = 16u * wr + gq;
     const uint32_t last0 = (uint32_t)pos + t0 + min(R % T, n_tok - 1u),
@@ -99,7 +88,29 @@ __device__ __forceinline__ void mk_chunk_attn_mma_body(const struct mk_kernel_ar
     const uint32_t a_off = (16u * wr + (lane & 15u)) * LDH + (lane >> 4) * 8u;
     const uint32_t b_off = (32u * wh + (lane >> 4) * 8u + (lane & 7u)) * LDH + ((lane >> 3) & 1u) * 8u;
     const uint32_t v_off = (32u * wh + (lane & 7u) + ((lane >> 3) & 1u) * 8u) * LDH + (lane >> 4) * 8u;
+    /* Row r of the block is query head kvh * g + r / T at token row t0 + r % T (zero past them).
+     * q's loads, then the first tile's, are all asked for before any waits on them: a few-token
+     * step near the start of the context is a single tile, and these round trips were most of its
+     * time (BENCHMARKS.md, twenty-fifth session). */
+    constexpr int NQ = (int)(ROWS * HD / 4u / MK_BLOCK_THREADS);
+    float4 qv[NQ];
+#pragma unroll
+    for (int i = 0; i < NQ; i++) {
+        const uint32_t k = tid + (uint32_t)i * MK_BLOCK_THREADS, r = k / (HD / 4u), d = 4u * (k % (HD / 4u)),
+                       it = r % T;
+        qv[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < n_rows && it < n_tok) {
+            const float *q =
+                (const float *)a.arena + in->buf[0] + (uint64_t)(t0 + it) * q_dim + (kvh * g + r / T) * HD + d;
+            qv[i] = make_float4(__ldcg(q), __ldcg(q + 1), __ldcg(q + 2), __ldcg(q + 3));
+        }
+    }
     if (ps < pe) fetch(ps);
+#pragma unroll
+    for (int i = 0; i < NQ; i++) {
+        const uint32_t k = tid + (uint32_t)i * MK_BLOCK_THREADS, r = k / (HD / 4u), d = 4u * (k % (HD / 4u));
+        mk_attn_split4(qv[i], qh + r * LDH + d, ql + r * LDH + d);
+    }
     for (uint32_t p0 = ps; p0 < pe; p0 += KT) {
         const uint32_t nk = min(KT, pe - p0);
         __syncthreads(); /* the previous tile is consumed */
