@@ -90,8 +90,8 @@ __device__ __forceinline__ void mk_chunk_attn_mma_body(const struct mk_kernel_ar
     const uint32_t v_off = (32u * wh + (lane & 7u) + ((lane >> 3) & 1u) * 8u) * LDH + (lane >> 4) * 8u;
     /* Row r of the block is query head kvh * g + r / T at token row t0 + r % T (zero past them).
      * q's loads, then the first tile's, are all asked for before any waits on them: a few-token
-     * step near the start of the context is a single tile, and these round trips were most of its
-     * time (BENCHMARKS.md, twenty-fifth session). */
+     * step near the start of the context is a single tile, which waited on q a row piece at a time
+     * (BENCHMARKS.md, twenty-fifth session). */
     constexpr int NQ = (int)(ROWS * HD / 4u / MK_BLOCK_THREADS);
     float4 qv[NQ];
 #pragma unroll

@@ -156,9 +156,9 @@ __device__ __forceinline__ void mk_chunk_mv_kq8_body(const struct mk_kernel_args
         float *yp = y + (uint64_t)i * l.ldy + r;
         *yp = add ? __ldcg(yp) + v : v;
     };
-    /* The next tile's rows, found for its prefetch and kept for its turn: these tiles are bound by
-     * their instructions (BENCHMARKS.md, twenty-fifth session), and a split's tile is short (two
-     * super-blocks at 4 tokens on llama-8b's gate/up). */
+    /* The next tile's rows, found for its prefetch and kept for its turn rather than found again: a
+     * split's tile is short (two super-blocks at 4 tokens on llama-8b's gate/up), so the search was
+     * a good part of a tile's instructions (BENCHMARKS.md, twenty-fifth session). */
     uint32_t nk = MK_KQ_NONE;
     const uint8_t *n0 = nullptr, *n8 = nullptr;
     for (uint32_t tile = blockIdx.x; tile < ntile; tile += gridDim.x) {
