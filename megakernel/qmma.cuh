@@ -253,8 +253,8 @@ __device__ __forceinline__ void mk_qmma_k6(const uint8_t *pg, const uint8_t *pg8
  * session). x's image holds the NT token rows interleaved, so that a token's offset is a constant
  * of the load: token t's levels of group G at xq + 96 (NT G + t) (three levels of 32 bytes, as
  * mk_xq8's), its group entry at xg + 8 (NT G + t): the group's d and its sum d * mk_xq_combine(s)
- * (mk_qmma_xg_pack), the sum formed once where x is staged, not at each of the mins' reads (these
- * tiles are bound by their instructions: BENCHMARKS.md, twenty-fifth session). The originals above
+ * (mk_qmma_xg_pack), the sum formed once where x is staged, not at each of the mins' reads (fewer
+ * instructions a super-block: BENCHMARKS.md, twenty-fifth session). The originals above
  * stay as they are: the megakernel's code is tuned on their generated code. */
 #define MK_QMMA_XG_BYTES 8u
 __device__ __forceinline__ uint2 mk_qmma_xg_pack(float d, const int *s) {

@@ -201,8 +201,8 @@ static int check(uint32_t t, const char *name, uint32_t n, uint32_t ks, int c, d
 
 /* mk_qmma_k45_sbt and mk_qmma_k6_sbt: NT token rows of n inputs in one pass over 16 rows, x's
  * image interleaved by token as the chunk kernel stages it (one scale a super-block; token ntok and
- * up padding: d 0, levels 0), each token's row sum (the lanes the kernel sums: c and c ^ 1 of a pair, all four for Q6_K)
- * against the float dot, as check() bounds the one-token tile. The tokens differ in scale, so a
+ * up padding: d 0, levels 0), each token's row sum (the lanes the kernel sums: c and c ^ 1 of a
+ * pair, all four for Q6_K) against the float dot, as check() bounds the one-token tile. The tokens differ in scale, so a
  * lane that read another token's levels or groups shows. */
 template <int NT> static int check_tokens(uint32_t t, const char *name, uint32_t n, int ntok, int c, double *worst) {
     const size_t rb = mk_dtype_row_bytes((enum mk_dtype)t, n);
