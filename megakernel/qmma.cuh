@@ -334,10 +334,11 @@ __device__ __forceinline__ void mk_qmma_k45_sbt(const struct mk_qk45_raw &w, uin
 /* A Q6_K super-block of rows g and g + 8 (b0, b8; its first group G0 of x's image) against NT token
  * rows, one mma a token on A decoded once a group: B's columns are mk_qmma_k6's (a token fills six
  * of them, so tokens do not pair). acc[t][0], acc[t][1]: this lane's share of rows g and g + 8 for
- * token t (the four lanes of a row sum later). The super-block's d goes into each product, as in
- * mk_qmma_k45_sbt. Its decoding repeats mk_qmma_k6's: routing that one through shared helpers
- * changed the one-token megakernel's generated code, which was not timed so (twenty-third
- * session's review). */
+ * token t (the four lanes of a row sum later). As in mk_qmma_k45_sbt, x's scale is one a
+ * super-block, so each column's products times the 16-element scales add up as integers over the
+ * eight groups and the floats come once a super-block: |sum| <= 16 * 32 * 127 * 128 * 8 < 2^27.
+ * Its decoding repeats mk_qmma_k6's: routing that one through shared helpers changed the one-token
+ * megakernel's generated code, which was not timed so (twenty-third session's review). */
 template <int NT>
 __device__ __forceinline__ void mk_qmma_k6_sbt(const uint8_t *b0, const uint8_t *b8, uint32_t G0, uint32_t xq,
                                                uint32_t xg, float (*acc)[2]) {
@@ -347,12 +348,15 @@ __device__ __forceinline__ void mk_qmma_k6_sbt(const uint8_t *b0, const uint8_t 
     const uint32_t xqo = xq + 32u * lev + 8u * c;
     const float tw = c < 2u ? 1.0f / MK_XQ_STEP : 1.0f / (MK_XQ_STEP * MK_XQ_STEP * MK_XQ_STEP);
     const uint32_t hs = 8u * (c & 1u);
-    const float tw0 = tw * mk_q_half(b0 + 208u), tw8 = tw * mk_q_half(b8 + 208u);
     uint32_t sc0[4], sc8[4];
     mk_w_words<4>(b0 + 192u, sc0);
     mk_w_words<4>(b8 + 192u, sc8);
     MK_UNROLL
     for (int i = 0; i < 4; i++) sc0[i] >>= hs, sc8[i] >>= hs;
+    /* sum[t][h][k]: column 2c + k of row g + 8h for token t, times the 16-element scales. */
+    int sum[NT][2][2];
+    MK_UNROLL
+    for (int t = 0; t < NT; t++) sum[t][0][0] = sum[t][0][1] = sum[t][1][0] = sum[t][1][1] = 0;
     MK_UNROLL
     for (uint32_t n = 0; n < 2u; n++) {
         uint32_t la0[2], lb0[2], hh0[2], la8[2], lb8[2], hh8[2];
@@ -382,11 +386,17 @@ __device__ __forceinline__ void mk_qmma_k6_sbt(const uint8_t *b0, const uint8_t 
                 const uint2 bx = mk_lds64(xqo + 96u * (NT * G + (uint32_t)t));
                 int d[4];
                 mk_mma_s8(d, a[0], a[1], a[2], a[3], bl ? bx.x : 0u, bl ? bx.y : 0u);
-                const float xd = __uint_as_float(mk_lds32(xg + MK_QMMA_XG_BYTES * (NT * G + (uint32_t)t)));
-                acc[t][0] += (float)((d[0] * 254 + d[1]) * s0) * (xd * tw0);
-                acc[t][1] += (float)((d[2] * 254 + d[3]) * s8) * (xd * tw8);
+                sum[t][0][0] += d[0] * s0, sum[t][0][1] += d[1] * s0;
+                sum[t][1][0] += d[2] * s8, sum[t][1][1] += d[3] * s8;
             }
         }
+    }
+    const float tw0 = tw * mk_q_half(b0 + 208u), tw8 = tw * mk_q_half(b8 + 208u);
+    MK_UNROLL
+    for (int t = 0; t < NT; t++) {
+        const float xd = __uint_as_float(mk_lds32(xg + MK_QMMA_XG_BYTES * (NT * G0 + (uint32_t)t)));
+        acc[t][0] += ((float)sum[t][0][0] * MK_XQ_STEP + (float)sum[t][0][1]) * (xd * tw0);
+        acc[t][1] += ((float)sum[t][1][0] * MK_XQ_STEP + (float)sum[t][1][1]) * (xd * tw8);
     }
 }
 
