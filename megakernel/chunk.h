@@ -43,8 +43,13 @@ struct mk_chunk_launch {
     uint32_t w_off;  /* mk_chunk_mm_*_split: arena offset of the weights as split rows, made by
                       * mk_chunk_wsplit (row r of the stacked w0, w1, w2 at w_off + r * cols) */
     uint32_t n_off;  /* mk_chunk_reduce_norm: arena offset of the normalized split rows (rows ldx apart) */
-    uint32_t f_off;  /* mk_chunk_reduce_norm: arena offset of its counters, one per token row */
-    uint32_t s_off;  /* mk_chunk_reduce_norm: arena offset of its blocks' sums of squares (gridDim.x a row) */
+    union {
+        uint32_t f_off;   /* mk_chunk_reduce_norm: arena offset of its counters, one per token row */
+        uint32_t x_parts; /* mk_chunk_mv_kq8_*: nonzero when x is the split partials of the
+                           * MK_CHUNK_MM_SILU product ahead, this many of them at x_off (rows 2 ldx
+                           * apart, up's sums at column ldx + n), which it adds itself */
+    };
+    uint32_t s_off; /* mk_chunk_reduce_norm: arena offset of its blocks' sums of squares (gridDim.x a row) */
 };
 MK_STATIC_ASSERT(sizeof(struct mk_chunk_launch) == 64, "mk_chunk_launch is 64 bytes");
 MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.eps at 40");

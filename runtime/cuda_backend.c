@@ -1017,18 +1017,20 @@ static enum mk_status mk_cuda_chunk_launch(struct mk_cuda_backend *b, enum mk_cu
 }
 
 /* Product kernel k on (gx, gy, splits) with each split's raw sums going to the partials (rows ldp
- * floats apart), then mk_chunk_mm_reduce adding them in split order into l's output with l's mode
- * (rows: the outputs per token row, SILU's gate rows). That reduce waits in c_pend for the next
- * launch, which runs it first or, where it reads that output, adds the partials itself. */
+ * floats apart, from part_at floats into them), then mk_chunk_mm_reduce adding them in split order
+ * into l's output with l's mode (rows: the outputs per token row, SILU's gate rows). That reduce
+ * waits in c_pend for the next launch, which runs it first or, where it reads that output, adds the
+ * partials itself. */
 static enum mk_status mk_cuda_chunk_split_launch(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t gx,
                                                  uint32_t gy, uint32_t splits, uint32_t smem, struct mk_chunk_launch l,
-                                                 uint32_t rows, uint32_t ldp, struct mk_error *err) {
+                                                 uint32_t rows, uint32_t ldp, uint32_t part_at, struct mk_error *err) {
     struct mk_chunk_launch r = l;
-    l.y_off = b->c_part;
+    r.x_parts = 0;
+    l.y_off = b->c_part + part_at;
     l.ldy = ldp;
     l.splits = splits;
     enum mk_status st = mk_cuda_chunk_launch3(b, k, gx, gy, splits, smem, l, err);
-    r.x_off = b->c_part;
+    r.x_off = b->c_part + part_at;
     r.ldx = ldp;
     r.splits = splits;
     MK_ASSERT(ldp == (r.mode == MK_CHUNK_MM_SILU ? 2u * rows : rows));
@@ -1065,10 +1067,27 @@ static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chun
     const uint32_t span = mk_chunk_mv_span(K, splits);
     MK_ASSERT(mk_chunk_mv_span(K, splits) == span && span <= b->c_mv_k);
     const uint32_t smem = mk_chunk_mv_kq_smem(l.m, span, kq8);
+    /* x the SILU product's output with its partials pending: the integer tiles add them as they
+     * stage x (one launch fewer), and this product's own partials go after them. Each block of a
+     * split reads the partials of its columns again, so only over two splits at most: llama-1b's
+     * (two) gained 3-4 % at 2 and 4 tokens, llama-8b's (eight, 32 blocks a split) lost 5-14 %
+     * (BENCHMARKS.md, twenty-sixth session). */
+    const struct mk_chunk_launch *r = &b->c_pend;
+    uint64_t part_at = 0;
+    if (kq8 && b->c_pend_on && !b->gpu.no_fold && !silu && r->mode == MK_CHUNK_MM_SILU && r->y_off == l.x_off &&
+        r->ldy == K && r->ldx == 2u * K && r->m == l.m && r->splits >= 1u && r->splits <= 2u) {
+        const uint64_t at = ((uint64_t)(r->x_off - b->c_part) + (uint64_t)r->splits * r->m * r->ldx + 15u) & ~15ull;
+        if (splits == 1u || at + (uint64_t)splits * l.m * all <= mk_cuda_part_floats(b)) {
+            l.x_off = r->x_off;
+            l.x_parts = r->splits;
+            b->c_pend_on = false;
+            part_at = at;
+        }
+    }
     if (splits == 1u && !silu) return mk_cuda_chunk_launch(b, k, gx, 1, smem, l, err);
-    if ((uint64_t)splits * l.m * all > mk_cuda_part_floats(b))
+    if (part_at + (uint64_t)splits * l.m * all > mk_cuda_part_floats(b))
         return mk_error_set(err, MK_ERR_UNSUPPORTED, "the partials of %u splits do not fit", splits);
-    return mk_cuda_chunk_split_launch(b, k, gx, 1, splits, smem, l, rows, all, err);
+    return mk_cuda_chunk_split_launch(b, k, gx, 1, splits, smem, l, rows, all, (uint32_t)part_at, err);
 }
 
 /* Product kernel k on (gx, gy) tiles of stages of kstage columns. Too few tiles to fill the GPU (few
@@ -1084,7 +1103,7 @@ static enum mk_status mk_cuda_chunk_mm_grid(struct mk_cuda_backend *b, enum mk_c
     if (splits > most) splits = most;
     while (splits > 1u && (uint64_t)splits * l.m * ldp > mk_cuda_part_floats(b)) splits--;
     if (splits <= 1u) return mk_cuda_chunk_launch(b, k, gx, gy, smem, l, err);
-    return mk_cuda_chunk_split_launch(b, k, gx, gy, splits, smem, l, rows, ldp, err);
+    return mk_cuda_chunk_split_launch(b, k, gx, gy, splits, smem, l, rows, ldp, 0, err);
 }
 
 /* The matrix product y (m rows from y_off, ldy apart) = w . x rows, where w is w0 alone, w0 with

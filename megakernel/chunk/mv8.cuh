@@ -23,7 +23,8 @@ __device__ __forceinline__ uint32_t mk_kq8_kind(const struct mk_wdesc *w) {
     return MK_KQ_NONE;
 }
 
-/* x's split rows (chunk.h) for the columns of super-blocks [sb0, sb1) as NT token rows of int8
+/* x's split rows (chunk.h; PARTS: silu(gate) * up from the l.x_parts partials of the SILU product
+ * ahead) for the columns of super-blocks [sb0, sb1) as NT token rows of int8
  * levels at xq (token t's group G at 96 (NT G + t)) and their group entries (mk_qmma_xg_pack) at
  * xg (MK_QMMA_XG_BYTES (NT G + t)), by the whole block, four columns a thread: the megakernel's
  * levels and rounding (mk_xq_pack_d), but one scale for each token row's super-block, max|x| / 127
@@ -31,7 +32,7 @@ __device__ __forceinline__ uint32_t mk_kq8_kind(const struct mk_wdesc *w) {
  * stays that of float rounding against the super-block's largest value. Token rows from m on and
  * columns outside [kb, ke) are zero (d 0, levels 0), which every tile then multiplies to exactly
  * nothing. */
-template <uint32_t NT>
+template <uint32_t NT, bool PARTS>
 __device__ __forceinline__ void mk_kq8_stage_x(const struct mk_kernel_args &a, const struct mk_chunk_launch &l,
                                                uint32_t m, uint32_t sb0, uint32_t sb1, uint32_t kb, uint32_t ke,
                                                uint8_t *xq, uint8_t *xg) {
@@ -41,7 +42,21 @@ __device__ __forceinline__ void mk_kq8_stage_x(const struct mk_kernel_args &a, c
     for (uint32_t base = 0; base < all; base += 4u * MK_BLOCK_THREADS) {
         const uint32_t e = base + 4u * threadIdx.x, i = e / cols, cc = e % cols, k = 256u * sb0 + cc;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (e < all && i < m && k >= kb && k < ke) {
+        if (PARTS && e < all && i < m && k >= kb && k < ke) {
+            /* silu(gate) * up from the partials, as mk_chunk_mm_reduce forms it but kept in fp32:
+             * one launch fewer a layer (BENCHMARKS.md, twenty-sixth session). */
+            const uint64_t ld = 2ull * l.ldx, slice = (uint64_t)l.m * ld;
+            const float *pg = (const float *)a.arena + l.x_off + (uint64_t)i * ld + k;
+            float4 gs = __ldcg((const float4 *)pg), us = __ldcg((const float4 *)(pg + l.ldx));
+            for (uint32_t z = 1; z < l.x_parts; z++) {
+                const float4 g4 = __ldcg((const float4 *)(pg + z * slice)),
+                             u4 = __ldcg((const float4 *)(pg + z * slice + l.ldx));
+                gs.x += g4.x, gs.y += g4.y, gs.z += g4.z, gs.w += g4.w;
+                us.x += u4.x, us.y += u4.y, us.z += u4.z, us.w += u4.w;
+            }
+            v = make_float4(gs.x / (1.0f + expf(-gs.x)) * us.x, gs.y / (1.0f + expf(-gs.y)) * us.y,
+                            gs.z / (1.0f + expf(-gs.z)) * us.z, gs.w / (1.0f + expf(-gs.w)) * us.w);
+        } else if (!PARTS && e < all && i < m && k >= kb && k < ke) {
             const __nv_bfloat16 *hi = (const __nv_bfloat16 *)((const float *)a.arena + l.x_off + (uint64_t)i * l.ldx);
             float f[4];
             if (vec) {
@@ -145,7 +160,11 @@ __device__ __forceinline__ void mk_chunk_mv_kq8_body(const struct mk_kernel_args
         prefetch(kind, p0, p8);
     }
     mk_grid_dep_wait();
-    mk_kq8_stage_x<NT>(a, l, m, sb0, sb1, kb, ke, xs, xgs);
+    /* Two copies, so that the split rows' staging stays as it was timed. */
+    if (l.x_parts)
+        mk_kq8_stage_x<NT, true>(a, l, m, sb0, sb1, kb, ke, xs, xgs);
+    else
+        mk_kq8_stage_x<NT, false>(a, l, m, sb0, sb1, kb, ke, xs, xgs);
     __syncthreads();
 
     float *y = (float *)a.arena + l.y_off + (uint64_t)blockIdx.z * m * l.ldy;
