@@ -38,18 +38,24 @@ struct mk_chunk_launch {
     uint32_t ldy;    /* floats between output rows */
     uint32_t splits; /* mk_chunk_mm: K is cut into this many splits (grid z), each writing its raw sums to
                       * y_off + z * m * ldy for mk_chunk_mm_reduce; 0 or 1: no split */
-    float eps;       /* mk_chunk_rmsnorm */
+    float eps;       /* mk_chunk_rmsnorm; mk_chunk_mv_kq8_* normalizing x (s_off) */
     uint32_t w2;     /* a matrix whose rows follow w1's (q, k, v in one launch), or MK_NO_WEIGHT */
     uint32_t w_off;  /* mk_chunk_mm_*_split: arena offset of the weights as split rows, made by
-                      * mk_chunk_wsplit (row r of the stacked w0, w1, w2 at w_off + r * cols) */
-    uint32_t n_off;  /* mk_chunk_reduce_norm: arena offset of the normalized split rows (rows ldx apart) */
+                      * mk_chunk_wsplit (row r of the stacked w0, w1, w2 at w_off + r * cols);
+                      * mk_chunk_mv_kq8_* normalizing x (s_off): the norm's weight table index */
+    uint32_t n_off;  /* mk_chunk_reduce_norm: arena offset of the normalized split rows (rows ldx apart);
+                      * mk_chunk_mv_kq8_* finishing an MK_CHUNK_MM_ADD (s_off set): the residual rows
+                      * (rows ldy apart) */
     union {
         uint32_t f_off;   /* mk_chunk_reduce_norm: arena offset of its counters, one per token row */
         uint32_t x_parts; /* mk_chunk_mv_kq8_*: nonzero when x is the split partials of the
                            * MK_CHUNK_MM_SILU product ahead, this many of them at x_off (rows 2 ldx
                            * apart, up's sums at column ldx + n), which it adds itself */
     };
-    uint32_t s_off; /* mk_chunk_reduce_norm: arena offset of its blocks' sums of squares (gridDim.x a row) */
+    uint32_t s_off; /* mk_chunk_reduce_norm: arena offset of its blocks' sums of squares (gridDim.x a row);
+                     * mk_chunk_mv_kq8_*: nonzero, its tiles' finish scratch (MK_CHUNK_FIN_FLOATS): an
+                     * MK_CHUNK_MM_ADD writes its tiles' sums there, any other mode forms x as the
+                     * RMSNorm (norm w_off, eps) of the residual rows at x_off from them */
 };
 MK_STATIC_ASSERT(sizeof(struct mk_chunk_launch) == 64, "mk_chunk_launch is 64 bytes");
 MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.eps at 40");
@@ -185,6 +191,14 @@ MK_ABI_FN uint32_t mk_chunk_qkv_fold_rows(uint32_t rows_per_task) {
  * step (back at 0 after each launch; a place of its own, as steps of fewer rows would write sums
  * over it), then each block's sum of squares. */
 #define MK_CHUNK_FOLD_FLOATS(ubatch, cols) ((uint64_t)(ubatch) * (1u + ((cols) + 255u) / 256u))
+
+/* The few-token integer tiles' finish (mk_chunk_mv_kq8_*): an MK_CHUNK_MM_ADD over several splits
+ * has the last split of each block tile (MK_CHUNK_MV_ROWS rows) add the partials into the residual
+ * and write the tile's sum of squares for each token row, so that the next product normalizes x as
+ * it stages it: no mk_chunk_reduce_norm launch. Its scratch for rows of up to `cols` outputs: a
+ * counter per tile (back at 0 after each launch), then MK_CHUNK_MV8_TOKENS sums per tile. */
+MK_ABI_FN uint32_t mk_chunk_fin_tiles(uint32_t cols) { return (cols + MK_CHUNK_MV_ROWS - 1u) / MK_CHUNK_MV_ROWS; }
+#define MK_CHUNK_FIN_FLOATS(cols) ((uint64_t)mk_chunk_fin_tiles(cols) * (1u + MK_CHUNK_MV8_TOKENS))
 
 /* mk_chunk_attn: a block holds MK_CHUNK_ATTN_ROWS query rows of (head, token) of one KV head,
  * mk_chunk_attn_tokens(g) tokens of its g query heads (grid: n_head_kv by tokens / that), and

@@ -172,7 +172,16 @@ struct mk_cuda_backend {
      * in place of mk_chunk_rmsnorm, mk_chunk_qkv); any other launch runs the reduce first. */
     struct mk_chunk_launch c_pend;
     bool c_pend_on;
-    uint32_t c_fold;          /* arena offset of mk_chunk_reduce_norm's scratch (MK_CHUNK_FOLD_FLOATS), zeroed */
+    uint32_t c_fold; /* arena offset of mk_chunk_reduce_norm's scratch (MK_CHUNK_FOLD_FLOATS), zeroed */
+    uint32_t c_fin;  /* arena offset of the integer tiles' finish scratch (MK_CHUNK_FIN_FLOATS), zeroed */
+    /* The last MK_CHUNK_MM_ADD finished its own splits (mk_kq8_finish): its residual rows (m rows of
+     * n floats from c_sums_y) and their tiles' sums of squares in c_fin. */
+    bool c_sums_on;
+    uint32_t c_sums_y, c_sums_m, c_sums_n;
+    /* An RMSNorm of those rows not yet launched (mk_chunk_rmsnorm's record): the integer tiles of
+     * the product that reads it form it as they stage x; any other launch runs it first. */
+    struct mk_chunk_launch c_norm;
+    bool c_norm_on;
     uint32_t c_wsplit;        /* arena offset of one product's weights decoded to split rows (c_wsplit_floats) */
     uint64_t c_wsplit_floats; /* the largest block-format product's (q/k/v, output, gate/up, down; not
                                * the LM head); 0 = products always decode in their blocks */
@@ -440,7 +449,7 @@ static uint64_t mk_cuda_chunk_arena_floats(const struct mk_cuda_backend *b) {
     return (uint64_t)c->arena_floats + 16u + (uint64_t)c->ubatch * (c->n_embd + 16u) + 16u +
            (uint64_t)c->ubatch * (b->c_qkv_cols + 16u) + 16u + mk_cuda_part_floats(b) + 16u +
            mk_cuda_attn_part_floats(b) + 16u + b->c_wsplit_floats + 16u + b->c_xh_floats + 16u +
-           MK_CHUNK_FOLD_FLOATS(c->ubatch, c->n_embd);
+           MK_CHUNK_FOLD_FLOATS(c->ubatch, c->n_embd) + 16u + MK_CHUNK_FIN_FLOATS(c->n_embd);
 }
 static uint64_t mk_cuda_chunk_bytes(const struct mk_cuda_backend *b) {
     if (!b->cprog) return 0;
@@ -978,8 +987,14 @@ static enum mk_status mk_cuda_chunk_issue(struct mk_cuda_backend *b, enum mk_cud
 
 static uint32_t mk_cuda_div_up(uint32_t a, uint32_t b) { return (a + b - 1u) / b; }
 
-/* The pending partials (c_pend) added into their output by mk_chunk_mm_reduce. */
+/* The pending RMSNorm (c_norm) launched, and the pending partials (c_pend) added into their output
+ * by mk_chunk_mm_reduce. */
 static enum mk_status mk_cuda_chunk_flush(struct mk_cuda_backend *b, struct mk_error *err) {
+    if (b->c_norm_on) {
+        b->c_norm_on = false;
+        const enum mk_status st = mk_cuda_chunk_issue(b, MK_CK_RMSNORM, b->c_norm.m, 1, 1, 0, b->c_norm, err);
+        if (st != MK_OK) return st;
+    }
     if (!b->c_pend_on) return MK_OK;
     b->c_pend_on = false;
     const struct mk_chunk_launch r = b->c_pend;
@@ -1026,6 +1041,7 @@ static enum mk_status mk_cuda_chunk_split_launch(struct mk_cuda_backend *b, enum
                                                  uint32_t rows, uint32_t ldp, uint32_t part_at, struct mk_error *err) {
     struct mk_chunk_launch r = l;
     r.x_parts = 0;
+    r.n_off = r.s_off = 0;
     l.y_off = b->c_part + part_at;
     l.ldy = ldp;
     l.splits = splits;
@@ -1044,7 +1060,8 @@ static enum mk_status mk_cuda_chunk_split_launch(struct mk_cuda_backend *b, enum
  * its gate rows for SILU, else the stacked rows) by mk_chunk_mv kernel k, which reads each weight
  * once: the columns are split until the grid has a few blocks per multiprocessor (the K-quants as
  * mk_chunk_mv_kq_plan says, their blocks taking several tiles each), and SILU, or ADD over several
- * splits, add the splits' partials after. MK_ERR_UNSUPPORTED when the partials do not fit. */
+ * splits, add the splits' partials after (an ADD on the integer tiles adds them itself, last split
+ * of each tile, mk_kq8_finish). MK_ERR_UNSUPPORTED when the partials do not fit. */
 static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chunk_launch l, uint32_t rows,
                                        enum mk_cuda_chunk_kernel k, struct mk_error *err) {
     const bool silu = l.mode == MK_CHUNK_MM_SILU;
@@ -1084,10 +1101,36 @@ static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chun
             part_at = at;
         }
     }
-    if (splits == 1u && !silu) return mk_cuda_chunk_launch(b, k, gx, 1, smem, l, err);
-    if (part_at + (uint64_t)splits * l.m * all > mk_cuda_part_floats(b))
+    if ((splits > 1u || silu) && part_at + (uint64_t)splits * l.m * all > mk_cuda_part_floats(b))
         return mk_error_set(err, MK_ERR_UNSUPPORTED, "the partials of %u splits do not fit", splits);
-    return mk_cuda_chunk_split_launch(b, k, gx, 1, splits, smem, l, rows, all, (uint32_t)part_at, err);
+    /* x the RMSNorm still pending: formed here from the residual rows and the sums the product
+     * ahead left (mk_kq8_finish). */
+    if (kq8 && b->c_norm_on && b->c_norm.y_off == l.x_off && b->c_norm.m == l.m && b->c_norm.ldx == K) {
+        l.x_off = b->c_norm.x_off;
+        l.s_off = b->c_fin;
+        l.w_off = b->c_norm.w0;
+        l.eps = b->c_norm.eps;
+        b->c_norm_on = false;
+    }
+    /* An ADD over several splits finishes them itself, leaving the sums for the next norm. */
+    const bool fin = kq8 && l.mode == MK_CHUNK_MM_ADD && splits > 1u && !b->gpu.no_fold && l.ldy == rows &&
+                     rows <= b->cprog->n_embd && l.m <= MK_CHUNK_MV8_TOKENS;
+    const uint32_t residual = l.y_off;
+    if (fin) {
+        l.n_off = residual;
+        l.s_off = b->c_fin;
+    }
+    if (splits == 1u && !silu) return mk_cuda_chunk_launch(b, k, gx, 1, smem, l, err);
+    const enum mk_status st =
+        mk_cuda_chunk_split_launch(b, k, gx, 1, splits, smem, l, rows, all, (uint32_t)part_at, err);
+    if (st == MK_OK && fin) {
+        b->c_pend_on = false;
+        b->c_sums_on = true;
+        b->c_sums_y = residual;
+        b->c_sums_m = l.m;
+        b->c_sums_n = rows;
+    }
+    return st;
 }
 
 /* Product kernel k on (gx, gy) tiles of stages of kstage columns. Too few tiles to fill the GPU (few
@@ -1116,6 +1159,7 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
     bool bf16 = true;
     for (int j = 0; j < 3; j++) bf16 = bf16 && (w[j] == MK_NO_WEIGHT || wt[w[j]].dtype == MK_DTYPE_BF16);
     const bool silu = k == MK_CK_MM_SILU;
+    if (k == MK_CK_MM_ADD) b->c_sums_on = false; /* the residual rows change */
     const enum mk_chunk_mm_mode mode = silu                ? MK_CHUNK_MM_SILU
                                        : k == MK_CK_MM_ADD ? MK_CHUNK_MM_ADD
                                                            : MK_CHUNK_MM_STORE;
@@ -1201,7 +1245,7 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
 
 /* RMSNorm of m rows of n floats from x_off into the scratch rows c_xn. */
 static enum mk_status mk_cuda_chunk_norm(struct mk_cuda_backend *b, uint32_t ii, uint32_t norm, float eps, uint32_t m,
-                                         uint32_t x_off, struct mk_error *err) {
+                                         uint32_t x_off, bool defer, struct mk_error *err) {
     const uint32_t n = b->cprog->weights[norm].cols;
     struct mk_chunk_launch l = { .ii = ii,
                                  .w0 = norm,
@@ -1213,6 +1257,14 @@ static enum mk_status mk_cuda_chunk_norm(struct mk_cuda_backend *b, uint32_t ii,
                                  .y_off = b->c_xn,
                                  .ldy = n,
                                  .eps = eps };
+    if (defer && !b->c_pend_on && b->c_sums_on && b->c_sums_y == x_off && b->c_sums_m == m && b->c_sums_n == n &&
+        b->cprog->weights[norm].dtype == MK_DTYPE_F32 && (x_off & 3u) == 0 && (n & 3u) == 0) {
+        /* The product ahead finished its splits and left its tiles' sums: the product after forms
+         * the norm itself where it can (mk_cuda_chunk_mv), otherwise the next launch runs it. */
+        b->c_norm = l;
+        b->c_norm_on = true;
+        return MK_OK;
+    }
     if (mk_cuda_chunk_fold(b, &l, MK_CHUNK_MM_ADD)) {
         /* The residual rows gain the product's partials and are normalized in one launch. */
         l.y_off = x_off;
@@ -1231,7 +1283,7 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, int32_t c
                                             struct mk_error *err) {
     const struct mk_program *p = b->cprog;
     enum mk_status st = MK_OK;
-    b->c_pend_on = false;
+    b->c_pend_on = b->c_sums_on = b->c_norm_on = false;
     for (uint32_t i = 0; i < p->n_instr && st == MK_OK; i++) {
         const struct mk_instr *in = &p->instrs[i];
         struct mk_chunk_launch l = { .ii = i, .w0 = MK_NO_WEIGHT, .w1 = MK_NO_WEIGHT, .w2 = MK_NO_WEIGHT, .m = n };
@@ -1242,7 +1294,7 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, int32_t c
         case MK_OP_NORM_QKV_ROPE: {
             const struct mk_args_qkv *a = &in->args.qkv;
             const uint32_t total = a->q_dim + 2u * a->kv_dim;
-            st = mk_cuda_chunk_norm(b, i, in->weight[0], a->eps, n, in->buf[0], err);
+            st = mk_cuda_chunk_norm(b, i, in->weight[0], a->eps, n, in->buf[0], true, err);
             if (st == MK_OK)
                 st = mk_cuda_chunk_mm(b, MK_CK_MM_STORE, i, in->weight + 1, n, b->c_xn, b->c_qkv, total, err);
             l.x_off = b->c_qkv;
@@ -1294,7 +1346,7 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, int32_t c
                                   n, in->buf[0], in->buf[1], p->weights[in->weight[0]].rows, err);
             break;
         case MK_OP_NORM_GATE_UP_SILU:
-            st = mk_cuda_chunk_norm(b, i, in->weight[0], in->args.gate_up.eps, n, in->buf[0], err);
+            st = mk_cuda_chunk_norm(b, i, in->weight[0], in->args.gate_up.eps, n, in->buf[0], true, err);
             if (st == MK_OK)
                 st = mk_cuda_chunk_mm(b, MK_CK_MM_SILU, i,
                                       (const uint32_t[3]){ in->weight[1], in->weight[2], MK_NO_WEIGHT }, n, b->c_xn,
@@ -1303,7 +1355,7 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, int32_t c
         case MK_OP_NORM_LM_HEAD: {
             const uint32_t rows = p->weights[in->weight[1]].rows, rpt = in->args.lm_head.rows_per_task;
             st = mk_cuda_chunk_norm(b, i, in->weight[0], in->args.lm_head.eps, n_out,
-                                    in->buf[0] + (n - n_out) * p->n_embd, err);
+                                    in->buf[0] + (n - n_out) * p->n_embd, false, err);
             if (st == MK_OK)
                 st = mk_cuda_chunk_mm(b, MK_CK_MM_STORE, i,
                                       (const uint32_t[3]){ in->weight[1], MK_NO_WEIGHT, MK_NO_WEIGHT }, n_out, b->c_xn,
@@ -1896,6 +1948,7 @@ static enum mk_status mk_cuda_setup_chunk(struct mk_cuda_backend *b, struct mk_e
     b->c_wsplit = (uint32_t)((b->c_apart + mk_cuda_attn_part_floats(b) + 15u) & ~15ull);
     b->c_xh = (uint32_t)((b->c_wsplit + b->c_wsplit_floats + 15u) & ~15ull);
     b->c_fold = (uint32_t)((b->c_xh + b->c_xh_floats + 15u) & ~15ull);
+    b->c_fin = (uint32_t)((b->c_fold + MK_CHUNK_FOLD_FLOATS(c->ubatch, c->n_embd) + 15u) & ~15ull);
     void *h = NULL;
     if (MK_CU(cu, err, cuMemHostAlloc(&h, sizeof(struct mk_step_cmd), MK_CU_MEMHOSTALLOC_PORTABLE))) return MK_ERR_CUDA;
     b->h_ccmd = h;

@@ -23,8 +23,9 @@ __device__ __forceinline__ uint32_t mk_kq8_kind(const struct mk_wdesc *w) {
     return MK_KQ_NONE;
 }
 
-/* x's split rows (chunk.h; PARTS: silu(gate) * up from the l.x_parts partials of the SILU product
- * ahead) for the columns of super-blocks [sb0, sb1) as NT token rows of int8
+/* x (XS: the split rows of chunk.h; silu(gate) * up from the l.x_parts partials of the SILU product
+ * ahead; or the RMSNorm of the residual rows from the tiles' sums, mk_kq8_finish) for the columns
+ * of super-blocks [sb0, sb1) as NT token rows of int8
  * levels at xq (token t's group G at 96 (NT G + t)) and their group entries (mk_qmma_xg_pack) at
  * xg (MK_QMMA_XG_BYTES (NT G + t)), by the whole block, four columns a thread: the megakernel's
  * levels and rounding (mk_xq_pack_d), but one scale for each token row's super-block, max|x| / 127
@@ -32,17 +33,42 @@ __device__ __forceinline__ uint32_t mk_kq8_kind(const struct mk_wdesc *w) {
  * stays that of float rounding against the super-block's largest value. Token rows from m on and
  * columns outside [kb, ke) are zero (d 0, levels 0), which every tile then multiplies to exactly
  * nothing. */
-template <uint32_t NT, bool PARTS>
+enum { MK_KQ8_X_SPLIT = 0, MK_KQ8_X_PARTS = 1, MK_KQ8_X_NORM = 2 };
+template <uint32_t NT, int XS>
 __device__ __forceinline__ void mk_kq8_stage_x(const struct mk_kernel_args &a, const struct mk_chunk_launch &l,
                                                uint32_t m, uint32_t sb0, uint32_t sb1, uint32_t kb, uint32_t ke,
                                                uint8_t *xq, uint8_t *xg) {
     const uint32_t cols = 256u * (sb1 - sb0), all = NT * cols;
     const bool vec = (l.x_off & 1u) == 0u && (l.ldx & 3u) == 0u; /* 8-byte loads of hi and of lo */
     __shared__ float wmax[2][MK_BLOCK_THREADS / 32u];
+    __shared__ float nscale[NT];
+    const float *nw = nullptr;
+    if (XS == MK_KQ8_X_NORM) {
+        /* Each token row's RMSNorm scale from the tiles' sums of squares (mk_kq8_finish), added in
+         * the same order on every run. */
+        struct mk_task_ctx c;
+        c.a = &a;
+        nw = (const float *)mk_weight(&c, l.w_off).ptr;
+        const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, nt = mk_chunk_fin_tiles(l.ldx);
+        if (warp < m) {
+            const float *sums = (const float *)a.arena + l.s_off + nt;
+            float t = 0.0f;
+            for (uint32_t j = lane; j < nt; j += 32u) t += __ldcg(sums + MK_CHUNK_MV8_TOKENS * j + warp);
+            t = mk_warp_sum(t);
+            if (lane == 0u) nscale[warp] = 1.0f / sqrtf(t / (float)l.ldx + l.eps);
+        }
+        __syncthreads();
+    }
     for (uint32_t base = 0; base < all; base += 4u * MK_BLOCK_THREADS) {
         const uint32_t e = base + 4u * threadIdx.x, i = e / cols, cc = e % cols, k = 256u * sb0 + cc;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (PARTS && e < all && i < m && k >= kb && k < ke) {
+        if (XS == MK_KQ8_X_NORM && e < all && i < m && k >= kb && k < ke) {
+            /* As mk_chunk_rmsnorm forms it: x * scale * norm. */
+            const float4 x4 = __ldcg((const float4 *)((const float *)a.arena + l.x_off + (uint64_t)i * l.ldx + k));
+            const float sc = nscale[i];
+            v = make_float4(x4.x * sc * __ldg(nw + k), x4.y * sc * __ldg(nw + k + 1u), x4.z * sc * __ldg(nw + k + 2u),
+                            x4.w * sc * __ldg(nw + k + 3u));
+        } else if (XS == MK_KQ8_X_PARTS && e < all && i < m && k >= kb && k < ke) {
             /* silu(gate) * up from the partials, as mk_chunk_mm_reduce forms it but kept in fp32:
              * one launch fewer a layer (BENCHMARKS.md, twenty-sixth session). */
             const uint64_t ld = 2ull * l.ldx, slice = (uint64_t)l.m * ld;
@@ -56,7 +82,7 @@ __device__ __forceinline__ void mk_kq8_stage_x(const struct mk_kernel_args &a, c
             }
             v = make_float4(gs.x / (1.0f + expf(-gs.x)) * us.x, gs.y / (1.0f + expf(-gs.y)) * us.y,
                             gs.z / (1.0f + expf(-gs.z)) * us.z, gs.w / (1.0f + expf(-gs.w)) * us.w);
-        } else if (!PARTS && e < all && i < m && k >= kb && k < ke) {
+        } else if (XS == MK_KQ8_X_SPLIT && e < all && i < m && k >= kb && k < ke) {
             const __nv_bfloat16 *hi = (const __nv_bfloat16 *)((const float *)a.arena + l.x_off + (uint64_t)i * l.ldx);
             float f[4];
             if (vec) {
@@ -111,6 +137,80 @@ __device__ __forceinline__ void mk_kq8_k45(const uint8_t *p0, const uint8_t *p8,
     }
 }
 
+/* After the splits' partials of block tile `tile` (rows 128 tile ..) are stored: the last split to
+ * get here adds them in split order into the residual rows (n_off, as mk_chunk_mm_reduce would) and
+ * writes the tile's sum of squares of each token row (MK_CHUNK_FIN_FLOATS), which the next product
+ * turns into its RMSNorm (mk_kq8_stage_x): the reduce_norm launch between them goes (BENCHMARKS.md,
+ * twenty-sixth session). A thread takes a row of the tile for every other token row. The fences are
+ * mk_chunk_reduce_norm's. */
+template <uint32_t NT>
+__device__ __forceinline__ void mk_kq8_finish(const struct mk_kernel_args &a, const struct mk_chunk_launch &l,
+                                              uint32_t tile, uint32_t m, uint32_t N) {
+    static_assert(MK_CHUNK_MV_ROWS == 128u && MK_BLOCK_THREADS == 256u && NT <= MK_CHUNK_MV8_TOKENS,
+                  "a thread a row of the tile for every other token row");
+    /* At 8 token rows eight splits' loads go out together, then add in split order (8 tokens -2.5 %
+     * on llama-8b); at 2 and 4 that form was slower than a load at a time (run66). */
+    constexpr uint32_t J = NT / 2u, U = NT == 8u ? 8u : 1u;
+    __shared__ bool s_last;
+    __shared__ float red[MK_BLOCK_WARPS][J];
+    uint32_t *count = (uint32_t *)a.arena + l.s_off + tile;
+    __syncthreads(); /* every warp's partials of the tile are stored */
+    if (threadIdx.x == 0) {
+        __threadfence();
+        s_last = atomicAdd(count, 1u) == l.splits - 1u;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence(); /* the other splits' partials after their counts */
+    const uint32_t r = tile * MK_CHUNK_MV_ROWS + (threadIdx.x & 127u), h = threadIdx.x >> 7;
+    const uint64_t slice = (uint64_t)l.m * l.ldy;
+    const float *part = (const float *)a.arena + l.y_off;
+    float *res = (float *)a.arena + l.n_off;
+    float v[J], y0[J], ss[J];
+#pragma unroll
+    for (uint32_t j = 0; j < J; j++) {
+        const uint32_t i = h + 2u * j;
+        v[j] = 0.0f;
+        y0[j] = i < m && r < N ? __ldcg(res + (uint64_t)i * l.ldy + r) : 0.0f;
+    }
+    for (uint32_t z0 = 0; z0 < l.splits; z0 += U) {
+        float pv[J][U];
+#pragma unroll
+        for (uint32_t j = 0; j < J; j++)
+#pragma unroll
+            for (uint32_t u = 0; u < U; u++) {
+                const uint32_t i = h + 2u * j;
+                pv[j][u] = i < m && r < N && z0 + u < l.splits
+                               ? __ldcg(part + (z0 + u) * slice + (uint64_t)i * l.ldy + r)
+                               : 0.0f;
+            }
+#pragma unroll
+        for (uint32_t j = 0; j < J; j++)
+#pragma unroll
+            for (uint32_t u = 0; u < U; u++) v[j] += pv[j][u];
+    }
+    const uint32_t warp = threadIdx.x >> 5;
+#pragma unroll
+    for (uint32_t j = 0; j < J; j++) {
+        const uint32_t i = h + 2u * j;
+        ss[j] = 0.0f;
+        if (i < m && r < N) {
+            const float t = y0[j] + v[j];
+            res[(uint64_t)i * l.ldy + r] = t;
+            ss[j] = t * t;
+        }
+        const float t = mk_warp_sum(ss[j]);
+        if ((threadIdx.x & 31u) == 0u) red[warp][j] = t;
+    }
+    __syncthreads();
+    if (threadIdx.x < m) {
+        const uint32_t i = threadIdx.x, w0 = 4u * (i & 1u), j = i >> 1;
+        float *sums = (float *)a.arena + l.s_off + mk_chunk_fin_tiles(N);
+        sums[MK_CHUNK_MV8_TOKENS * tile + i] = ((red[w0][j] + red[w0 + 1u][j]) + red[w0 + 2u][j]) + red[w0 + 3u][j];
+    }
+    if (threadIdx.x == 0) *count = 0u; /* for the next launch, which starts after this one ends */
+}
+
 template <uint32_t NT>
 __device__ __forceinline__ void mk_chunk_mv_kq8_body(const struct mk_kernel_args &a, const struct mk_chunk_launch &l) {
     const bool silu = l.mode == MK_CHUNK_MM_SILU;
@@ -160,15 +260,18 @@ __device__ __forceinline__ void mk_chunk_mv_kq8_body(const struct mk_kernel_args
         prefetch(kind, p0, p8);
     }
     mk_grid_dep_wait();
-    /* Two copies, so that the split rows' staging stays as it was timed. */
+    /* A copy for each source, so that the split rows' staging stays as it was timed. */
     if (l.x_parts)
-        mk_kq8_stage_x<NT, true>(a, l, m, sb0, sb1, kb, ke, xs, xgs);
+        mk_kq8_stage_x<NT, MK_KQ8_X_PARTS>(a, l, m, sb0, sb1, kb, ke, xs, xgs);
+    else if (l.s_off && l.mode != MK_CHUNK_MM_ADD)
+        mk_kq8_stage_x<NT, MK_KQ8_X_NORM>(a, l, m, sb0, sb1, kb, ke, xs, xgs);
     else
-        mk_kq8_stage_x<NT, false>(a, l, m, sb0, sb1, kb, ke, xs, xgs);
+        mk_kq8_stage_x<NT, MK_KQ8_X_SPLIT>(a, l, m, sb0, sb1, kb, ke, xs, xgs);
     __syncthreads();
 
     float *y = (float *)a.arena + l.y_off + (uint64_t)blockIdx.z * m * l.ldy;
     const bool add = l.mode == MK_CHUNK_MM_ADD && splits == 1u;
+    const bool fin = l.mode == MK_CHUNK_MM_ADD && splits > 1u && l.s_off != 0u;
     auto put = [&](uint32_t rt, uint32_t i, int h, float v) {
         const uint32_t r = rt + g + 8u * (uint32_t)h;
         if (r >= r_end || i >= m) return;
@@ -219,6 +322,7 @@ __device__ __forceinline__ void mk_chunk_mv_kq8_body(const struct mk_kernel_args
                     if ((c & 1u) == 0u) put(rt, 2u * p + (c >> 1), h, v);
                 }
         }
+        if (fin) mk_kq8_finish<NT>(a, l, tile, m, N);
     }
 }
 
