@@ -1092,7 +1092,7 @@ static enum mk_status mk_cuda_chunk_mv(struct mk_cuda_backend *b, struct mk_chun
     const struct mk_chunk_launch *r = &b->c_pend;
     uint64_t part_at = 0;
     if (kq8 && b->c_pend_on && !b->gpu.no_fold && !silu && r->mode == MK_CHUNK_MM_SILU && r->y_off == l.x_off &&
-        r->ldy == K && r->ldx == 2u * K && r->m == l.m && r->splits >= 1u && r->splits <= 2u) {
+        r->ldy == K && r->ldx == 2u * K && r->m == l.m && r->splits <= 2u) {
         const uint64_t at = ((uint64_t)(r->x_off - b->c_part) + (uint64_t)r->splits * r->m * r->ldx + 15u) & ~15ull;
         if (splits == 1u || at + (uint64_t)splits * l.m * all <= mk_cuda_part_floats(b)) {
             l.x_off = r->x_off;

@@ -61,14 +61,15 @@ __device__ __forceinline__ void mk_kq8_stage_x(const struct mk_kernel_args &a, c
     }
     for (uint32_t base = 0; base < all; base += 4u * MK_BLOCK_THREADS) {
         const uint32_t e = base + 4u * threadIdx.x, i = e / cols, cc = e % cols, k = 256u * sb0 + cc;
+        const bool live = e < all && i < m && k >= kb && k < ke;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (XS == MK_KQ8_X_NORM && e < all && i < m && k >= kb && k < ke) {
+        if (XS == MK_KQ8_X_NORM && live) {
             /* As mk_chunk_rmsnorm forms it: x * scale * norm. */
             const float4 x4 = __ldcg((const float4 *)((const float *)a.arena + l.x_off + (uint64_t)i * l.ldx + k));
             const float sc = nscale[i];
             v = make_float4(x4.x * sc * __ldg(nw + k), x4.y * sc * __ldg(nw + k + 1u), x4.z * sc * __ldg(nw + k + 2u),
                             x4.w * sc * __ldg(nw + k + 3u));
-        } else if (XS == MK_KQ8_X_PARTS && e < all && i < m && k >= kb && k < ke) {
+        } else if (XS == MK_KQ8_X_PARTS && live) {
             /* silu(gate) * up from the partials, as mk_chunk_mm_reduce forms it but kept in fp32:
              * one launch fewer a layer (BENCHMARKS.md, twenty-sixth session). */
             const uint64_t ld = 2ull * l.ldx, slice = (uint64_t)l.m * ld;
@@ -82,7 +83,7 @@ __device__ __forceinline__ void mk_kq8_stage_x(const struct mk_kernel_args &a, c
             }
             v = make_float4(gs.x / (1.0f + expf(-gs.x)) * us.x, gs.y / (1.0f + expf(-gs.y)) * us.y,
                             gs.z / (1.0f + expf(-gs.z)) * us.z, gs.w / (1.0f + expf(-gs.w)) * us.w);
-        } else if (XS == MK_KQ8_X_SPLIT && e < all && i < m && k >= kb && k < ke) {
+        } else if (XS == MK_KQ8_X_SPLIT && live) {
             const __nv_bfloat16 *hi = (const __nv_bfloat16 *)((const float *)a.arena + l.x_off + (uint64_t)i * l.ldx);
             float f[4];
             if (vec) {
@@ -141,8 +142,7 @@ __device__ __forceinline__ void mk_kq8_k45(const uint8_t *p0, const uint8_t *p8,
  * get here adds them in split order into the residual rows (n_off, as mk_chunk_mm_reduce would) and
  * writes the tile's sum of squares of each token row (MK_CHUNK_FIN_FLOATS), which the next product
  * turns into its RMSNorm (mk_kq8_stage_x): the reduce_norm launch between them goes (BENCHMARKS.md,
- * twenty-sixth session). A thread takes a row of the tile for every other token row. The fences are
- * mk_chunk_reduce_norm's. */
+ * twenty-sixth session). A thread takes a row of the tile for every other token row. */
 template <uint32_t NT>
 __device__ __forceinline__ void mk_kq8_finish(const struct mk_kernel_args &a, const struct mk_chunk_launch &l,
                                               uint32_t tile, uint32_t m, uint32_t N) {
@@ -151,17 +151,9 @@ __device__ __forceinline__ void mk_kq8_finish(const struct mk_kernel_args &a, co
     /* At 8 token rows eight splits' loads go out together, then add in split order (8 tokens -2.5 %
      * on llama-8b); at 2 and 4 that form was slower than a load at a time (run66). */
     constexpr uint32_t J = NT / 2u, U = NT == 8u ? 8u : 1u;
-    __shared__ bool s_last;
     __shared__ float red[MK_BLOCK_WARPS][J];
     uint32_t *count = (uint32_t *)a.arena + l.s_off + tile;
-    __syncthreads(); /* every warp's partials of the tile are stored */
-    if (threadIdx.x == 0) {
-        __threadfence();
-        s_last = atomicAdd(count, 1u) == l.splits - 1u;
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence(); /* the other splits' partials after their counts */
+    if (!mk_block_last_in(count, l.splits)) return; /* after every warp's partials of the tile */
     const uint32_t r = tile * MK_CHUNK_MV_ROWS + (threadIdx.x & 127u), h = threadIdx.x >> 7;
     const uint64_t slice = (uint64_t)l.m * l.ldy;
     const float *part = (const float *)a.arena + l.y_off;

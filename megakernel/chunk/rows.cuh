@@ -147,7 +147,6 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
 extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     mk_chunk_reduce_norm(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) {
     static_assert(MK_BLOCK_THREADS == 256u, "MK_CHUNK_FOLD_FLOATS counts blocks of 256 columns");
-    __shared__ bool s_last;
     struct mk_task_ctx c;
     c.a = &a;
     const struct mk_wdesc nw = mk_weight(&c, l.w0);
@@ -162,17 +161,8 @@ extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS)
     const float ss = mk_block_sum(v * v);
     uint32_t *count = (uint32_t *)a.arena + l.f_off + i;
     float *sums = (float *)a.arena + l.s_off + (uint64_t)i * nb;
-    if (threadIdx.x == 0) {
-        sums[blockIdx.x] = ss;
-        /* After the block's barriers in mk_block_sum, this fence orders every thread's residual
-         * value, not only this thread's sum, before the count (PTX fences are cumulative); a fence
-         * in every thread measured 1-2 % slower on llama-1b pp512. */
-        __threadfence();
-        s_last = atomicAdd(count, 1u) == nb - 1u;
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence(); /* the other blocks' values after their counts */
+    if (threadIdx.x == 0) sums[blockIdx.x] = ss;
+    if (!mk_block_last_in(count, nb)) return;
     float total = 0.0f;
     for (uint32_t b = 0; b < nb; b++) total += __ldcg(sums + b);
     const float scale = 1.0f / sqrtf(total / (float)n + l.eps);
