@@ -246,6 +246,7 @@ static struct mk_cpu_ctx mk_cpu_ctx_of(struct mk_cpu_exec *e, uint32_t id) {
         .scratch = e->scratch + (size_t)id * e->scratch_floats,
         .row = e->scratch + (size_t)id * e->scratch_floats + e->scratch_floats - e->row_floats,
         .ubatch = p->ubatch > 1 ? p->ubatch : 1,
+        .act_bf16_min = p->act_bf16_min,
     };
 }
 
@@ -340,8 +341,9 @@ static uint32_t mk_cpu_scratch_floats(const struct mk_program *prog) {
             attn = (uint64_t)in->args.attn.n_blocks * (in->args.attn.head_dim + 2);
     }
     /* The norm row, (token, cols) normalised inputs, (token, rows) of a QKV tile or two words per
-     * token (LM-head maxima, gate and up dots); the attention partials of one head. */
-    uint64_t ops = maxc + U * maxc + U * (maxrows > 2 ? maxrows : 2);
+     * token (LM-head maxima, gate and up dots); the attention partials of one head. A residual
+     * product's dots (token) and its inputs rounded to bf16 (token, cols) fit in the first two. */
+    uint64_t ops = maxc + U + U * maxc + U * (maxrows > 2 ? maxrows : 2);
     return (uint32_t)((ops > attn ? ops : attn) + 16);
 }
 
@@ -669,6 +671,7 @@ enum mk_status mk_backend_create_cpu(const struct mk_model *m, const struct mk_b
     enum mk_status st = mk_program_compile(m, &cp, &cb->prog, err);
     if (st == MK_OK) st = mk_cpu_exec_create(cb->prog, threads, &cb->exec, err);
     cp.ubatch = bp->ubatch ? bp->ubatch : MK_CPU_DEFAULT_UBATCH;
+    if (bp->act_f32) cp.act_bf16_min = 0;
     if (cp.ubatch > bp->n_ctx) cp.ubatch = bp->n_ctx;
     if (st == MK_OK && cp.ubatch > 1) {
         st = mk_program_compile(m, &cp, &cb->chunk_prog, err);

@@ -57,6 +57,19 @@ static void mk_cpu_dot_tokens(const struct mk_cpu_ctx *c, const struct mk_weight
     for (uint32_t i = 0; i < N; i++) out[i * out_stride] = mk_dot_row(MK_DTYPE_F32, c->row, x + i * x_stride, w->cols);
 }
 
+/* Whether a product of N token rows over w[0..n) takes its inputs rounded to bf16 (the program's
+ * act_bf16_min: every matrix bf16, enough rows), as the GPU's products do. */
+static bool mk_cpu_act_bf16(const struct mk_cpu_ctx *c, uint32_t N, const struct mk_weight_ref *const *w, int n) {
+    if (!c->act_bf16_min || N < c->act_bf16_min) return false;
+    for (int j = 0; j < n; j++)
+        if (w[j]->dtype != MK_DTYPE_BF16) return false;
+    return true;
+}
+
+static void mk_cpu_round_bf16(float *x, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++) x[i] = mk_bf16_to_fp32(mk_fp32_to_bf16(x[i]));
+}
+
 static void mk_cpu_embed(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *w = &c->weights[in->weight[0]];
     const struct mk_args_embed *a = &in->args.embed;
@@ -131,6 +144,8 @@ static void mk_cpu_qkv(const struct mk_cpu_ctx *c, const struct mk_instr *in, ui
     for (uint32_t i = 0; i < N; i++)
         mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0] + (uint64_t)i * n, n, a->eps,
                        xn + (uint64_t)i * n, tmp);
+    const struct mk_weight_ref *const all[3] = { wq, wk, wv };
+    if (mk_cpu_act_bf16(c, N, all, 3)) mk_cpu_round_bf16(xn, (uint64_t)N * n);
     /* Each weight row is read once for all tokens of the step (it stays in cache across them). */
     for (uint32_t r = lo; r < hi; r++) {
         const struct mk_weight_ref *w = r < q_dim ? wq : r < q_dim + kv_dim ? wk : wv;
@@ -269,6 +284,12 @@ static void mk_cpu_matvec_residual(const struct mk_cpu_ctx *c, const struct mk_i
     float *y = c->arena + in->buf[1];       /* (token, rows) */
     const uint32_t N = mk_cpu_n_tokens(c);
     float *dots = c->scratch; /* (token) */
+    if (mk_cpu_act_bf16(c, N, &w, 1)) {
+        float *xr = c->scratch + c->ubatch; /* (token, cols): fits beside dots (mk_cpu_scratch_floats) */
+        memcpy(xr, x, (size_t)N * w->cols * sizeof *xr);
+        mk_cpu_round_bf16(xr, (uint64_t)N * w->cols);
+        x = xr;
+    }
     for (uint32_t r = lo; r < hi; r++) {
         mk_cpu_dot_tokens(c, w, r, x, w->cols, N, dots, 1);
         for (uint32_t i = 0; i < N; i++) y[(uint64_t)i * w->rows + r] += dots[i];
@@ -285,6 +306,8 @@ static void mk_cpu_gate_up(const struct mk_cpu_ctx *c, const struct mk_instr *in
     for (uint32_t i = 0; i < N; i++)
         mk_cpu_rmsnorm(&c->weights[in->weight[0]], c->arena + in->buf[0] + (uint64_t)i * n, n, a->eps,
                        xn + (uint64_t)i * n, tmp);
+    const struct mk_weight_ref *const both[2] = { wg, wu };
+    if (mk_cpu_act_bf16(c, N, both, 2)) mk_cpu_round_bf16(xn, (uint64_t)N * n);
     float *g = xn + (uint64_t)N * n, *u = g + N; /* (token) each */
     for (uint32_t r = lo; r < hi; r++) {
         mk_cpu_dot_tokens(c, wg, r, xn, n, N, g, 1);
@@ -309,6 +332,7 @@ static void mk_cpu_lm_head(const struct mk_cpu_ctx *c, const struct mk_instr *in
         best[j] = -INFINITY;
         best_i[j] = lo;
     }
+    if (mk_cpu_act_bf16(c, n_out, &w, 1)) mk_cpu_round_bf16(xn, (uint64_t)n_out * n);
     for (uint32_t r = lo; r < hi; r++) {
         mk_cpu_dot_tokens(c, w, r, xn, n, n_out, c->arena + in->buf[1] + r, w->rows);
         for (uint32_t j = 0; j < n_out; j++) {

@@ -140,9 +140,9 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
     if (json) {
         fprintf(f,
                 "{\"abi_version\":%u,\"workers\":%u,\"schedule\":\"%s\",\"n_ctx\":%u,\"ubatch\":%u,\"tokens_off\":%d,"
-                "\"out_tokens_off\":%d,\"instructions\":[",
+                "\"out_tokens_off\":%d,\"act_bf16_min\":%u,\"instructions\":[",
                 MK_ABI_VERSION, p->n_workers, sched, p->n_ctx, ubatch, ubatch > 1 ? (int)p->tokens_off : -1,
-                ubatch > 1 ? (int)p->out_tokens_off : -1);
+                ubatch > 1 ? (int)p->out_tokens_off : -1, p->act_bf16_min);
         for (uint32_t i = 0; i < p->n_instr; i++) {
             const struct mk_instr *in = &p->instrs[i];
             fprintf(f,
@@ -178,6 +178,9 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
                 "chunk program: tokens (int32, %u) at arena float %u, output tokens (int32, %u) at %u; activations "
                 "have %u rows\n",
                 ubatch, p->tokens_off, ubatch, p->out_tokens_off, ubatch);
+    if (ubatch > 1 && p->act_bf16_min)
+        fprintf(f, "products over bf16 weights of %u token rows or more take their inputs rounded to bf16\n",
+                p->act_bf16_min);
     fprintf(f, "%4s  %-22s %-18s %6s %14s %6s  %-7s  %s\n", "#", "label", "op", "tasks", "bytes/task", "signal",
             "copies", "waits");
     bool any_copy = false;

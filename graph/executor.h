@@ -105,6 +105,7 @@ struct mk_backend_params {
     uint32_t ubatch;            /* most tokens per chunk step; 0 = the backend's default (cpu:
                                  * MK_CPU_DEFAULT_UBATCH; GPU: 512; ref: 1), 1 = one token per step */
     enum mk_kv_type kv_type;    /* the KV cache's elements (the ref backend rounds k and v to them) */
+    bool act_f32;               /* chunk programs with act_bf16_min 0 (graph/program.h) */
 };
 
 struct mk_backend;

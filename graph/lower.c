@@ -654,6 +654,7 @@ enum mk_status mk_graph_lower(const struct mk_graph *g, const struct mk_compile_
     prog->schedule = p->schedule;
     prog->n_workers = p->n_workers;
     prog->ubatch = L.ubatch;
+    prog->act_bf16_min = L.ubatch > 1 ? p->act_bf16_min : 0u;
     prog->tokens_off = L.tokens_off;
     prog->out_tokens_off = L.out_tokens_off;
     if (p->schedule == MK_SCHED_STATIC) {
@@ -705,6 +706,7 @@ struct mk_compile_params mk_compile_default_params(void) {
     p.n_ctx = 512;
     p.schedule = MK_SCHED_DYNAMIC;
     p.kv_type = MK_KV_F16;
+    p.act_bf16_min = MK_ACT_BF16_MIN_DEFAULT;
     return p;
 }
 

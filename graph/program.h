@@ -37,7 +37,13 @@ struct mk_compile_params {
     uint32_t ubatch;           /* most tokens per step (a chunk program, see megakernel/abi.h); 0 or 1:
                                 * the one-token program; a chunk program ignores fuse_attn_output */
     enum mk_kv_type kv_type;   /* the KV cache's elements; default MK_KV_F16 */
+    /* Chunk programs: a product whose matrices are all bf16, over this many token rows or more,
+     * takes its inputs rounded to bf16 (as llama.cpp's bf16 products do); below it, and over other
+     * weight types, they keep fp32's precision (the GPU's bf16 hi + lo halves, twice the
+     * tensor-core work). 0 = never round; default MK_ACT_BF16_MIN_DEFAULT. */
+    uint32_t act_bf16_min;
 };
+#define MK_ACT_BF16_MIN_DEFAULT 64u
 struct mk_compile_params mk_compile_default_params(void);
 
 struct mk_program {
@@ -58,6 +64,7 @@ struct mk_program {
     uint32_t *sched_offsets; /* (n_workers + 1), static schedule only */
     uint32_t *sched_tasks;   /* (n_tasks), static schedule only */
     uint32_t ubatch;         /* most tokens per step, 1 for a one-token program */
+    uint32_t act_bf16_min;   /* mk_compile_params.act_bf16_min (0 in a one-token program) */
     uint32_t tokens_off;     /* chunk programs: arena offset of the step's int32 tokens (ubatch), else MK_NO_BUF */
     uint32_t out_tokens_off; /* chunk programs: arena offset of the int32 token of each output row (ubatch), else
                               * MK_NO_BUF */

@@ -323,6 +323,7 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
         .gpu = mk_api_gpu_settings(&p->gpu),
         .fault = p->fault,
         .kv_type = p->kv_type,
+        .act_f32 = p->act_f32 != 0,
     };
     enum mk_status st = mk_backend_create(lm->model, &bp, &s->backend, err);
     if (st != MK_OK) {

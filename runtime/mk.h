@@ -278,6 +278,11 @@ struct mk_session_params {
      * token loop itself (the megakernel samples each token and feeds it to its next step, and the
      * calling thread only collects them). Default 0. */
     int host_loop;
+    /* nonzero: chunk steps keep activations at fp32's precision in every product (bf16 hi + lo
+     * halves on the GPU: twice the tensor-core work over bf16 weights). Default 0: products over
+     * bf16 weights in steps of 64 tokens or more take them rounded to bf16, as llama.cpp's do;
+     * steps of fewer tokens (speculation, short prompts) and other weight types are unchanged. */
+    int act_f32;
 };
 struct mk_session_params mk_session_default_params(void);
 

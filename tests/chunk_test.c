@@ -119,6 +119,93 @@ done:
     mk_program_free(one);
 }
 
+/* Max relative difference of the logits of the first n rows of a chunk of n tokens run from
+ * position 0 by chunk programs compiled with act_bf16_min = min and with 0 (fp32 inputs); -1 on
+ * failure. Their last row's token from the rounded run in *tok, the fp32 run's in *tok_f32. */
+static double act_diff(const struct mk_model *m, uint32_t n, uint32_t min, int32_t *tok, int32_t *tok_f32) {
+    const uint32_t vocab = m->cfg.n_vocab;
+    struct mk_program *p[2] = { compile(m, 2, MK_SCHED_DYNAMIC, MK_ACT_BF16_MIN_DEFAULT),
+                                compile(m, 2, MK_SCHED_DYNAMIC, MK_ACT_BF16_MIN_DEFAULT) };
+    struct mk_cpu_exec *e[2] = { NULL, NULL };
+    int32_t ids[MK_ACT_BF16_MIN_DEFAULT], outs[2][MK_ACT_BF16_MIN_DEFAULT];
+    float *lg = malloc((size_t)n * vocab * sizeof *lg);
+    double worst = -1.0;
+    struct mk_error err = { 0 };
+    if (!p[0] || !p[1] || !lg || n > MK_ACT_BF16_MIN_DEFAULT) goto done;
+    p[0]->act_bf16_min = min;
+    p[1]->act_bf16_min = 0;
+    make_tokens(ids, n, vocab);
+    worst = 0.0;
+    for (int k = 0; k < 2; k++) {
+        struct mk_step_cmd c = mk_test_step_cmd(ids[0], 0);
+        c.n_tokens = (uint16_t)n;
+        c.n_out = (uint16_t)n;
+        if (mk_cpu_exec_create(p[k], 2, &e[k], &err) != MK_OK ||
+            mk_cpu_exec_step_chunk(e[k], &c, ids, outs[k], &err) != MK_OK) {
+            MK_CHECK_MSG(0, "act_bf16_min %u: %s", k ? 0u : min, err.msg);
+            worst = -1.0;
+            goto done;
+        }
+        for (uint32_t j = 0; j < n; j++) {
+            if (k == 0) {
+                memcpy(lg + (size_t)j * vocab, mk_cpu_exec_logits_row(e[0], j), vocab * sizeof *lg);
+            } else {
+                double d = mk_test_rel_err(lg + (size_t)j * vocab, mk_cpu_exec_logits_row(e[1], j), vocab);
+                if (d > worst) worst = d;
+            }
+        }
+    }
+    *tok = outs[0][n - 1];
+    *tok_f32 = outs[1][n - 1];
+done:
+    free(lg);
+    for (int k = 0; k < 2; k++) {
+        mk_cpu_exec_free(e[k]);
+        mk_program_free(p[k]);
+    }
+    return worst;
+}
+
+/* The chunk programs' act_bf16_min: products over bf16 weights of that many token rows or more
+ * take their inputs rounded to bf16 (as the GPU's _wide_xb products), fewer rows and other
+ * weight types keep fp32 inputs. The GPU's side is cuda_test's check_chunks_act. */
+static void check_act_bf16(const char *dir) {
+    static const char *const dtypes[] = { "bf16", "f32" };
+    for (int i = 0; i < 2; i++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/act-%s.gguf", dir, dtypes[i]);
+        struct mk_gen_params gp = mk_gen_default_params();
+        gp.preset = "tiny";
+        gp.dtype = dtypes[i];
+        struct mk_error err = { 0 };
+        struct mk_model *m = NULL;
+        if (mk_gen_write(path, &gp, &err) != MK_OK || mk_model_load(path, &m, &err) != MK_OK) {
+            MK_CHECK_MSG(0, "act %s: %s", dtypes[i], err.msg);
+            continue;
+        }
+        struct mk_program *d = compile(m, 1, MK_SCHED_DYNAMIC, 8), *one = compile(m, 1, MK_SCHED_DYNAMIC, 1);
+        MK_CHECK(d && d->act_bf16_min == MK_ACT_BF16_MIN_DEFAULT && one && one->act_bf16_min == 0);
+        mk_program_free(d);
+        mk_program_free(one);
+        const uint32_t n = MK_ACT_BF16_MIN_DEFAULT;
+        int32_t tok, tok_f32;
+        const double at = act_diff(m, n, n, &tok, &tok_f32);
+        const double below = act_diff(m, n, n + 1u, &tok, &tok_f32);
+        const double fewer = act_diff(m, n - 1u, n, &tok, &tok_f32);
+        if (i == 0) {
+            /* Rounding 8 of fp32's 24 bits: logits move, by far less than their spread. */
+            MK_CHECK_MSG(at > 1e-5 && at < 5e-2, "bf16, %u rows: rounded inputs moved the logits by %.3g", n, at);
+            printf("%-28s %u rows: logits of bf16 inputs differ from fp32 inputs' by %.2e; the last tokens %d, %d\n",
+                   "tiny-bf16 act_bf16_min", n, at, tok, tok_f32);
+        } else {
+            MK_CHECK_MSG(at == 0.0, "f32 weights, %u rows: inputs were rounded (%.3g)", n, at);
+        }
+        MK_CHECK_MSG(below == 0.0 && fewer == 0.0, "%s: rows under act_bf16_min were rounded (%.3g, %.3g)", dtypes[i],
+                     below, fewer);
+        mk_model_free(m);
+    }
+}
+
 static void expect_invalid(const struct mk_program *p, const char *what, const char *needle) {
     struct mk_error err = { 0 };
     enum mk_status st = mk_program_validate(p, &err);
@@ -429,6 +516,7 @@ int main(void) {
             mk_model_free(m);
         }
     }
+    check_act_bf16(tmp);
     mk_test_remove_tree(tmp);
     const char *dir = mk_test_models_dir("stories260K-f32.gguf");
     if (!dir) {

@@ -105,6 +105,7 @@ static enum mk_status mk_bench_spec_once(const struct mk_lm *lm, const struct mk
     sp.spec = spec;
     sp.n_draft = p->n_draft;
     sp.kv_type = p->kv_type;
+    sp.act_f32 = p->act_f32;
     sp.gpu = p->gpu;
     sp.sampling.temperature = 0.0f;
     struct mk_session *s = NULL;

@@ -36,6 +36,7 @@ struct mk_bench_spec_params {
     uint32_t threads, ctx, ubatch, n_draft, n;
     enum mk_kv_type kv_type;
     struct mk_gpu_params gpu; /* the GPU settings (flags and MK_CUDA_* overrides), as the other rows take */
+    int act_f32;              /* struct mk_session_params.act_f32 */
 };
 
 /* Runs both tasks (res[0] rewrite, res[1] story); MK_OK or the first failure in err. */

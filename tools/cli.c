@@ -170,7 +170,26 @@ int mk_cli_chunk_flag(const char *cmd, int argc, char **argv, int *i, uint32_t *
 
 const char mk_cli_kv_usage[] =
     "    --kv-type f16|f32   elements of the KV cache (default f16, as llama.cpp's; f32 doubles its\n"
-    "                        memory and the attention's reads)\n";
+    "                        memory and the attention's reads)\n"
+    "    --chunk-act bf16|f32\n"
+    "                        inputs of the products over bf16 weights in steps of 64 tokens or more\n"
+    "                        (default bf16, as llama.cpp's; f32 keeps 16 significant bits, at twice\n"
+    "                        the tensor-core work)\n";
+
+int mk_cli_act_flag(const char *cmd, int argc, char **argv, int *i, int *act_f32) {
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (strcmp(a, "--chunk-act")) return 0;
+    if (v && !strcmp(v, "bf16"))
+        *act_f32 = 0;
+    else if (v && !strcmp(v, "f32"))
+        *act_f32 = 1;
+    else {
+        fprintf(stderr, "mk %s: --chunk-act is 'bf16' or 'f32', got '%s'\n", cmd, v ? v : "");
+        return -1;
+    }
+    (*i)++;
+    return 1;
+}
 
 int mk_cli_kv_flag(const char *cmd, int argc, char **argv, int *i, enum mk_kv_type *kv) {
     const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;

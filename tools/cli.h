@@ -31,7 +31,11 @@ extern const char mk_cli_chunk_usage[];
  * 0 when it is something else, -1 after printing why its value is bad. */
 int mk_cli_chunk_flag(const char *cmd, int argc, char **argv, int *i, uint32_t *ubatch, int *spec, uint32_t *n_draft);
 
-/* Usage line of --kv-type. */
+/* argv[*i] as --chunk-act bf16|f32 into *act_f32 (struct mk_session_params.act_f32), as
+ * mk_cli_kv_flag. */
+int mk_cli_act_flag(const char *cmd, int argc, char **argv, int *i, int *act_f32);
+
+/* Usage lines of --kv-type and --chunk-act. */
 extern const char mk_cli_kv_usage[];
 
 /* argv[*i] as --kv-type f16|f32 into *kv, *i moved past its value: 1 when it is that flag, 0 when

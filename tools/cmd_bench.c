@@ -39,6 +39,7 @@ struct mk_bench_opts {
     bool breakdown;                     /* per op kind time and bandwidth of one traced step */
     bool host_loop;                     /* tg posts one step at a time even where the backend can generate */
     enum mk_kv_type kv_type;
+    int act_f32; /* --chunk-act f32 */
 };
 
 struct mk_bench_row {
@@ -156,6 +157,7 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
     bp.ubatch = o->ubatch;
     bp.n_ctx = o->ctx;
     bp.kv_type = o->kv_type;
+    bp.act_f32 = o->act_f32 != 0;
     bp.n_threads = o->threads;
     bp.gpu = o->gpu;
     struct mk_error err = { 0 };
@@ -298,6 +300,7 @@ static int mk_bench_soak(const struct mk_bench_opts *o) {
     p.session.n_threads = o->threads;
     p.session.n_ctx = o->ctx_given ? o->ctx : 0;
     p.session.kv_type = o->kv_type;
+    p.session.act_f32 = o->act_f32;
     p.session.sampling.temperature = o->temp;
     p.latencies_path = o->latencies;
     mk_cli_gpu_params(&o->gpu, &p.session.gpu);
@@ -366,7 +369,8 @@ static void mk_bench_print(const struct mk_bench_row *r, bool json, bool *first)
 /* The speculative-decoding rows: each task without and with speculation. */
 static int mk_bench_spec_rows(const char *path, enum mk_backend_kind kind, const struct mk_bench_opts *o,
                               const struct mk_bench_row *tg, bool *first) {
-    struct mk_bench_spec_params sp = { path, kind, o->threads, o->ctx, o->ubatch, o->n_draft, o->n, o->kv_type, { 0 } };
+    struct mk_bench_spec_params sp = { path,       kind, o->threads, o->ctx, o->ubatch,
+                                       o->n_draft, o->n, o->kv_type, { 0 },  o->act_f32 };
     mk_cli_gpu_params(&o->gpu, &sp.gpu);
     struct mk_bench_spec res[2];
     struct mk_error err = { 0 };
@@ -507,6 +511,9 @@ int mk_cmd_bench(int argc, char **argv) {
         g = mk_cli_kv_flag("bench", argc, argv, &i, &o.kv_type);
         if (g < 0) return 2;
         if (g) continue;
+        g = mk_cli_act_flag("bench", argc, argv, &i, &o.act_f32);
+        if (g < 0) return 2;
+        if (g) continue;
         if (!strcmp(a, "--breakdown")) {
             o.breakdown = true;
             continue;
@@ -584,7 +591,8 @@ int mk_cmd_bench(int argc, char **argv) {
     if (o.json)
         printf("[\n");
     else {
-        printf("KV cache %s\n\n", mk_kv_type_name(o.kv_type));
+        printf("KV cache %s, chunk products' inputs over bf16 weights %s\n\n", mk_kv_type_name(o.kv_type),
+               o.act_f32 ? "f32 (bf16 hi + lo)" : "bf16 from 64 tokens a step");
         printf("| %-24s | %12s | %-10s | %-6s | %8s | %8s | %8s | %9s | %8s | %8s | %5s | %s |\n", "model",
                "weights/tok", "backend", "test", "ms p50", "ms p99", "cpu ms", "tok/s", "GB/s", "read GB/s", "ratio",
                "note");

@@ -11,7 +11,7 @@
 static void mk_dump_usage(FILE *f) {
     fprintf(f, "usage: mk dump -m FILE [--workers N] [--ctx N] [--schedule dynamic|static] [--barriers]\n"
                "               [--fuse-attn-output] [--tasks-per-worker N] [--attn-block N] [--attn-splits N]\n"
-               "               [--ubatch N] [--kv-type f16|f32] [--json]\n"
+               "               [--ubatch N] [--kv-type f16|f32] [--chunk-act bf16|f32] [--json]\n"
                "  Compiles one decode step of FILE for N workers (default 132, an H100's SM count) and a\n"
                "  KV cache of --ctx positions (default 512), validates it, and prints every instruction:\n"
                "  tasks, weight bytes per task, the counter it signals, the int8-level copies of x it reads\n"
@@ -23,7 +23,9 @@ static void mk_dump_usage(FILE *f) {
                "  --tasks-per-worker, --attn-block and --attn-splits tile as the GPU backends' flags of those\n"
                "  names do.\n"
                "  --ubatch N compiles the chunk program of up to N tokens per step (megakernel/abi.h).\n"
-               "  --kv-type f16|f32 sets the KV cache's elements (default f16).\n");
+               "  --kv-type f16|f32 sets the KV cache's elements (default f16).\n"
+               "  --chunk-act bf16|f32: a chunk program's products over bf16 weights round their inputs to\n"
+               "  bf16 from 64 token rows on (default), or never.\n");
 }
 
 int mk_cmd_dump(int argc, char **argv) {
@@ -31,7 +33,7 @@ int mk_cmd_dump(int argc, char **argv) {
     bool json = false;
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_workers = 132;
-    int kv_flag;
+    int kv_flag, act_f32 = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -76,6 +78,9 @@ int mk_cmd_dump(int argc, char **argv) {
             json = true;
         } else if ((kv_flag = mk_cli_kv_flag("dump", argc, argv, &i, &cp.kv_type)) != 0) {
             if (kv_flag < 0) return 2;
+        } else if ((kv_flag = mk_cli_act_flag("dump", argc, argv, &i, &act_f32)) != 0) {
+            if (kv_flag < 0) return 2;
+            cp.act_bf16_min = act_f32 ? 0u : MK_ACT_BF16_MIN_DEFAULT;
         } else {
             fprintf(stderr, "mk dump: unknown option '%s'\n", a);
             mk_dump_usage(stderr);

@@ -117,6 +117,8 @@ int mk_tool_parse_flag(struct mk_tool_opts *o, int argc, char **argv, int *i) {
     if (g) return g;
     g = mk_cli_kv_flag(o->cmd, argc, argv, i, &o->sp.kv_type);
     if (g) return g;
+    g = mk_cli_act_flag(o->cmd, argc, argv, i, &o->sp.act_f32);
+    if (g) return g;
     if (!strcmp(a, "--ids")) {
         o->print_ids = true;
     } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
