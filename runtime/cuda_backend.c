@@ -89,29 +89,54 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MV_KQ8_2, /* MK_CK_MV_KQ with x as int8 levels on the tensor cores, for 2, 4, 8 token rows */
     MK_CK_MV_KQ8_4,
     MK_CK_MV_KQ8_8,
-    MK_CK_REDUCE_NORM, /* mk_chunk_mm_reduce of an ADD product and the mk_chunk_rmsnorm after it */
+    MK_CK_REDUCE_NORM,      /* mk_chunk_mm_reduce of an ADD product and the mk_chunk_rmsnorm after it */
+    MK_CK_MM_STORE_WIDE_XB, /* the _WIDE products with x rounded to bf16 (the program's act_bf16_min) */
+    MK_CK_MM_ADD_WIDE_XB,
+    MK_CK_MM_SILU_WIDE_XB,
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
-    "mk_chunk_embed",        "mk_chunk_rmsnorm",
-    "mk_chunk_mm_store",     "mk_chunk_mm_add",
-    "mk_chunk_mm_silu",      "mk_chunk_mm_store_wide",
-    "mk_chunk_mm_add_wide",  "mk_chunk_mm_silu_wide",
-    "mk_chunk_mm_reduce",    "mk_chunk_qkv",
-    "mk_chunk_attn",         "mk_chunk_attn_mma_32",
-    "mk_chunk_attn_mma_64",  "mk_chunk_attn_mma_128",
-    "mk_chunk_attn_merge",   "mk_chunk_lm_tiles",
-    "mk_chunk_sample",       "mk_chunk_mm_store_split",
-    "mk_chunk_mm_add_split", "mk_chunk_mm_silu_split",
-    "mk_chunk_wsplit",       "mk_chunk_mv",
-    "mk_chunk_mv_bf16",      "mk_chunk_mv_kq",
-    "mk_chunk_mm_store_kq",  "mk_chunk_mm_add_kq",
-    "mk_chunk_mm_silu_kq",   "mk_chunk_mm_store_kq32",
-    "mk_chunk_mm_add_kq32",  "mk_chunk_mm_silu_kq32",
-    "mk_chunk_mm_store_kw",  "mk_chunk_mm_add_kw",
-    "mk_chunk_mm_silu_kw",   "mk_chunk_xh",
-    "mk_chunk_mv_kq8_2",     "mk_chunk_mv_kq8_4",
-    "mk_chunk_mv_kq8_8",     "mk_chunk_reduce_norm",
+    "mk_chunk_embed",
+    "mk_chunk_rmsnorm",
+    "mk_chunk_mm_store",
+    "mk_chunk_mm_add",
+    "mk_chunk_mm_silu",
+    "mk_chunk_mm_store_wide",
+    "mk_chunk_mm_add_wide",
+    "mk_chunk_mm_silu_wide",
+    "mk_chunk_mm_reduce",
+    "mk_chunk_qkv",
+    "mk_chunk_attn",
+    "mk_chunk_attn_mma_32",
+    "mk_chunk_attn_mma_64",
+    "mk_chunk_attn_mma_128",
+    "mk_chunk_attn_merge",
+    "mk_chunk_lm_tiles",
+    "mk_chunk_sample",
+    "mk_chunk_mm_store_split",
+    "mk_chunk_mm_add_split",
+    "mk_chunk_mm_silu_split",
+    "mk_chunk_wsplit",
+    "mk_chunk_mv",
+    "mk_chunk_mv_bf16",
+    "mk_chunk_mv_kq",
+    "mk_chunk_mm_store_kq",
+    "mk_chunk_mm_add_kq",
+    "mk_chunk_mm_silu_kq",
+    "mk_chunk_mm_store_kq32",
+    "mk_chunk_mm_add_kq32",
+    "mk_chunk_mm_silu_kq32",
+    "mk_chunk_mm_store_kw",
+    "mk_chunk_mm_add_kw",
+    "mk_chunk_mm_silu_kw",
+    "mk_chunk_xh",
+    "mk_chunk_mv_kq8_2",
+    "mk_chunk_mv_kq8_4",
+    "mk_chunk_mv_kq8_8",
+    "mk_chunk_reduce_norm",
+    "mk_chunk_mm_store_wide_xb",
+    "mk_chunk_mm_add_wide_xb",
+    "mk_chunk_mm_silu_wide_xb",
 };
 
 struct mk_cuda_backend {
@@ -119,7 +144,9 @@ struct mk_cuda_backend {
     const struct mk_cuda *cu;
     int verbose;
     struct mk_gpu_settings gpu;
-    enum mk_kv_type kv_type; /* of the KV cache */
+    enum mk_kv_type kv_type;         /* of the KV cache */
+    bool act_f32;                    /* the chunk program's act_bf16_min is 0 */
+    uint32_t c_xb_tokens, c_xb_smem; /* the _WIDE_XB products' token rows a block and shared memory */
     mk_cu_device dev;
     mk_cu_context ctx;
     mk_cu_module mod;
@@ -1172,10 +1199,15 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
     const bool kq = !bf16 && !kw && !b->gpu.no_chunk_kq && m <= MK_CUDA_KQ_MAX_ALONE && mk_cuda_chunk_kquants(wt, w);
     const bool dq = !bf16 && !kq && !kw && m >= b->c_dq_min && all <= b->c_wsplit_floats;
     uint32_t smem = MK_CHUNK_MM_SMEM;
+    /* The program's act_bf16_min: x rounded to bf16, on the wide products whatever the rows. */
+    const bool xb = bf16 && b->cprog->act_bf16_min && m >= b->cprog->act_bf16_min;
     if (bf16 || dq) {
-        k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE + (bf16 ? MK_CK_MM_STORE_WIDE : MK_CK_MM_STORE_SPLIT));
+        k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE +
+                                        (xb     ? MK_CK_MM_STORE_WIDE_XB
+                                         : bf16 ? MK_CK_MM_STORE_WIDE
+                                                : MK_CK_MM_STORE_SPLIT));
         per_block = bf16 ? MK_CHUNK_MM_WIDE_ROWS : MK_CHUNK_MM_SPLIT_ROWS;
-        smem = bf16 ? MK_CHUNK_MM_WIDE_SMEM : b->c_split_smem;
+        smem = xb ? b->c_xb_smem : bf16 ? MK_CHUNK_MM_WIDE_SMEM : b->c_split_smem;
     }
     if (silu)
         per_block /= 2u;
@@ -1191,7 +1223,7 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
                                  .ldx = wt[w[0]].cols,
                                  .y_off = y_off,
                                  .ldy = ldy };
-    if (m <= MK_CHUNK_MV_TOKENS && b->c_mv_k) {
+    if (m <= MK_CHUNK_MV_TOKENS && b->c_mv_k && !xb) {
         /* K-quants over up to 8 rows: x as int8 levels on the megakernel's integer tiles, unless
          * MK_CUDA_MV_KQ8=0 asks for the bf16 decoding (mk_chunk_mv_kq) to compare. */
         const uint32_t nt = mk_chunk_mv8_tokens(m);
@@ -1231,7 +1263,8 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
     }
     l.w_off = dq ? b->c_wsplit : 0u;
     /* Token blocks side by side (grid x): the blocks of a weight tile run together. */
-    const uint32_t gx = mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS), gy = mk_cuda_div_up(rows, per_block);
+    const uint32_t gx = mk_cuda_div_up(m, xb ? b->c_xb_tokens : MK_CHUNK_MM_TOKENS),
+                   gy = mk_cuda_div_up(rows, per_block);
     if (dq) {
         struct mk_chunk_launch d = l;
         d.y_off = b->c_wsplit;
@@ -1668,6 +1701,7 @@ static enum mk_status mk_cuda_backend_new(const struct mk_cuda *cu, const struct
     b->watchdog_ms = bp->watchdog_ms;
     b->fault = bp->fault;
     b->kv_type = bp->kv_type;
+    b->act_f32 = bp->act_f32;
     b->ubatch_asked = bp->ubatch;
     b->base.vt = vt;
     b->base.kind = bp->kind;
@@ -1813,6 +1847,7 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     cp.n_ctx = b->base.n_ctx;
     cp.ubatch = ubatch;
     cp.kv_type = b->kv_type;
+    if (b->act_f32) cp.act_bf16_min = 0;
     enum mk_status st = mk_program_compile(m, &cp, &b->cprog, err);
     if (st == MK_OK) st = mk_cuda_check_program(b->cprog, err);
     if (st != MK_OK) {
@@ -1872,6 +1907,13 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     for (int k = MK_CK_MM_STORE_WIDE; k <= MK_CK_MM_SILU_WIDE; k++)
         if (MK_CU(cu, err,
                   cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MM_WIDE_SMEM)))
+            return MK_ERR_CUDA;
+    /* cc 9.0 runs the sm_90a code: its _wide_xb products take 128 token rows a block. */
+    const bool sm90a = b->info.cc_major == 9 && b->info.cc_minor == 0;
+    b->c_xb_tokens = sm90a ? MK_CHUNK_MM_XB_TOKENS : MK_CHUNK_MM_TOKENS;
+    b->c_xb_smem = sm90a ? MK_CHUNK_MM_XB_SMEM : MK_CHUNK_MM_WIDE_SMEM;
+    for (int k = MK_CK_MM_STORE_WIDE_XB; k <= MK_CK_MM_SILU_WIDE_XB; k++)
+        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)b->c_xb_smem)))
             return MK_ERR_CUDA;
     /* cc 9.0 runs the sm_90a code, whose split-row products are the wgmma ring. */
     b->c_split_smem =

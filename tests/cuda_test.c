@@ -569,7 +569,8 @@ static void check_gpu_kinds(const struct mk_model *m, const struct trace *t, uin
  * tokens fed in chunks of several sizes (every row an output row) with one-token steps between
  * them, so that the megakernel parks and comes back and each path reads KV rows the other wrote.
  * Every row's logits within g_tol and its token equal to the reference's unless they part at a
- * near tie, as check_gpu_kinds allows. */
+ * near tie, as check_gpu_kinds allows. The products keep fp32's precision (act_f32): the rounded
+ * inputs of long bf16 chunks are check_chunks_act's. */
 static void check_chunks(const struct mk_model *m, const struct trace *t, uint32_t n_ctx, uint32_t ubatch,
                          const char *what) {
     /* 0: a one-token step. At ubatch 24 the sizes up to 8 take each of mk_chunk_mv_kq8_*'s token
@@ -580,6 +581,7 @@ static void check_chunks(const struct mk_model *m, const struct trace *t, uint32
     for (int kk = 0; kk < N_GPU_KINDS; kk++) {
         struct mk_backend_params p = params(gpu_kinds[kk], n_ctx);
         p.ubatch = ubatch;
+        p.act_f32 = true;
         struct mk_backend *b = create_gpu_with(m, &p);
         if (!b) continue;
         MK_CHECK(b->ubatch == ubatch && b->vt->step_chunk != NULL);
@@ -642,6 +644,135 @@ static void check_chunks(const struct mk_model *m, const struct trace *t, uint32
     free(lg);
 }
 
+/* The CPU backend's chunk program over t's tokens in chunks of sizes[] (cycled, only whole chunks
+ * that fit): every row's logits into lg (row, vocab) and tokens into tok; the rows covered, or 0. */
+static uint32_t cpu_chunks(const struct mk_model *m, const struct trace *t, uint32_t n_ctx, uint32_t ubatch,
+                           bool act_f32, const uint32_t *sizes, uint32_t n_sizes, float *lg, int32_t *tok) {
+    struct mk_backend_params cp = params(MK_BACKEND_CPU, n_ctx);
+    cp.verbose = 0;
+    cp.ubatch = ubatch;
+    cp.kv_type = MK_KV_F32;
+    cp.act_f32 = act_f32;
+    struct mk_backend *cpu = NULL;
+    struct mk_error err;
+    if (mk_backend_create(m, &cp, &cpu, &err) != MK_OK) {
+        MK_CHECK_MSG(0, "cpu backend: %s", err.msg);
+        return 0;
+    }
+    uint32_t end = 0;
+    for (uint32_t j = 0;; j++) {
+        const uint32_t k = sizes[j % n_sizes];
+        if (k > t->n - end) break;
+        struct mk_step_cmd c = greedy_cmd(t->in[end], (int32_t)end);
+        c.n_tokens = (uint16_t)k;
+        c.n_out = (uint16_t)k;
+        if (cpu->vt->step_chunk(cpu, &c, t->in + end, tok + end, &err) != MK_OK) {
+            MK_CHECK_MSG(0, "cpu chunk at %u: %s", end, err.msg);
+            end = 0;
+            break;
+        }
+        for (uint32_t r = 0; r < k; r++)
+            if (cpu->vt->logits_row(cpu, r, lg + (size_t)(end + r) * t->vocab, &err) != MK_OK) {
+                MK_CHECK_MSG(0, "cpu logits row %u: %s", r, err.msg);
+                cpu->vt->free(cpu);
+                return 0;
+            }
+        end += k;
+    }
+    cpu->vt->free(cpu);
+    return end;
+}
+
+/* Chunks of at least MK_ACT_BF16_MIN_DEFAULT tokens with the default inputs (bf16 products' x
+ * rounded to bf16) against the CPU backend's chunk program, which rounds the same inputs (an f32 KV
+ * cache on both). The two executors' values differ by about 1e-4 before each rounding (fp32 sums in
+ * other orders, the GPU's bf16 hi + lo elsewhere), so a few percent of the inputs round to the
+ * other neighbour on one side, a whole bf16 step each: the logits part by a good share of the
+ * rounding's own effect (run69: 5.5e-3 against 7.9e-3 with the f16 cache; run70: 5.0e-3 against
+ * 8.2e-3). A GPU that rounded nothing would sit the whole effect away, so each row's logits must be
+ * within 3/4 of it (the CPU's rounded chunks against its fp32-input chunks) of the CPU's rounded
+ * ones, and tokens equal unless the CPU's top two are that close. */
+static void check_chunks_act(const struct mk_model *m, const struct trace *t, uint32_t n_ctx, uint32_t ubatch,
+                             const char *what) {
+    static const uint32_t sizes[] = { 64, 96, 72, 128, 80 };
+    const uint32_t V = t->vocab, n_sizes = sizeof sizes / sizeof sizes[0];
+    float *want = malloc((size_t)t->n * V * sizeof *want), *f32 = malloc((size_t)t->n * V * sizeof *f32);
+    float *lg = malloc((size_t)V * sizeof *lg);
+    int32_t *want_tok = malloc((size_t)t->n * sizeof *want_tok), *f32_tok = malloc((size_t)t->n * sizeof *f32_tok);
+    int32_t *outs = malloc((size_t)ubatch * sizeof *outs);
+    if (!want || !f32 || !lg || !want_tok || !f32_tok || !outs) {
+        MK_CHECK_MSG(0, "%s: out of memory", what);
+        goto done;
+    }
+    for (uint32_t j = 0; j < n_sizes; j++) MK_CHECK(sizes[j] >= MK_ACT_BF16_MIN_DEFAULT && sizes[j] <= ubatch);
+    const uint32_t end = cpu_chunks(m, t, n_ctx, ubatch, false, sizes, n_sizes, want, want_tok);
+    if (end != cpu_chunks(m, t, n_ctx, ubatch, true, sizes, n_sizes, f32, f32_tok) ||
+        end < 2u * MK_ACT_BF16_MIN_DEFAULT) {
+        MK_CHECK_MSG(0, "%s: cpu chunks covered %u rows", what, end);
+        goto done;
+    }
+    double moved = 0.0;
+    for (uint32_t i = 0; i < end; i++) {
+        double e = mk_test_rel_err(want + (size_t)i * V, f32 + (size_t)i * V, V);
+        if (e > moved) moved = e;
+    }
+    MK_CHECK_MSG(moved > 1e-5, "%s: rounded chunks equal fp32-input chunks (%.3g): is the rounding on?", what, moved);
+    for (int kk = 0; kk < N_GPU_KINDS; kk++) {
+        struct mk_backend_params p = params(gpu_kinds[kk], n_ctx);
+        p.ubatch = ubatch;
+        p.kv_type = MK_KV_F32;
+        struct mk_backend *b = create_gpu_with(m, &p);
+        if (!b) continue;
+        struct mk_error err;
+        double worst = 0.0, from_f32 = 0.0;
+        int first_diff = -1, ok = 1;
+        for (uint32_t pos = 0, j = 0; pos < end && ok; j++) {
+            const uint32_t k = sizes[j % n_sizes];
+            struct mk_step_cmd c = greedy_cmd(t->in[pos], (int32_t)pos);
+            c.n_tokens = (uint16_t)k;
+            c.n_out = (uint16_t)k;
+            if (b->vt->step_chunk(b, &c, t->in + pos, outs, &err) != MK_OK) {
+                fprintf(stderr, "%s %s: chunk of %u at %u: %s\n", what, b->vt->name, k, pos, err.msg);
+                ok = 0;
+                break;
+            }
+            for (uint32_t r = 0; r < k && ok; r++) {
+                if (b->vt->logits_row(b, r, lg, &err) != MK_OK) {
+                    fprintf(stderr, "%s %s: logits row %u at %u: %s\n", what, b->vt->name, r, pos, err.msg);
+                    ok = 0;
+                    break;
+                }
+                const float *ref = want + (size_t)(pos + r) * V;
+                double e = mk_test_rel_err(lg, ref, V), e32 = mk_test_rel_err(lg, f32 + (size_t)(pos + r) * V, V);
+                if (!(e <= worst)) worst = e;
+                if (!(e32 <= from_f32)) from_f32 = e32;
+                if (outs[r] != want_tok[pos + r] && first_diff < 0) {
+                    first_diff = (int)(pos + r);
+                    double scale, margin = ref_margin(ref, V, want_tok[pos + r], &scale);
+                    printf("RESULT %s %s bf16-input chunks: parts at position %u, cpu top-2 margin %.3g\n", what,
+                           b->vt->name, pos + r, margin);
+                    MK_CHECK(margin <= 0.75 * moved * (scale > 1 ? scale : 1));
+                }
+            }
+            pos += k;
+        }
+        MK_CHECK(ok);
+        printf("RESULT %s %s bf16-input chunks of up to %u (f32 cache): tokens %s the cpu chunk program's over %u "
+               "positions, max rel logit err %.3g (from the cpu's fp32-input chunks %.3g; the rounding moves the "
+               "cpu's by %.3g)\n",
+               what, b->vt->name, ubatch, first_diff < 0 ? "equal" : "part from", end, worst, from_f32, moved);
+        MK_CHECK(worst < 0.75 * moved);
+        b->vt->free(b);
+    }
+done:
+    free(outs);
+    free(f32_tok);
+    free(want_tok);
+    free(lg);
+    free(f32);
+    free(want);
+}
+
 static void test_chunk_stories(const struct mk_model *m) {
     struct trace t;
     if (cpu_reference(m, 512, 1, 200, &t) != 0) {
@@ -657,6 +788,7 @@ static void test_chunk_stories(const struct mk_model *m) {
  * backend against the CPU executor, then chunk steps of up to each of the (0-ended) ubatches. */
 static void check_generated(const char *preset, const char *format, uint32_t n_ctx, uint32_t steps,
                             const uint32_t *ubatches) {
+    const bool bf16 = !strcmp(format, "bf16");
     const char *tmp = getenv("TMPDIR");
     char path[600], what[64];
     snprintf(path, sizeof path, "%s/mk_%s_%s.gguf", tmp && *tmp ? tmp : "/tmp", preset, format);
@@ -668,7 +800,10 @@ static void check_generated(const char *preset, const char *format, uint32_t n_c
         MK_CHECK(0);
     } else {
         check_gpu_kinds(m, &t, n_ctx, what);
-        for (const uint32_t *u = ubatches; *u; u++) check_chunks(m, &t, n_ctx, *u, what);
+        for (const uint32_t *u = ubatches; *u; u++) {
+            check_chunks(m, &t, n_ctx, *u, what);
+            if (bf16 && *u >= MK_ACT_BF16_MIN_DEFAULT) check_chunks_act(m, &t, n_ctx, *u, what);
+        }
         trace_free(&t);
     }
     mk_model_free(m);

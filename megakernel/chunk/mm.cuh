@@ -97,6 +97,15 @@ __device__ __forceinline__ void mk_mm_split_copy8(__nv_bfloat16 *sh, __nv_bfloat
     }
 }
 
+/* The hi halves alone: x rounded to bf16 (the products' !XLO form). */
+__device__ __forceinline__ void mk_mm_hi_copy8(__nv_bfloat16 *sh, const __nv_bfloat16 *hi, uint32_t k, uint32_t K) {
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const uint32_t e = k + (uint32_t)j;
+        sh[j] = e < K ? hi[min(e, K - 1u)] : __float2bfloat16_rn(0.0f);
+    }
+}
+
 /* The launch's matrices: the pair w0, w1 of MK_CHUNK_MM_SILU (rows: w0's), else w0 with w1 and w2
  * stacked below it where given (rows: all of them). */
 __device__ __forceinline__ struct mk_mm_mats mk_mm_launch_mats(const struct mk_kernel_args *a,
@@ -291,6 +300,40 @@ __device__ __forceinline__ void mk_wg_mma(float *d, uint64_t da, uint64_t db) {
                    "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(da), "l"(db));
 }
+
+/* d (64 x 256, 128 floats a thread) += a (64 x 16) . b (256 x 16)^T. */
+__device__ __forceinline__ void mk_wg_mma256(float *d, uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+                 "}, %128, %129, p, 1, 1, 0, 0;\n}"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
+                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
+                   "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+                   "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
+                   "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
+                   "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+                   "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]),
+                   "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),
+                   "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]),
+                   "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
+                   "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]),
+                   "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
+                   "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+                   "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "l"(da), "l"(db));
+}
 #endif
 
 /* Block (x, y, z): token rows [m0, m0 + BM) by weight rows [n0, n0 + BN), m0 = x BM, n0 = y BN
@@ -309,7 +352,7 @@ enum mk_mm_wsrc {
     MK_MM_W_SPLIT = 2,  /* split rows at l->w_off that mk_chunk_wsplit decoded once (BN 256) */
 };
 
-template <int MODE, uint32_t BN, int WSRC, uint32_t STAGES>
+template <int MODE, uint32_t BN, int WSRC, uint32_t STAGES, bool XLO = true>
 __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a, const struct mk_chunk_launch *l) {
     constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
     constexpr uint32_t BM = MK_MM_BM, BK = MK_MM_BK, LD = MK_MM_LD;
@@ -318,6 +361,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
      * hi tile as loaded, and a stage has no lo tile of weights. */
     constexpr bool RAW = WSRC == MK_MM_W_RAW, SPLITW = WSRC == MK_MM_W_SPLIT;
     static_assert(WSRC != MK_MM_W_DECODE || STAGES == 2u, "decoded tiles pass through registers");
+    static_assert(XLO || WSRC == MK_MM_W_RAW, "only bf16 weights take x rounded to bf16 (!XLO)");
     /* Halves of a stage: x's hi and lo tiles, then w's hi (and lo unless RAW) from WB. */
     constexpr uint32_t XH = BM * LD, WH = BN * LD, WB = 2u * XH, STAGE = WB + (RAW ? 1u : 2u) * WH;
     static_assert(STAGES * STAGE * 2u <= MK_CHUNK_MM_SMEM_AT(BN, STAGES, RAW ? 1u : 2u) &&
@@ -365,7 +409,13 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
     /* This thread's x and, for bf16 weights and split rows, w of the stage from k0 into st. */
     auto issue = [&](uint32_t k0, __nv_bfloat16 *st) {
         const uint32_t k = k0 + lk;
-        split8(st + lr * LD + lk, st + XH + lr * LD + lk, xh, l->ldx, k, xvec);
+        if constexpr (XLO) {
+            split8(st + lr * LD + lk, st + XH + lr * LD + lk, xh, l->ldx, k, xvec);
+        } else if (xvec && k + 8u <= K) {
+            mk_cp_async16(st + lr * LD + lk, xh + k, 16u);
+        } else {
+            mk_mm_hi_copy8(st + lr * LD + lk, xh, k, K);
+        }
         if constexpr (SPLITW) {
 #pragma unroll
             for (int f = 0; f < FW; f++) {
@@ -422,7 +472,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 mk_ldsm_x4(ah[i], st + a_off + (uint32_t)i * 16u * LD + kk);
-                mk_ldsm_x4(al[i], st + XH + a_off + (uint32_t)i * 16u * LD + kk);
+                if (XLO) mk_ldsm_x4(al[i], st + XH + a_off + (uint32_t)i * 16u * LD + kk);
             }
 #pragma unroll
             for (int j = 0; j < NJ; j += 2) mk_ldsm_x4(bh + 2 * j, st + WB + b_off + (uint32_t)j * 8u * LD + kk);
@@ -431,7 +481,7 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 #pragma unroll
                 for (int j = 0; j < NJ; j++) {
                     mk_mma_bf16(acc[i][j], ah[i], bh + 2 * j);
-                    mk_mma_bf16(acc[i][j], al[i], bh + 2 * j);
+                    if (XLO) mk_mma_bf16(acc[i][j], al[i], bh + 2 * j);
                 }
             if (!RAW && !mm.exact) {
 #pragma unroll
@@ -513,6 +563,40 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 }
 
 #if defined(MK_MM_WGMMA)
+/* The wgmma products' ring: stages of BK columns from kb to ke, STAGE bytes each at sm, copies
+ * (issue(k0, stage)) STAGES - 2 ahead of the products (mma(stage)), one commit group of each per
+ * stage (copies' groups empty past the end, so that the count stays in step). The tensor cores may
+ * still read the stage before this one while the copies fill the one after the last in flight. */
+template <uint32_t STAGES, uint32_t BK, uint32_t STAGE, typename Issue, typename Mma>
+__device__ __forceinline__ void mk_wg_ring(uint8_t *sm, uint32_t kb, uint32_t ke, Issue issue, Mma mma) {
+    constexpr uint32_t AHEAD = STAGES - 2u;
+    uint32_t kn = kb;
+#pragma unroll
+    for (uint32_t s = 0; s < AHEAD; s++, kn += BK) {
+        if (kn < ke) issue(kn, sm + s * STAGE);
+        mk_cp_async_commit();
+    }
+    uint32_t cur = 0, nxt = AHEAD;
+    for (uint32_t k0 = kb; k0 < ke; k0 += BK, kn += BK) {
+        mk_cp_async_wait_group<AHEAD - 1u>();
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the copies, for the tensor cores */
+        /* Past it every warpgroup has seen its products of two stages back finish: their stage
+         * is the one the copies fill next. */
+        __syncthreads();
+        if (kn < ke) issue(kn, sm + nxt * STAGE);
+        mk_cp_async_commit();
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        mma((const uint8_t *)(sm + cur * STAGE));
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        cur = cur + 1u == STAGES ? 0u : cur + 1u;
+        nxt = nxt + 1u == STAGES ? 0u : nxt + 1u;
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    mk_cp_async_wait_all();
+    __syncthreads(); /* SILU's epilogue reuses the stages */
+}
+
 /* The wide products (BN 256) on wgmma: the same block and loads as mk_chunk_mm_body's, the tiles
  * swizzled for the tensor cores (mk_wg_at), warpgroup g multiplying x's hi and lo tiles by weight
  * rows 128 g .. + 128: bf16 weights (MK_MM_W_RAW), or with SPLITW the hi and lo halves of split
@@ -523,7 +607,7 @@ __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, c
     /* A ring of 4 stages, copies 2 ahead: the tensor cores may still read the stage before this one
      * while the copies fill the one after next. Split rows' stages hold twice the weights: 3 stages,
      * copies 1 ahead. */
-    constexpr uint32_t BM = MK_MM_BM, BN = 256u, BK = MK_MM_BK, STAGES = SPLITW ? 3u : 4u, AHEAD = STAGES - 2u;
+    constexpr uint32_t BM = MK_MM_BM, BN = 256u, BK = MK_MM_BK, STAGES = SPLITW ? 3u : 4u;
     constexpr uint32_t XB = BM * BK * 2u, WB = BN * BK * 2u, STAGE = 2u * XB + (SPLITW ? 2u : 1u) * WB; /* bytes */
     static_assert(STAGES * STAGE <= (SPLITW ? MK_CHUNK_MM_SPLIT_WG_SMEM : MK_CHUNK_MM_WIDE_SMEM),
                   "the products' shared memory holds the ring");
@@ -578,23 +662,7 @@ __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, c
 #pragma unroll
     for (int i = 0; i < 64; i++) acc[i] = 0.0f;
     const uint32_t wg = warp >> 2;
-    uint32_t kn = kb;
-#pragma unroll
-    for (uint32_t s = 0; s < AHEAD; s++, kn += BK) {
-        if (kn < ke) issue(kn, sm + s * STAGE);
-        mk_cp_async_commit();
-    }
-    uint32_t cur = 0, nxt = AHEAD;
-    for (uint32_t k0 = kb; k0 < ke; k0 += BK, kn += BK) {
-        mk_cp_async_wait_group<AHEAD - 1u>();
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* the copies, for the tensor cores */
-        /* Past it every warpgroup has seen its products of two stages back finish: their stage
-         * is the one the copies fill next. */
-        __syncthreads();
-        if (kn < ke) issue(kn, sm + nxt * STAGE);
-        mk_cp_async_commit();
-        const uint8_t *st = sm + cur * STAGE;
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    mk_wg_ring<STAGES, BK, STAGE>(sm, kb, ke, issue, [&](const uint8_t *st) {
 #pragma unroll
         for (uint32_t kk = 0; kk < BK; kk += 16u) {
             /* k16 step kk starts kk * 2 bytes into the rows; warpgroup g's rows 8 KB into w's tile */
@@ -603,14 +671,7 @@ __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, c
             mk_wg_mma(acc, mk_wg_desc(st + XB + kk * 2u), db);
             if (SPLITW) mk_wg_mma(acc, mk_wg_desc(st + kk * 2u), mk_wg_desc(st + 2u * XB + WB + wg * 8192u + kk * 2u));
         }
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        cur = cur + 1u == STAGES ? 0u : cur + 1u;
-        nxt = nxt + 1u == STAGES ? 0u : nxt + 1u;
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    mk_cp_async_wait_all();
-    __syncthreads(); /* SILU's epilogue reuses the stages */
+    });
     /* Warp w of warpgroup g holds token rows 16 (w % 4) .. + 16 and weight rows 128 g .. + 128, as
      * 16 n8 tiles of mma's C layout. */
     auto each = [&](auto fn) {
@@ -627,23 +688,110 @@ __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, c
     };
     mk_mm_epilogue<MODE, BN>(a, l, n0, N, m0, splits, each);
 }
+/* The _wide_xb products on wgmma: x rounded to bf16 (its split rows' hi halves), so each token row
+ * costs one product, not two, and a block takes MK_CHUNK_MM_XB_TOKENS token rows by 256 weight rows:
+ * warpgroup g multiplies token rows 64 g .. + 64 by all 256 per m64n256k16 instruction, twice the
+ * products per byte a stage loads of mk_chunk_mm_wg's 64 x 256 blocks (whose loads from L2, not
+ * the tensor cores, bound them once x's lo half was gone). A ring of MK_CHUNK_MM_XB_STAGES stages,
+ * copies all but two of them ahead: with two ahead (run70) a stage's loads waited on L2 and memory
+ * longer than its products took. */
+template <int MODE>
+__device__ __forceinline__ void mk_chunk_mm_wx(const struct mk_kernel_args *a, const struct mk_chunk_launch *l) {
+    constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
+    constexpr uint32_t BM = MK_CHUNK_MM_XB_TOKENS, BN = 256u, BK = MK_MM_BK, STAGES = MK_CHUNK_MM_XB_STAGES;
+    constexpr uint32_t XB = BM * BK * 2u, WB = BN * BK * 2u, STAGE = XB + WB; /* bytes */
+    static_assert(STAGES * STAGE <= MK_CHUNK_MM_XB_SMEM && 4u * BM * (BN + 4u) <= MK_CHUNK_MM_XB_SMEM,
+                  "the products' shared memory holds the ring and SILU's results");
+    uint8_t *const sm = (uint8_t *)mk_chunk_smem;
+    const struct mk_mm_mats mm = mk_mm_launch_mats(a, l, SILU);
+    if (!mm.exact) __trap();
+    struct mk_mm_place pl;
+    if (!mk_mm_place_of<SILU, BN, BM>(&mm, l, &pl)) return;
+    const uint32_t N = pl.N, K = pl.K, n0 = pl.n0, m0 = pl.m0, splits = pl.splits, kb = pl.kb, ke = pl.ke;
+    const float *x = (const float *)a->arena + l->x_off;
+    const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const uint32_t lr = tid >> 2, lc = tid & 3u, lk = lc * 8u;
+    const __nv_bfloat16 *wrow[4]; /* mk_mm_wrow */
+    const bool wfast = mk_mm_wvec<false>(&mm, l, K);
+#pragma unroll
+    for (int f = 0; f < 4; f++) {
+        uint32_t row;
+        const uint32_t r = lr + 64u * (uint32_t)f;
+        const struct mk_wdesc w = mk_mm_pick<SILU, BN>(&mm, n0, r, &row);
+        wrow[f] = mk_mm_wrow<SILU, BN, false>(a, l, &w, row, n0, N, K, r);
+    }
+    /* Token rows lr and lr + 64; rows past m repeat row m - 1 (their outputs are never stored). */
+    const __nv_bfloat16 *xh[2];
+#pragma unroll
+    for (int f = 0; f < 2; f++)
+        xh[f] = (const __nv_bfloat16 *)(x + (uint64_t)min(m0 + lr + 64u * (uint32_t)f, l->m - 1u) * l->ldx);
+    const bool xvec = (l->x_off & 3u) == 0 && (l->ldx & 7u) == 0;
+    auto issue = [&](uint32_t k0, uint8_t *st) {
+        const uint32_t k = k0 + lk;
+#pragma unroll
+        for (int f = 0; f < 2; f++) {
+            __nv_bfloat16 *d = (__nv_bfloat16 *)(st + mk_wg_at(lr + 64u * (uint32_t)f, lc));
+            if (xvec && k + 8u <= K)
+                mk_cp_async16(d, xh[f] + k, 16u);
+            else
+                mk_mm_hi_copy8(d, xh[f], k, K);
+        }
+#pragma unroll
+        for (int f = 0; f < 4; f++) {
+            uint8_t *d = st + XB + mk_wg_at(lr + 64u * (uint32_t)f, lc);
+            if (wfast && k < K) /* K % 8 == 0: the 8 columns are in the row */
+                mk_cp_async16(d, wrow[f] + k, 16u);
+            else
+                *(uint4 *)d = mk_mm_fetch_raw_at<SILU, BN>(a, l, n0, lr + 64u * (uint32_t)f, k);
+        }
+    };
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+    const uint32_t wg = warp >> 2;
+    mk_wg_ring<STAGES, BK, STAGE>(sm, kb, ke, issue, [&](const uint8_t *st) {
+#pragma unroll
+        for (uint32_t kk = 0; kk < BK; kk += 16u)
+            /* warpgroup g's token rows 64 * 64 bytes into x's tile; k16 step kk 2 kk bytes into the rows */
+            mk_wg_mma256(acc, mk_wg_desc(st + wg * 4096u + kk * 2u), mk_wg_desc(st + XB + kk * 2u));
+    });
+    /* Warp w of warpgroup g holds token rows 64 g + 16 (w % 4) .. + 16 and all 256 weight rows, as 32
+     * n8 tiles of mma's C layout. */
+    auto each = [&](auto fn) {
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            const uint32_t mt = m0 + 64u * wg + 16u * (warp & 3u) + (lane >> 2) + 8u * (uint32_t)e2;
+            if (mt >= l->m) continue;
+#pragma unroll
+            for (int i = 0; i < 32; i++)
+#pragma unroll
+                for (int e1 = 0; e1 < 2; e1++)
+                    fn(mt, 8u * (uint32_t)i + 2u * (lane & 3u) + (uint32_t)e1, acc[4 * i + 2 * e2 + e1]);
+        }
+    };
+    mk_mm_epilogue<MODE, BN, decltype(each), BM>(a, l, n0, N, m0, splits, each);
+}
 #endif
 
 /* BN 64 (mk_chunk_mm_*): twice the blocks, for weights decoded from blocks formats, whose decoding
  * wants more warps; the wide tiles (_wide, _split: 256 rows) feed each fragment of x to 8 n8 tiles,
  * bf16 weights in a ring of three stages, split rows (whose weight tiles are twice as large) in
  * two, so that two blocks share a multiprocessor (each measured on the H100, BENCHMARKS.md). */
-#define MK_MM_KERNEL(name, mode, bn, wsrc, stages)                                              \
+#define MK_MM_KERNEL(name, mode, bn, wsrc, stages, xlo)                                         \
     extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)                           \
         name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
         mk_grid_dep_wait();                                                                     \
-        mk_chunk_mm_body<mode, bn, wsrc, stages>(&a, &l);                                       \
+        mk_chunk_mm_body<mode, bn, wsrc, stages, xlo>(&a, &l);                                  \
     }
-#define MK_MM_KERNELS(suffix, bn, wsrc, stages)                                  \
-    MK_MM_KERNEL(mk_chunk_mm_store##suffix, MK_CHUNK_MM_STORE, bn, wsrc, stages) \
-    MK_MM_KERNEL(mk_chunk_mm_add##suffix, MK_CHUNK_MM_ADD, bn, wsrc, stages)     \
-    MK_MM_KERNEL(mk_chunk_mm_silu##suffix, MK_CHUNK_MM_SILU, bn, wsrc, stages)
-MK_MM_KERNELS(, MK_CHUNK_MM_ROWS, MK_MM_W_DECODE, 2u)
+#define MK_MM_KERNELS(suffix, bn, wsrc, stages, xlo)                                  \
+    MK_MM_KERNEL(mk_chunk_mm_store##suffix, MK_CHUNK_MM_STORE, bn, wsrc, stages, xlo) \
+    MK_MM_KERNEL(mk_chunk_mm_add##suffix, MK_CHUNK_MM_ADD, bn, wsrc, stages, xlo)     \
+    MK_MM_KERNEL(mk_chunk_mm_silu##suffix, MK_CHUNK_MM_SILU, bn, wsrc, stages, xlo)
+MK_MM_KERNELS(, MK_CHUNK_MM_ROWS, MK_MM_W_DECODE, 2u, true)
+/* _wide_xb: the _wide products with x rounded to bf16 (its split rows' hi halves alone), for the
+ * chunk programs' act_bf16_min (graph/program.h): half the tensor-core work; on sm_90a in blocks of
+ * MK_CHUNK_MM_XB_TOKENS token rows (mk_chunk_mm_wx), elsewhere the _wide kernel's without the lo
+ * products. */
 #if defined(MK_MM_WGMMA)
 #define MK_MM_WG_KERNEL(name, mode, splitw)                                                     \
     extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 2)                           \
@@ -657,9 +805,19 @@ MK_MM_WG_KERNEL(mk_chunk_mm_silu_wide, MK_CHUNK_MM_SILU, false)
 MK_MM_WG_KERNEL(mk_chunk_mm_store_split, MK_CHUNK_MM_STORE, true)
 MK_MM_WG_KERNEL(mk_chunk_mm_add_split, MK_CHUNK_MM_ADD, true)
 MK_MM_WG_KERNEL(mk_chunk_mm_silu_split, MK_CHUNK_MM_SILU, true)
+#define MK_MM_WX_KERNEL(name, mode)                                                             \
+    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 1)                           \
+        name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
+        mk_grid_dep_wait();                                                                     \
+        mk_chunk_mm_wx<mode>(&a, &l);                                                           \
+    }
+MK_MM_WX_KERNEL(mk_chunk_mm_store_wide_xb, MK_CHUNK_MM_STORE)
+MK_MM_WX_KERNEL(mk_chunk_mm_add_wide_xb, MK_CHUNK_MM_ADD)
+MK_MM_WX_KERNEL(mk_chunk_mm_silu_wide_xb, MK_CHUNK_MM_SILU)
 #else
-MK_MM_KERNELS(_wide, MK_CHUNK_MM_WIDE_ROWS, MK_MM_W_RAW, MK_CHUNK_MM_WIDE_STAGES)
-MK_MM_KERNELS(_split, MK_CHUNK_MM_SPLIT_ROWS, MK_MM_W_SPLIT, 2u)
+MK_MM_KERNELS(_wide, MK_CHUNK_MM_WIDE_ROWS, MK_MM_W_RAW, MK_CHUNK_MM_WIDE_STAGES, true)
+MK_MM_KERNELS(_split, MK_CHUNK_MM_SPLIT_ROWS, MK_MM_W_SPLIT, 2u, true)
+MK_MM_KERNELS(_wide_xb, MK_CHUNK_MM_WIDE_ROWS, MK_MM_W_RAW, MK_CHUNK_MM_WIDE_STAGES, false)
 #endif
 
 /* Thread t: 8 columns of a row of the stacked w0, w1, w2 (rows from 0, then w1's, then w2's),
