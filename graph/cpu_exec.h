@@ -17,12 +17,14 @@ struct mk_cpu_ctx {
     const float *f16; /* mk_fp16_table() for an f16 cache (its elements widen by lookup), else NULL */
     uint32_t n_ctx;
     const struct mk_step_cmd *cmd;
-    float *scratch;        /* per worker: see mk_cpu_exec_create */
-    float *row;            /* per worker: (max weight cols, at least 2 kv_dim) one dequantized weight row, or
-                      * attention's K and V rows widened to f32 */
-    uint32_t ubatch;       /* the program's tokens per step (1: one-token program) */
-    uint32_t act_bf16_min; /* the program's: products over bf16 weights of this many token rows or more
-                            * round their inputs to bf16; 0 = never */
+    float *scratch; /* per worker: see mk_cpu_exec_create */
+    /* per worker: (max weight cols, at least 2 kv_dim) one dequantized weight row, or attention's K
+     * and V rows widened to f32 */
+    float *row;
+    uint32_t ubatch; /* the program's tokens per step (1: one-token program) */
+    /* the program's: products over bf16 weights of this many token rows or more round their
+     * inputs to bf16; 0 = never */
+    uint32_t act_bf16_min;
 };
 
 /* Runs task t of one instruction; SAMPLE stores its token in *sampled. -1 on an unknown opcode. */
