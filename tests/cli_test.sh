@@ -121,6 +121,18 @@ if [ -n "$M" ]; then
     done
     run 0 "$MK" run -m "$M/stories260K-f32.gguf" --backend cpu --temp 0 -n 12 --kv-type f32
     has "$T/out" "Once upon a time, there was a little girl"
+    # The chunk products' inputs: a chunk program says from how many token rows its bf16 products
+    # round them; --chunk-act f32 never; a bad value named with exit 2.
+    run 0 "$MK" dump -m "$M/stories260K-f32.gguf" --ctx 128 --ubatch 64
+    has "$T/out" "products over bf16 weights of 64 token rows or more take their inputs rounded to bf16"
+    run 0 "$MK" dump -m "$M/stories260K-f32.gguf" --ctx 128 --ubatch 64 --chunk-act f32 --json
+    has "$T/out" '"act_bf16_min":0,'
+    for c in dump bench; do
+        run 2 "$MK" "$c" -m "$M/stories260K-f32.gguf" --chunk-act f16
+        has "$T/err" "--chunk-act is 'bf16' or 'f32', got 'f16'"
+    done
+    run 0 "$MK" run -m "$M/stories260K-f32.gguf" --backend cpu --temp 0 -n 12 --chunk-act f32 --ubatch 64
+    has "$T/out" "Once upon a time, there was a little girl"
     # The backend's token loop and one step per token print the same story.
     run 0 "$MK" run -m "$M/stories260K-f32.gguf" --backend cpu --temp 0.8 --seed 7 -n 40
     cp "$T/out" "$T/loop.out"
