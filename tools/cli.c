@@ -176,32 +176,28 @@ const char mk_cli_kv_usage[] =
     "                        (default bf16, as llama.cpp's; f32 keeps 16 significant bits, at twice\n"
     "                        the tensor-core work)\n";
 
-int mk_cli_act_flag(const char *cmd, int argc, char **argv, int *i, int *act_f32) {
-    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    if (strcmp(a, "--chunk-act")) return 0;
-    if (v && !strcmp(v, "bf16"))
-        *act_f32 = 0;
-    else if (v && !strcmp(v, "f32"))
-        *act_f32 = 1;
-    else {
-        fprintf(stderr, "mk %s: --chunk-act is 'bf16' or 'f32', got '%s'\n", cmd, v ? v : "");
+/* argv[*i] as `flag first|second`: 0 when it is another flag, -1 after printing why its value is
+ * neither, else 1 with *second_picked set and *i moved past the value. */
+static int mk_cli_either(const char *cmd, int argc, char **argv, int *i, const char *flag, const char *first,
+                         const char *second, int *second_picked) {
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    if (strcmp(argv[*i], flag)) return 0;
+    if (!v || (strcmp(v, first) && strcmp(v, second))) {
+        fprintf(stderr, "mk %s: %s is '%s' or '%s', got '%s'\n", cmd, flag, first, second, v ? v : "");
         return -1;
     }
+    *second_picked = !strcmp(v, second);
     (*i)++;
     return 1;
 }
 
+int mk_cli_act_flag(const char *cmd, int argc, char **argv, int *i, int *act_f32) {
+    return mk_cli_either(cmd, argc, argv, i, "--chunk-act", "bf16", "f32", act_f32);
+}
+
 int mk_cli_kv_flag(const char *cmd, int argc, char **argv, int *i, enum mk_kv_type *kv) {
-    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-    if (strcmp(a, "--kv-type")) return 0;
-    if (v && !strcmp(v, "f16"))
-        *kv = MK_KV_F16;
-    else if (v && !strcmp(v, "f32"))
-        *kv = MK_KV_F32;
-    else {
-        fprintf(stderr, "mk %s: --kv-type is 'f16' or 'f32', got '%s'\n", cmd, v ? v : "");
-        return -1;
-    }
-    (*i)++;
-    return 1;
+    int f32 = 0;
+    const int g = mk_cli_either(cmd, argc, argv, i, "--kv-type", "f16", "f32", &f32);
+    if (g == 1) *kv = f32 ? MK_KV_F32 : MK_KV_F16;
+    return g;
 }
