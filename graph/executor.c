@@ -94,6 +94,11 @@ enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_err
     }
     if ((v = getenv("MK_CUDA_MV_BLOCKS")) && mk_env_uint("MK_CUDA_MV_BLOCKS", v, 0, 1u << 20, &s->mv_blocks, err))
         return MK_ERR_INVALID_ARG;
+    if ((v = getenv("MK_CUDA_XB_ROWS"))) {
+        if (mk_env_uint("MK_CUDA_XB_ROWS", v, 0, 256, &s->xb_rows, err)) return MK_ERR_INVALID_ARG;
+        if (s->xb_rows && s->xb_rows != 192u && s->xb_rows != 256u)
+            return mk_error_set(err, MK_ERR_INVALID_ARG, "MK_CUDA_XB_ROWS=%s: want 0, 192 or 256", v);
+    }
     if ((v = getenv("MK_CUDA_TRACE"))) {
         if (!strcmp(v, "0"))
             s->trace = MK_GPU_TRACE_OFF;

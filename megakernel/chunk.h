@@ -81,9 +81,9 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
 #define MK_CHUNK_MM_WIDE_SMEM  MK_CHUNK_MM_WG_SMEM
 #define MK_CHUNK_MM_SPLIT_SMEM MK_CHUNK_MM_SMEM_AT(MK_CHUNK_MM_SPLIT_ROWS, 2u, 2u)
 /* _wide_xb (x rounded to bf16, the chunk program's act_bf16_min): on sm_90a (cc 9.0) blocks of
- * MK_CHUNK_MM_XB_TOKENS token rows by 256 weight rows, a ring of MK_CHUNK_MM_XB_STAGES stages (128 x
- * 32 + 256 x 32 bf16; SILU's (tokens, rows + 4) fp32 results fit in them after), one block a
- * multiprocessor; elsewhere the _wide kernels' blocks and shared memory. */
+ * MK_CHUNK_MM_XB_TOKENS token rows by 256 weight rows (_wide_xb192: 192), a ring of
+ * MK_CHUNK_MM_XB_STAGES stages (128 x 32 + 256 x 32 bf16; SILU's (tokens, rows + 4) fp32 results fit
+ * in them after), one block a multiprocessor; elsewhere the _wide kernels' blocks and shared memory. */
 #define MK_CHUNK_MM_XB_TOKENS 128u
 #define MK_CHUNK_MM_XB_STAGES 8u
 #define MK_CHUNK_MM_XB_SMEM \

@@ -93,6 +93,9 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_STORE_WIDE_XB, /* the _WIDE products with x rounded to bf16 (the program's act_bf16_min) */
     MK_CK_MM_ADD_WIDE_XB,
     MK_CK_MM_SILU_WIDE_XB,
+    MK_CK_MM_STORE_WIDE_XB192, /* sm_90a only: the same in blocks of 192 weight rows (mk_cuda_xb_plan) */
+    MK_CK_MM_ADD_WIDE_XB192,
+    MK_CK_MM_SILU_WIDE_XB192,
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
@@ -137,6 +140,9 @@ static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
     "mk_chunk_mm_store_wide_xb",
     "mk_chunk_mm_add_wide_xb",
     "mk_chunk_mm_silu_wide_xb",
+    "mk_chunk_mm_store_wide_xb192",
+    "mk_chunk_mm_add_wide_xb192",
+    "mk_chunk_mm_silu_wide_xb192",
 };
 
 struct mk_cuda_backend {
@@ -147,6 +153,7 @@ struct mk_cuda_backend {
     enum mk_kv_type kv_type;         /* of the KV cache */
     bool act_f32;                    /* the chunk program's act_bf16_min is 0 */
     uint32_t c_xb_tokens, c_xb_smem; /* the _WIDE_XB products' token rows a block and shared memory */
+    bool c_xb_tiles;                 /* and their 192-row tiles (sm_90a) */
     mk_cu_device dev;
     mk_cu_context ctx;
     mk_cu_module mod;
@@ -1176,6 +1183,44 @@ static enum mk_status mk_cuda_chunk_mm_grid(struct mk_cuda_backend *b, enum mk_c
     return mk_cuda_chunk_split_launch(b, k, gx, gy, splits, smem, l, rows, ldp, 0, err);
 }
 
+/* The _WIDE_XB products' tile and column splits for gx token blocks over rows output rows (SILU:
+ * gate rows, half a tile each of gate and up) of K columns. One block a multiprocessor, so a grid a
+ * few blocks past whole waves costs a whole wave. Each (tile, splits) is costed as its waves of
+ * blocks, each block its products at about 3 TFLOP/s plus MK_CUDA_XB_FIXED columns (the ring's
+ * fill, the epilogue), and a split's partials written and read back at 2.5 TB/s; the cheapest
+ * wins, the wider tile and the fewer splits on a tie. Against 256-row tiles split until two blocks
+ * a multiprocessor (run73): llama-8b's q/k/v over 512 tokens in one wave of 128 blocks of 192 rows
+ * (not 96 of 256) took 7 % less time, llama-1b's products over 128 tokens in fewer splits 20 %
+ * less. SILU takes 192 rows only in one wave without splits (which would add a launch to apply
+ * the SiLU): 512 blocks of 224 rows were no faster than 448 of 256 (both 4 waves; the blocks share
+ * L2's bandwidth, and narrower tiles load x more often). Forced by the settings' xb_rows. Returns
+ * the tile's weight rows; *splits the column splits (1: none). */
+#define MK_CUDA_XB_FIXED 256u
+static uint32_t mk_cuda_xb_plan(const struct mk_cuda_backend *b, uint32_t gx, uint32_t rows, bool silu, uint32_t K,
+                                uint32_t m, uint32_t *splits) {
+    static const uint32_t tiles[] = { MK_CHUNK_MM_WIDE_ROWS, 192u };
+    const uint32_t sms = (uint32_t)b->info.sm_count, ldp = silu ? 2u * rows : rows;
+    const uint32_t most = K / (2u * MK_CHUNK_MM_K) > 16u ? 16u : K / (2u * MK_CHUNK_MM_K);
+    double best = -1.0;
+    uint32_t best_bn = MK_CHUNK_MM_WIDE_ROWS;
+    *splits = 1u;
+    for (uint32_t t = 0; t < (b->c_xb_tiles ? 2u : 1u); t++) {
+        const uint32_t bn = tiles[t];
+        if (b->gpu.xb_rows && bn != b->gpu.xb_rows) continue;
+        const uint32_t gy = mk_cuda_div_up(rows, silu ? bn / 2u : bn);
+        for (uint32_t s = 1; s <= (most ? most : 1u); s++) {
+            if (s > 1u && (uint64_t)s * m * ldp > mk_cuda_part_floats(b)) break;
+            const uint32_t kspan = mk_cuda_div_up(K, MK_CHUNK_MM_K * s) * MK_CHUNK_MM_K;
+            const uint32_t waves = mk_cuda_div_up(gx * gy * s, sms);
+            if (silu && bn != MK_CHUNK_MM_WIDE_ROWS && !b->gpu.xb_rows && (s > 1u || waves > 1u)) continue;
+            const double cost = (double)waves * 256.0 * bn * (kspan + MK_CUDA_XB_FIXED) / 3000.0 +
+                                (s > 1u ? (double)s * m * ldp * 8.0 / 2500.0 : 0.0); /* ns */
+            if (best < 0.0 || cost < best) best = cost, best_bn = bn, *splits = s;
+        }
+    }
+    return best_bn;
+}
+
 /* The matrix product y (m rows from y_off, ldy apart) = w . x rows, where w is w0 alone, w0 with
  * w1 and w2 stacked below it (q, k, v), or silu(w0) * w1 for MK_CK_MM_SILU. */
 static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t ii,
@@ -1261,10 +1306,22 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
         const uint32_t gy = mk_cuda_div_up(rows, silu ? MK_CHUNK_MMW_ROWS / 2u : MK_CHUNK_MMW_ROWS);
         return mk_cuda_chunk_mm_grid(b, k, gx, gy, MK_CHUNK_MMW_SMEM, l, rows, 2u * MK_CHUNK_MMW_KS, err);
     }
+    if (xb) {
+        const uint32_t gx = mk_cuda_div_up(m, b->c_xb_tokens);
+        uint32_t splits;
+        const uint32_t bn = mk_cuda_xb_plan(b, gx, rows, silu, wt[w[0]].cols, m, &splits);
+        const uint32_t gy = mk_cuda_div_up(rows, silu ? bn / 2u : bn);
+        if (bn != MK_CHUNK_MM_WIDE_ROWS)
+            k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE_WIDE_XB + MK_CK_MM_STORE_WIDE_XB192);
+        if (b->verbose && b->gpu.trace != MK_GPU_TRACE_OFF)
+            fprintf(stderr, "mk: chunk product %u: %u token rows by %u, tiles of %u rows, %u x %u blocks, %u splits\n",
+                    ii, m, rows, bn, gx, gy, splits);
+        if (splits <= 1u) return mk_cuda_chunk_launch(b, k, gx, gy, smem, l, err);
+        return mk_cuda_chunk_split_launch(b, k, gx, gy, splits, smem, l, rows, silu ? 2u * rows : rows, 0, err);
+    }
     l.w_off = dq ? b->c_wsplit : 0u;
     /* Token blocks side by side (grid x): the blocks of a weight tile run together. */
-    const uint32_t gx = mk_cuda_div_up(m, xb ? b->c_xb_tokens : MK_CHUNK_MM_TOKENS),
-                   gy = mk_cuda_div_up(rows, per_block);
+    const uint32_t gx = mk_cuda_div_up(m, MK_CHUNK_MM_TOKENS), gy = mk_cuda_div_up(rows, per_block);
     if (dq) {
         struct mk_chunk_launch d = l;
         d.y_off = b->c_wsplit;
@@ -1876,8 +1933,11 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         mk_error_prefix(err, "loading the chunk kernels (%s) on %s", mk_chunk_archs, b->info.device);
         return MK_ERR_CUDA;
     }
-    for (int k = 0; k < MK_CK_COUNT; k++)
+    for (int k = 0; k < MK_CK_COUNT; k++) {
+        b->ck[k] = NULL;
+        if (!kw && k >= MK_CK_MM_STORE_WIDE_XB192 && k <= MK_CK_MM_SILU_WIDE_XB192) continue; /* sm_90a code only */
         if (MK_CU(cu, err, cuModuleGetFunction(&b->ck[k], b->cmod, mk_cuda_chunk_names[k]))) return MK_ERR_CUDA;
+    }
     /* The attention stages its query rows, K and V in shared memory sized by the head. */
     uint32_t attn_smem = 0;
     for (uint32_t i = 0; i < b->cprog->n_instr; i++) {
@@ -1908,11 +1968,12 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         if (MK_CU(cu, err,
                   cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MM_WIDE_SMEM)))
             return MK_ERR_CUDA;
-    /* cc 9.0 runs the sm_90a code: its _wide_xb products take 128 token rows a block. */
-    const bool sm90a = b->info.cc_major == 9 && b->info.cc_minor == 0;
-    b->c_xb_tokens = sm90a ? MK_CHUNK_MM_XB_TOKENS : MK_CHUNK_MM_TOKENS;
-    b->c_xb_smem = sm90a ? MK_CHUNK_MM_XB_SMEM : MK_CHUNK_MM_WIDE_SMEM;
-    for (int k = MK_CK_MM_STORE_WIDE_XB; k <= MK_CK_MM_SILU_WIDE_XB; k++)
+    /* cc 9.0 runs the sm_90a code: its _wide_xb products take 128 token rows a block, by 256 or 192
+     * weight rows. */
+    b->c_xb_tokens = kw ? MK_CHUNK_MM_XB_TOKENS : MK_CHUNK_MM_TOKENS;
+    b->c_xb_smem = kw ? MK_CHUNK_MM_XB_SMEM : MK_CHUNK_MM_WIDE_SMEM;
+    b->c_xb_tiles = kw;
+    for (int k = MK_CK_MM_STORE_WIDE_XB; k <= (kw ? MK_CK_MM_SILU_WIDE_XB192 : MK_CK_MM_SILU_WIDE_XB); k++)
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)b->c_xb_smem)))
             return MK_ERR_CUDA;
     /* cc 9.0 runs the sm_90a code, whose split-row products are the wgmma ring. */

@@ -717,10 +717,15 @@ static void check_chunks_act(const struct mk_model *m, const struct trace *t, ui
         if (e > moved) moved = e;
     }
     MK_CHECK_MSG(moved > 1e-5, "%s: rounded chunks equal fp32-input chunks (%.3g): is the rounding on?", what, moved);
-    for (int kk = 0; kk < N_GPU_KINDS; kk++) {
+    /* Every GPU backend with the backend's own tiles; the first also with each tile width forced
+     * (sm_90a: 192 and 256 weight rows, MK_CUDA_XB_ROWS). */
+    static const uint32_t forced[] = { 192, 256 };
+    for (int run = 0; run < N_GPU_KINDS + (int)(sizeof forced / sizeof forced[0]); run++) {
+        const int kk = run < N_GPU_KINDS ? run : 0;
         struct mk_backend_params p = params(gpu_kinds[kk], n_ctx);
         p.ubatch = ubatch;
         p.kv_type = MK_KV_F32;
+        p.gpu.xb_rows = run < N_GPU_KINDS ? 0u : forced[run - N_GPU_KINDS];
         struct mk_backend *b = create_gpu_with(m, &p);
         if (!b) continue;
         struct mk_error err;
@@ -757,10 +762,11 @@ static void check_chunks_act(const struct mk_model *m, const struct trace *t, ui
             pos += k;
         }
         MK_CHECK(ok);
-        printf("RESULT %s %s bf16-input chunks of up to %u (f32 cache): tokens %s the cpu chunk program's over %u "
-               "positions, max rel logit err %.3g (from the cpu's fp32-input chunks %.3g; the rounding moves the "
-               "cpu's by %.3g)\n",
-               what, b->vt->name, ubatch, first_diff < 0 ? "equal" : "part from", end, worst, from_f32, moved);
+        printf("RESULT %s %s bf16-input chunks of up to %u (f32 cache, tiles of %u rows, 0: planned): tokens %s the "
+               "cpu chunk program's over %u positions, max rel logit err %.3g (from the cpu's fp32-input chunks %.3g; "
+               "the rounding moves the cpu's by %.3g)\n",
+               what, b->vt->name, ubatch, p.gpu.xb_rows, first_diff < 0 ? "equal" : "part from", end, worst, from_f32,
+               moved);
         MK_CHECK(worst < 0.75 * moved);
         b->vt->free(b);
     }

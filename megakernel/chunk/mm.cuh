@@ -156,7 +156,7 @@ template <bool SILU, uint32_t BN>
 __device__ __forceinline__ struct mk_wdesc mk_mm_pick(const struct mk_mm_mats *mm, uint32_t n0, uint32_t r,
                                                       uint32_t *row) {
     if (SILU) {
-        *row = n0 + (r & (BN / 2u - 1u));
+        *row = n0 + (r < BN / 2u ? r : r - BN / 2u);
         return r < BN / 2u ? mm->m[0] : mm->m[1];
     }
     *row = n0 + r;
@@ -280,59 +280,43 @@ __device__ __forceinline__ uint64_t mk_wg_desc(const void *p) {
            (2ull << 62);
 }
 
-/* d (64 x 128, 64 floats a thread) += a (64 x 16) . b (128 x 16)^T. */
-__device__ __forceinline__ void mk_wg_mma(float *d, uint64_t da, uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, %64, %65, p, 1, 1, 0, 0;\n}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-                   "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-                   "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-                   "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-                   "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db));
-}
+/* The accumulator operands of a wgmma: 16 registers (d[i] .. d[i + 15]) per group, as constraints and
+ * as the instruction's register list. */
+#define MK_WG_D4(i)  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define MK_WG_D16(i) MK_WG_D4(i), MK_WG_D4(i + 4), MK_WG_D4(i + 8), MK_WG_D4(i + 12)
+#define MK_WG_R0     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define MK_WG_R1     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define MK_WG_R2     "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+#define MK_WG_R3     "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define MK_WG_R4     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+#define MK_WG_R5     "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define MK_WG_R6     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111"
+#define MK_WG_R7     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define MK_WG_MMA_ASM(n, regs, descs)                                                                        \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" n "k16.f32.bf16.bf16 {" regs \
+    "}, " descs ", p, 1, 1, 0, 0;\n}"
 
-/* d (64 x 256, 128 floats a thread) += a (64 x 16) . b (256 x 16)^T. */
-__device__ __forceinline__ void mk_wg_mma256(float *d, uint64_t da, uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-                 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-                 "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-                 "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-                 "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-                 "}, %128, %129, p, 1, 1, 0, 0;\n}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]),
-                   "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-                   "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-                   "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),
-                   "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]),
-                   "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
-                   "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-                   "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]),
-                   "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]),
-                   "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]),
-                   "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]),
-                   "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]),
-                   "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]),
-                   "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
-                   "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-                 : "l"(da), "l"(db));
+/* d (64 x N, N / 2 floats a thread) += a (64 x 16) . b (N x 16)^T, N 128, 192 or 256. */
+template <uint32_t N> __device__ __forceinline__ void mk_wg_mma(float *d, uint64_t da, uint64_t db) {
+    static_assert(N == 128u || N == 192u || N == 256u, "the wgmma widths the products use");
+    if constexpr (N == 128u)
+        asm volatile(MK_WG_MMA_ASM("128", MK_WG_R0 ", " MK_WG_R1 ", " MK_WG_R2 ", " MK_WG_R3, "%64, %65")
+                     : MK_WG_D16(0), MK_WG_D16(16), MK_WG_D16(32), MK_WG_D16(48)
+                     : "l"(da), "l"(db));
+    else if constexpr (N == 192u)
+        asm volatile(MK_WG_MMA_ASM("192",
+                                   MK_WG_R0 ", " MK_WG_R1 ", " MK_WG_R2 ", " MK_WG_R3 ", " MK_WG_R4 ", " MK_WG_R5,
+                                   "%96, %97")
+                     : MK_WG_D16(0), MK_WG_D16(16), MK_WG_D16(32), MK_WG_D16(48), MK_WG_D16(64), MK_WG_D16(80)
+                     : "l"(da), "l"(db));
+    else
+        asm volatile(MK_WG_MMA_ASM("256",
+                                   MK_WG_R0 ", " MK_WG_R1 ", " MK_WG_R2 ", " MK_WG_R3 ", " MK_WG_R4 ", " MK_WG_R5
+                                            ", " MK_WG_R6 ", " MK_WG_R7,
+                                   "%128, %129")
+                     : MK_WG_D16(0), MK_WG_D16(16), MK_WG_D16(32), MK_WG_D16(48), MK_WG_D16(64), MK_WG_D16(80),
+                       MK_WG_D16(96), MK_WG_D16(112)
+                     : "l"(da), "l"(db));
 }
 #endif
 
@@ -566,7 +550,8 @@ __device__ __forceinline__ void mk_chunk_mm_body(const struct mk_kernel_args *a,
 /* The wgmma products' ring: stages of BK columns from kb to ke, STAGE bytes each at sm, copies
  * (issue(k0, stage)) STAGES - 2 ahead of the products (mma(stage)), one commit group of each per
  * stage (copies' groups empty past the end, so that the count stays in step). The tensor cores may
- * still read the stage before this one while the copies fill the one after the last in flight. */
+ * still read the stage before this one while the copies fill the one after the last in flight.
+ * Two stages a barrier (4 ahead) measured slower over 512 tokens, faster over 128 (run74). */
 template <uint32_t STAGES, uint32_t BK, uint32_t STAGE, typename Issue, typename Mma>
 __device__ __forceinline__ void mk_wg_ring(uint8_t *sm, uint32_t kb, uint32_t ke, Issue issue, Mma mma) {
     constexpr uint32_t AHEAD = STAGES - 2u;
@@ -667,9 +652,10 @@ __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, c
         for (uint32_t kk = 0; kk < BK; kk += 16u) {
             /* k16 step kk starts kk * 2 bytes into the rows; warpgroup g's rows 8 KB into w's tile */
             const uint64_t db = mk_wg_desc(st + 2u * XB + wg * 8192u + kk * 2u);
-            mk_wg_mma(acc, mk_wg_desc(st + kk * 2u), db);
-            mk_wg_mma(acc, mk_wg_desc(st + XB + kk * 2u), db);
-            if (SPLITW) mk_wg_mma(acc, mk_wg_desc(st + kk * 2u), mk_wg_desc(st + 2u * XB + WB + wg * 8192u + kk * 2u));
+            mk_wg_mma<128u>(acc, mk_wg_desc(st + kk * 2u), db);
+            mk_wg_mma<128u>(acc, mk_wg_desc(st + XB + kk * 2u), db);
+            if (SPLITW)
+                mk_wg_mma<128u>(acc, mk_wg_desc(st + kk * 2u), mk_wg_desc(st + 2u * XB + WB + wg * 8192u + kk * 2u));
         }
     });
     /* Warp w of warpgroup g holds token rows 16 (w % 4) .. + 16 and weight rows 128 g .. + 128, as
@@ -689,17 +675,20 @@ __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, c
     mk_mm_epilogue<MODE, BN>(a, l, n0, N, m0, splits, each);
 }
 /* The _wide_xb products on wgmma: x rounded to bf16 (its split rows' hi halves), so each token row
- * costs one product, not two, and a block takes MK_CHUNK_MM_XB_TOKENS token rows by 256 weight rows:
- * warpgroup g multiplies token rows 64 g .. + 64 by all 256 per m64n256k16 instruction, twice the
+ * costs one product, not two, and a block takes MK_CHUNK_MM_XB_TOKENS token rows by BN weight rows:
+ * warpgroup g multiplies token rows 64 g .. + 64 by all BN per m64nBNk16 instruction, twice the
  * products per byte a stage loads of mk_chunk_mm_wg's 64 x 256 blocks (whose loads from L2, not
  * the tensor cores, bound them once x's lo half was gone). A ring of MK_CHUNK_MM_XB_STAGES stages,
  * copies all but two of them ahead: with two ahead (run70) a stage's loads waited on L2 and memory
- * longer than its products took. */
-template <int MODE>
+ * longer than its products took. BN 256 or 192: one block per multiprocessor, so the host picks
+ * the tile and splits whose blocks fill the waves best (mk_cuda_xb_plan). */
+template <int MODE, uint32_t BN>
 __device__ __forceinline__ void mk_chunk_mm_wx(const struct mk_kernel_args *a, const struct mk_chunk_launch *l) {
     constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
-    constexpr uint32_t BM = MK_CHUNK_MM_XB_TOKENS, BN = 256u, BK = MK_MM_BK, STAGES = MK_CHUNK_MM_XB_STAGES;
+    constexpr uint32_t BM = MK_CHUNK_MM_XB_TOKENS, BK = MK_MM_BK, STAGES = MK_CHUNK_MM_XB_STAGES;
     constexpr uint32_t XB = BM * BK * 2u, WB = BN * BK * 2u, STAGE = XB + WB; /* bytes */
+    constexpr int FW = (int)((BN + 63u) / 64u); /* weight rows a thread copies a stage (the last: lr < BN % 64) */
+    static_assert(BN % 32u == 0u && BN <= MK_CHUNK_MM_WIDE_ROWS, "whole 8-row groups of each half (SILU)");
     static_assert(STAGES * STAGE <= MK_CHUNK_MM_XB_SMEM && 4u * BM * (BN + 4u) <= MK_CHUNK_MM_XB_SMEM,
                   "the products' shared memory holds the ring and SILU's results");
     uint8_t *const sm = (uint8_t *)mk_chunk_smem;
@@ -711,12 +700,12 @@ __device__ __forceinline__ void mk_chunk_mm_wx(const struct mk_kernel_args *a, c
     const float *x = (const float *)a->arena + l->x_off;
     const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const uint32_t lr = tid >> 2, lc = tid & 3u, lk = lc * 8u;
-    const __nv_bfloat16 *wrow[4]; /* mk_mm_wrow */
+    const __nv_bfloat16 *wrow[FW]; /* mk_mm_wrow */
     const bool wfast = mk_mm_wvec<false>(&mm, l, K);
 #pragma unroll
-    for (int f = 0; f < 4; f++) {
+    for (int f = 0; f < FW; f++) {
         uint32_t row;
-        const uint32_t r = lr + 64u * (uint32_t)f;
+        const uint32_t r = min(lr + 64u * (uint32_t)f, BN - 1u);
         const struct mk_wdesc w = mk_mm_pick<SILU, BN>(&mm, n0, r, &row);
         wrow[f] = mk_mm_wrow<SILU, BN, false>(a, l, &w, row, n0, N, K, r);
     }
@@ -737,33 +726,35 @@ __device__ __forceinline__ void mk_chunk_mm_wx(const struct mk_kernel_args *a, c
                 mk_mm_hi_copy8(d, xh[f], k, K);
         }
 #pragma unroll
-        for (int f = 0; f < 4; f++) {
-            uint8_t *d = st + XB + mk_wg_at(lr + 64u * (uint32_t)f, lc);
+        for (int f = 0; f < FW; f++) {
+            const uint32_t r = lr + 64u * (uint32_t)f;
+            if (BN % 64u != 0u && r >= BN) continue;
+            uint8_t *d = st + XB + mk_wg_at(r, lc);
             if (wfast && k < K) /* K % 8 == 0: the 8 columns are in the row */
                 mk_cp_async16(d, wrow[f] + k, 16u);
             else
-                *(uint4 *)d = mk_mm_fetch_raw_at<SILU, BN>(a, l, n0, lr + 64u * (uint32_t)f, k);
+                *(uint4 *)d = mk_mm_fetch_raw_at<SILU, BN>(a, l, n0, r, k);
         }
     };
-    float acc[128];
+    float acc[BN / 2u];
 #pragma unroll
-    for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+    for (uint32_t i = 0; i < BN / 2u; i++) acc[i] = 0.0f;
     const uint32_t wg = warp >> 2;
     mk_wg_ring<STAGES, BK, STAGE>(sm, kb, ke, issue, [&](const uint8_t *st) {
 #pragma unroll
         for (uint32_t kk = 0; kk < BK; kk += 16u)
             /* warpgroup g's token rows 64 * 64 bytes into x's tile; k16 step kk 2 kk bytes into the rows */
-            mk_wg_mma256(acc, mk_wg_desc(st + wg * 4096u + kk * 2u), mk_wg_desc(st + XB + kk * 2u));
+            mk_wg_mma<BN>(acc, mk_wg_desc(st + wg * 4096u + kk * 2u), mk_wg_desc(st + XB + kk * 2u));
     });
-    /* Warp w of warpgroup g holds token rows 64 g + 16 (w % 4) .. + 16 and all 256 weight rows, as 32
-     * n8 tiles of mma's C layout. */
+    /* Warp w of warpgroup g holds token rows 64 g + 16 (w % 4) .. + 16 and all BN weight rows, as
+     * BN / 8 n8 tiles of mma's C layout. */
     auto each = [&](auto fn) {
 #pragma unroll
         for (int e2 = 0; e2 < 2; e2++) {
             const uint32_t mt = m0 + 64u * wg + 16u * (warp & 3u) + (lane >> 2) + 8u * (uint32_t)e2;
             if (mt >= l->m) continue;
 #pragma unroll
-            for (int i = 0; i < 32; i++)
+            for (int i = 0; i < (int)(BN / 8u); i++)
 #pragma unroll
                 for (int e1 = 0; e1 < 2; e1++)
                     fn(mt, 8u * (uint32_t)i + 2u * (lane & 3u) + (uint32_t)e1, acc[4 * i + 2 * e2 + e1]);
@@ -805,15 +796,18 @@ MK_MM_WG_KERNEL(mk_chunk_mm_silu_wide, MK_CHUNK_MM_SILU, false)
 MK_MM_WG_KERNEL(mk_chunk_mm_store_split, MK_CHUNK_MM_STORE, true)
 MK_MM_WG_KERNEL(mk_chunk_mm_add_split, MK_CHUNK_MM_ADD, true)
 MK_MM_WG_KERNEL(mk_chunk_mm_silu_split, MK_CHUNK_MM_SILU, true)
-#define MK_MM_WX_KERNEL(name, mode)                                                             \
+#define MK_MM_WX_KERNEL(name, mode, bn)                                                         \
     extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 1)                           \
         name(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
         mk_grid_dep_wait();                                                                     \
-        mk_chunk_mm_wx<mode>(&a, &l);                                                           \
+        mk_chunk_mm_wx<mode, bn>(&a, &l);                                                       \
     }
-MK_MM_WX_KERNEL(mk_chunk_mm_store_wide_xb, MK_CHUNK_MM_STORE)
-MK_MM_WX_KERNEL(mk_chunk_mm_add_wide_xb, MK_CHUNK_MM_ADD)
-MK_MM_WX_KERNEL(mk_chunk_mm_silu_wide_xb, MK_CHUNK_MM_SILU)
+#define MK_MM_WX_KERNELS(suffix, bn)                                          \
+    MK_MM_WX_KERNEL(mk_chunk_mm_store_wide_xb##suffix, MK_CHUNK_MM_STORE, bn) \
+    MK_MM_WX_KERNEL(mk_chunk_mm_add_wide_xb##suffix, MK_CHUNK_MM_ADD, bn)     \
+    MK_MM_WX_KERNEL(mk_chunk_mm_silu_wide_xb##suffix, MK_CHUNK_MM_SILU, bn)
+MK_MM_WX_KERNELS(, 256u)
+MK_MM_WX_KERNELS(192, 192u)
 #else
 MK_MM_KERNELS(_wide, MK_CHUNK_MM_WIDE_ROWS, MK_MM_W_RAW, MK_CHUNK_MM_WIDE_STAGES, true)
 MK_MM_KERNELS(_split, MK_CHUNK_MM_SPLIT_ROWS, MK_MM_W_SPLIT, 2u, true)
