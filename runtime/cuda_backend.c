@@ -1915,7 +1915,7 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         if (b->cprog->instrs[i].op == MK_OP_NORM_QKV_ROPE)
             b->c_qkv_cols = b->cprog->instrs[i].args.qkv.q_dim + 2u * b->cprog->instrs[i].args.qkv.kv_dim;
     b->c_dq_min = b->gpu.chunk_dequant_min ? b->gpu.chunk_dequant_min : MK_CUDA_DEFAULT_DQ_MIN;
-    /* cc 9.0 runs the sm_90a code, which has the _KW products. */
+    /* cc 9.0 runs the sm_90a code, which alone has the _KW products and the 192-row _WIDE_XB ones. */
     const bool kw = b->info.cc_major == 9 && b->info.cc_minor == 0;
     b->c_xh_floats = 0;
     if (kw && !b->gpu.no_chunk_kq && ubatch > MK_CUDA_KQ_MAX)

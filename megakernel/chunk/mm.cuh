@@ -687,8 +687,8 @@ __device__ __forceinline__ void mk_chunk_mm_wx(const struct mk_kernel_args *a, c
     constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
     constexpr uint32_t BM = MK_CHUNK_MM_XB_TOKENS, BK = MK_MM_BK, STAGES = MK_CHUNK_MM_XB_STAGES;
     constexpr uint32_t XB = BM * BK * 2u, WB = BN * BK * 2u, STAGE = XB + WB; /* bytes */
-    constexpr int FW = (int)((BN + 63u) / 64u); /* weight rows a thread copies a stage (the last: lr < BN % 64) */
-    static_assert(BN % 32u == 0u && BN <= MK_CHUNK_MM_WIDE_ROWS, "whole 8-row groups of each half (SILU)");
+    constexpr int FW = (int)(BN / 64u);                                       /* weight rows a thread copies a stage */
+    static_assert(BN % 64u == 0u && BN <= MK_CHUNK_MM_WIDE_ROWS, "whole rows of the 256 threads' copies");
     static_assert(STAGES * STAGE <= MK_CHUNK_MM_XB_SMEM && 4u * BM * (BN + 4u) <= MK_CHUNK_MM_XB_SMEM,
                   "the products' shared memory holds the ring and SILU's results");
     uint8_t *const sm = (uint8_t *)mk_chunk_smem;
@@ -705,7 +705,7 @@ __device__ __forceinline__ void mk_chunk_mm_wx(const struct mk_kernel_args *a, c
 #pragma unroll
     for (int f = 0; f < FW; f++) {
         uint32_t row;
-        const uint32_t r = min(lr + 64u * (uint32_t)f, BN - 1u);
+        const uint32_t r = lr + 64u * (uint32_t)f;
         const struct mk_wdesc w = mk_mm_pick<SILU, BN>(&mm, n0, r, &row);
         wrow[f] = mk_mm_wrow<SILU, BN, false>(a, l, &w, row, n0, N, K, r);
     }
@@ -728,7 +728,6 @@ __device__ __forceinline__ void mk_chunk_mm_wx(const struct mk_kernel_args *a, c
 #pragma unroll
         for (int f = 0; f < FW; f++) {
             const uint32_t r = lr + 64u * (uint32_t)f;
-            if (BN % 64u != 0u && r >= BN) continue;
             uint8_t *d = st + XB + mk_wg_at(r, lc);
             if (wfast && k < K) /* K % 8 == 0: the 8 columns are in the row */
                 mk_cp_async16(d, wrow[f] + k, 16u);
