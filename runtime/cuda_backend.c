@@ -153,7 +153,6 @@ struct mk_cuda_backend {
     enum mk_kv_type kv_type;         /* of the KV cache */
     bool act_f32;                    /* the chunk program's act_bf16_min is 0 */
     uint32_t c_xb_tokens, c_xb_smem; /* the _WIDE_XB products' token rows a block and shared memory */
-    bool c_xb_tiles;                 /* and their 192-row tiles (sm_90a) */
     mk_cu_device dev;
     mk_cu_context ctx;
     mk_cu_module mod;
@@ -1204,7 +1203,8 @@ static uint32_t mk_cuda_xb_plan(const struct mk_cuda_backend *b, uint32_t gx, ui
     double best = -1.0;
     uint32_t best_bn = MK_CHUNK_MM_WIDE_ROWS;
     *splits = 1u;
-    for (uint32_t t = 0; t < (b->c_xb_tiles ? 2u : 1u); t++) {
+    /* 192-row tiles where the sm_90a code runs (the blocks of 128 token rows) */
+    for (uint32_t t = 0; t < (b->c_xb_tokens == MK_CHUNK_MM_XB_TOKENS ? 2u : 1u); t++) {
         const uint32_t bn = tiles[t];
         if (b->gpu.xb_rows && bn != b->gpu.xb_rows) continue;
         const uint32_t gy = mk_cuda_div_up(rows, silu ? bn / 2u : bn);
@@ -1972,7 +1972,6 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
      * weight rows. */
     b->c_xb_tokens = kw ? MK_CHUNK_MM_XB_TOKENS : MK_CHUNK_MM_TOKENS;
     b->c_xb_smem = kw ? MK_CHUNK_MM_XB_SMEM : MK_CHUNK_MM_WIDE_SMEM;
-    b->c_xb_tiles = kw;
     for (int k = MK_CK_MM_STORE_WIDE_XB; k <= (kw ? MK_CK_MM_SILU_WIDE_XB192 : MK_CK_MM_SILU_WIDE_XB); k++)
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)b->c_xb_smem)))
             return MK_ERR_CUDA;
