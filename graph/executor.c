@@ -99,6 +99,13 @@ enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_err
         if (s->xb_rows && s->xb_rows != 192u && s->xb_rows != 256u)
             return mk_error_set(err, MK_ERR_INVALID_ARG, "MK_CUDA_XB_ROWS=%s: want 0, 192 or 256", v);
     }
+    if ((v = getenv("MK_CUDA_XB_LOAD"))) {
+        static const char *const names[] = { "auto", "copy", "tma" };
+        uint32_t i = 0;
+        while (i < 3u && strcmp(v, names[i])) i++;
+        if (i == 3u) return mk_error_set(err, MK_ERR_INVALID_ARG, "MK_CUDA_XB_LOAD=%s: want auto, copy or tma", v);
+        s->xb_load = (enum mk_gpu_xb_load)i;
+    }
     if ((v = getenv("MK_CUDA_TRACE"))) {
         if (!strcmp(v, "0"))
             s->trace = MK_GPU_TRACE_OFF;

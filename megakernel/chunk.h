@@ -60,6 +60,24 @@ struct mk_chunk_launch {
 MK_STATIC_ASSERT(sizeof(struct mk_chunk_launch) == 64, "mk_chunk_launch is 64 bytes");
 MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.eps at 40");
 
+/* A CUtensorMap (cuTensorMapEncodeTiled's 128 opaque bytes), passed by value to the _wide_xt
+ * kernels: x's hi halves as an (m, K) bf16 tensor whose rows are ldx floats apart, boxes of
+ * MK_CHUNK_MM_TX_ROW_BYTES / 2 columns by MK_CHUNK_MM_XB_TOKENS rows; each bf16 matrix as a
+ * (rows, K) tensor, boxes of those columns by MK_CHUNK_MM_TX_ROWS rows; both with the 128-byte
+ * swizzle of the tiles that mk_wg_desc128 describes. */
+struct mk_chunk_tmap {
+#ifdef __cplusplus
+    alignas(128)
+#else
+    _Alignas(128)
+#endif
+        uint64_t opaque[16];
+};
+struct mk_chunk_tmaps {
+    struct mk_chunk_tmap x, w[3]; /* w0, w1, w2 of the launch */
+};
+MK_STATIC_ASSERT(sizeof(struct mk_chunk_tmaps) == 512, "mk_chunk_tmaps is 4 CUtensorMaps");
+
 /* mk_chunk_mm's tiles: MK_CHUNK_MM_ROWS (mk_chunk_mm_*), MK_CHUNK_MM_WIDE_ROWS (_wide) or
  * MK_CHUNK_MM_SPLIT_ROWS (_split) weight rows by MK_CHUNK_MM_TOKENS token rows per block,
  * MK_CHUNK_MM_K columns per stage (grid: tokens / MK_CHUNK_MM_TOKENS, rows / tile rows; a
@@ -88,6 +106,14 @@ MK_STATIC_ASSERT(offsetof(struct mk_chunk_launch, eps) == 40, "mk_chunk_launch.e
 #define MK_CHUNK_MM_XB_STAGES 8u
 #define MK_CHUNK_MM_XB_SMEM \
     (MK_CHUNK_MM_XB_STAGES * 2u * MK_CHUNK_MM_K * (MK_CHUNK_MM_XB_TOKENS + MK_CHUNK_MM_WIDE_ROWS))
+/* _wide_xt (_xt192): the _wide_xb products on sm_90a with their tiles brought in by the copy engine
+ * (cp.async.bulk.tensor) from the tensor maps of struct mk_chunk_tmaps, in rows of
+ * MK_CHUNK_MM_TX_ROW_BYTES (the 128-byte swizzle), each stage's x box and its weight boxes of
+ * MK_CHUNK_MM_TX_ROWS rows completing on the stage's mbarrier. The ring's shared memory, then its
+ * full and empty barriers and the boxes' (matrix, row) table. */
+#define MK_CHUNK_MM_TX_ROWS      32u
+#define MK_CHUNK_MM_TX_ROW_BYTES 128u
+#define MK_CHUNK_MM_XT_SMEM      (MK_CHUNK_MM_XB_SMEM + 256u)
 /* _split on sm_90a (cc 9.0): three stages of the wgmma ring with weight hi and lo tiles. */
 #define MK_CHUNK_MM_SPLIT_WG_SMEM \
     (3u * 2u * (2u * MK_CHUNK_MM_TOKENS * MK_CHUNK_MM_K + 2u * MK_CHUNK_MM_SPLIT_ROWS * MK_CHUNK_MM_K))

@@ -61,6 +61,7 @@ static const struct mk_cuda_sym mk_cuda_syms[] = {
     MK_CUDA_SYM(cuEventElapsedTime),
     MK_CUDA_SYM(cuLaunchKernel),
     MK_CUDA_SYM_OPTIONAL(cuLaunchKernelEx),
+    MK_CUDA_SYM_OPTIONAL(cuTensorMapEncodeTiled),
     MK_CUDA_SYM(cuLaunchCooperativeKernel),
     MK_CUDA_SYM(cuStreamBeginCapture_v2),
     MK_CUDA_SYM(cuStreamEndCapture),

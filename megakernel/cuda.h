@@ -73,6 +73,14 @@ _Static_assert(offsetof(struct mk_cu_launch_config, stream) == 32 &&
                    offsetof(struct mk_cu_launch_config, attrs) == 40 && sizeof(struct mk_cu_launch_config) == 56,
                "CUlaunchConfig's layout");
 
+/* The values of cuTensorMapEncodeTiled's enums that mk uses (its 128-byte CUtensorMap is
+ * struct mk_chunk_tmap, megakernel/chunk.h). */
+#define MK_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16   9
+#define MK_CU_TENSOR_MAP_INTERLEAVE_NONE      0
+#define MK_CU_TENSOR_MAP_SWIZZLE_128B         3
+#define MK_CU_TENSOR_MAP_L2_PROMOTION_L2_256B 3
+#define MK_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE  0 /* zeros past the tensor's bounds */
+
 /* Entry points, named as the symbols libcuda exports (the _v2 ones where they exist). */
 struct mk_cuda {
     int driver_version;
@@ -117,6 +125,9 @@ struct mk_cuda {
                                    mk_cu_stream, void **, void **);
     /* Optional (NULL when the driver lacks it, before CUDA 12): launches with attributes. */
     mk_cu_result (*cuLaunchKernelEx)(const struct mk_cu_launch_config *, mk_cu_function, void **, void **);
+    /* Optional (NULL before CUDA 12): the tensor maps of Hopper's bulk tensor copies. */
+    mk_cu_result (*cuTensorMapEncodeTiled)(void *, int, uint32_t, void *, const uint64_t *, const uint64_t *,
+                                           const uint32_t *, const uint32_t *, int, int, int, int);
     mk_cu_result (*cuLaunchCooperativeKernel)(mk_cu_function, unsigned, unsigned, unsigned, unsigned, unsigned,
                                               unsigned, unsigned, mk_cu_stream, void **);
     mk_cu_result (*cuStreamBeginCapture_v2)(mk_cu_stream, int);

@@ -187,4 +187,20 @@ __device__ __forceinline__ void mk_bulk_copy(void *dst, const void *src, uint32_
 #endif
 }
 
+/* The bulk tensor copy of the box at (c0 columns, c1 rows) of the tensor map at map (a
+ * __grid_constant__ parameter) to dst, laid out as the map's swizzle says, its bytes counted on bar
+ * (a box past the tensor's bounds lands as zeros and counts whole). */
+__device__ __forceinline__ void mk_tma_load2(void *dst, const void *map, int32_t c0, int32_t c1, uint64_t *bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+            (uint32_t)__cvta_generic_to_shared(dst)),
+        "l"(map), "r"(c0), "r"(c1), "r"((uint32_t)__cvta_generic_to_shared(bar))
+        : "memory");
+#else
+    (void)dst, (void)map, (void)c0, (void)c1, (void)bar;
+    __trap();
+#endif
+}
+
 #endif

@@ -96,6 +96,12 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_STORE_WIDE_XB192, /* sm_90a only: the same in blocks of 192 weight rows (mk_cuda_xb_plan) */
     MK_CK_MM_ADD_WIDE_XB192,
     MK_CK_MM_SILU_WIDE_XB192,
+    MK_CK_MM_STORE_WIDE_XT, /* sm_90a only: _WIDE_XB's tiles by the copy engine (tensor maps) */
+    MK_CK_MM_ADD_WIDE_XT,
+    MK_CK_MM_SILU_WIDE_XT,
+    MK_CK_MM_STORE_WIDE_XT192,
+    MK_CK_MM_ADD_WIDE_XT192,
+    MK_CK_MM_SILU_WIDE_XT192,
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
@@ -143,6 +149,12 @@ static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
     "mk_chunk_mm_store_wide_xb192",
     "mk_chunk_mm_add_wide_xb192",
     "mk_chunk_mm_silu_wide_xb192",
+    "mk_chunk_mm_store_wide_xt",
+    "mk_chunk_mm_add_wide_xt",
+    "mk_chunk_mm_silu_wide_xt",
+    "mk_chunk_mm_store_wide_xt192",
+    "mk_chunk_mm_add_wide_xt192",
+    "mk_chunk_mm_silu_wide_xt192",
 };
 
 struct mk_cuda_backend {
@@ -150,9 +162,11 @@ struct mk_cuda_backend {
     const struct mk_cuda *cu;
     int verbose;
     struct mk_gpu_settings gpu;
-    enum mk_kv_type kv_type;         /* of the KV cache */
-    bool act_f32;                    /* the chunk program's act_bf16_min is 0 */
-    uint32_t c_xb_tokens, c_xb_smem; /* the _WIDE_XB products' token rows a block and shared memory */
+    enum mk_kv_type kv_type;              /* of the KV cache */
+    bool act_f32;                         /* the chunk program's act_bf16_min is 0 */
+    uint32_t c_xb_tokens, c_xb_smem;      /* the _WIDE_XB products' token rows a block and shared memory */
+    bool c_xt;                            /* the _WIDE_XT kernels may run (cc 9.0, tensor maps, not turned off) */
+    const struct mk_chunk_tmaps *c_tmaps; /* the tensor maps of the _WIDE_XT launch being issued */
     mk_cu_device dev;
     mk_cu_context ctx;
     mk_cu_module mod;
@@ -186,8 +200,9 @@ struct mk_cuda_backend {
     bool pdl;
     bool poisoned; /* a CUDA failure in a step: refuse further steps */
     struct mk_error poison_err;
-    struct mk_weight_ref *wtable; /* the device weight table as uploaded (device pointers) */
-    uint32_t ubatch_asked;        /* mk_backend_params.ubatch: 0 = MK_CUDA_DEFAULT_UBATCH, 1 = no chunk steps */
+    struct mk_weight_ref *wtable;  /* the device weight table as uploaded (device pointers) */
+    struct mk_weight_ref *cwtable; /* the chunk program's, as uploaded */
+    uint32_t ubatch_asked;         /* mk_backend_params.ubatch: 0 = MK_CUDA_DEFAULT_UBATCH, 1 = no chunk steps */
     /* Chunk steps (ubatch > 1): the chunk program run by per-op launches of megakernel/chunk.cu
      * over the same weights and KV cache. The megakernel leaves its loop for them and is launched
      * again for the next one-token step. */
@@ -1009,7 +1024,10 @@ static enum mk_status mk_cuda_chunk_issue(struct mk_cuda_backend *b, enum mk_cud
         b->cev_ii[b->n_cev] = l.ii;
         b->cev_kernel[b->n_cev++] = (uint8_t)k;
     }
-    void *params[2] = { &b->cargs, &l };
+    /* The copy engine's products take their tensor maps as a third parameter. */
+    const bool tx = k >= MK_CK_MM_STORE_WIDE_XT && k <= MK_CK_MM_SILU_WIDE_XT192;
+    MK_ASSERT(!tx || b->c_tmaps);
+    void *params[3] = { &b->cargs, &l, tx ? (void *)b->c_tmaps : NULL };
     if (mk_cuda_launch_ops(b, b->ck[k], gx, gy, gz, smem, params, err)) {
         mk_error_prefix(err, "chunk step: %s on %ux%u blocks for instruction %u '%s'", mk_cuda_chunk_names[k], gx, gy,
                         l.ii, b->cprog->labels[l.ii]);
@@ -1221,6 +1239,47 @@ static uint32_t mk_cuda_xb_plan(const struct mk_cuda_backend *b, uint32_t gx, ui
     return best_bn;
 }
 
+/* The tensor map of a bf16 tensor at dev of rows of cols values, stride bytes apart, in boxes of
+ * MK_CHUNK_MM_TX_ROW_BYTES by box_rows rows with the 128-byte swizzle (mk_chunk_tmaps). */
+static enum mk_status mk_cuda_tmap(struct mk_cuda_backend *b, struct mk_chunk_tmap *map, mk_cu_devptr dev,
+                                   uint32_t cols, uint32_t rows, uint64_t stride, uint32_t box_rows,
+                                   struct mk_error *err) {
+    const uint64_t dims[2] = { cols, rows }, strides[1] = { stride };
+    const uint32_t box[2] = { MK_CHUNK_MM_TX_ROW_BYTES / 2u, box_rows }, steps[2] = { 1, 1 };
+    if (MK_CU(b->cu, err,
+              cuTensorMapEncodeTiled(map, MK_CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)(uintptr_t)dev, dims, strides,
+                                     box, steps, MK_CU_TENSOR_MAP_INTERLEAVE_NONE, MK_CU_TENSOR_MAP_SWIZZLE_128B,
+                                     MK_CU_TENSOR_MAP_L2_PROMOTION_L2_256B, MK_CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)))
+        return MK_ERR_CUDA;
+    return MK_OK;
+}
+
+/* Whether the _WIDE_XB product of launch l (x: split rows at l->x_off; the matrices w, n of them, of
+ * K columns) can bring its tiles in by the copy engine, and if so their tensor maps: 16-byte
+ * aligned rows of whole bf16 values, stacked matrices whose boundaries fall between boxes. */
+static enum mk_status mk_cuda_xt_maps(struct mk_cuda_backend *b, const struct mk_chunk_launch *l, const uint32_t w[3],
+                                      bool silu, struct mk_chunk_tmaps *tm, bool *ok, struct mk_error *err) {
+    const struct mk_weight_ref *wt = b->cwtable;
+    const uint32_t K = wt[w[0]].cols;
+    *ok = false;
+    if (!b->c_xt || K % 8u || l->x_off % 4u || l->ldx % 4u) return MK_OK;
+    for (int j = 0; j < 3; j++) {
+        if (w[j] == MK_NO_WEIGHT) continue;
+        if (wt[w[j]].dtype != MK_DTYPE_BF16 || wt[w[j]].cols != K || wt[w[j]].row_bytes != 2u * K || wt[w[j]].ptr % 16u)
+            return MK_OK;
+        /* a box of rows never straddles two stacked matrices */
+        if (!silu && j < 2 && w[j + 1] != MK_NO_WEIGHT && wt[w[j]].rows % MK_CHUNK_MM_TX_ROWS) return MK_OK;
+    }
+    memset(tm, 0, sizeof *tm);
+    enum mk_status st =
+        mk_cuda_tmap(b, &tm->x, b->d_carena + 4ull * l->x_off, K, l->m, 4ull * l->ldx, MK_CHUNK_MM_XB_TOKENS, err);
+    for (int j = 0; j < 3 && st == MK_OK; j++)
+        if (w[j] != MK_NO_WEIGHT)
+            st = mk_cuda_tmap(b, &tm->w[j], wt[w[j]].ptr, K, wt[w[j]].rows, 2ull * K, MK_CHUNK_MM_TX_ROWS, err);
+    *ok = st == MK_OK;
+    return st;
+}
+
 /* The matrix product y (m rows from y_off, ldy apart) = w . x rows, where w is w0 alone, w0 with
  * w1 and w2 stacked below it (q, k, v), or silu(w0) * w1 for MK_CK_MM_SILU. */
 static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_chunk_kernel k, uint32_t ii,
@@ -1311,13 +1370,26 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
         uint32_t splits;
         const uint32_t bn = mk_cuda_xb_plan(b, gx, rows, silu, wt[w[0]].cols, m, &splits);
         const uint32_t gy = mk_cuda_div_up(rows, silu ? bn / 2u : bn);
-        if (bn != MK_CHUNK_MM_WIDE_ROWS)
-            k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE_WIDE_XB + MK_CK_MM_STORE_WIDE_XB192);
+        /* By the copy engine where the tensor maps can be made. */
+        struct mk_chunk_tmaps tm;
+        bool tx;
+        enum mk_status st = mk_cuda_xt_maps(b, &l, w, silu, &tm, &tx, err);
+        if (st != MK_OK) return st;
+        const int base = bn == MK_CHUNK_MM_WIDE_ROWS ? (tx ? MK_CK_MM_STORE_WIDE_XT : MK_CK_MM_STORE_WIDE_XB)
+                                                     : (tx ? MK_CK_MM_STORE_WIDE_XT192 : MK_CK_MM_STORE_WIDE_XB192);
+        k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE_WIDE_XB + base);
+        if (tx) smem = MK_CHUNK_MM_XT_SMEM;
         if (b->verbose && b->gpu.trace != MK_GPU_TRACE_OFF)
-            fprintf(stderr, "mk: chunk product %u: %u token rows by %u, tiles of %u rows, %u x %u blocks, %u splits\n",
-                    ii, m, rows, bn, gx, gy, splits);
-        if (splits <= 1u) return mk_cuda_chunk_launch(b, k, gx, gy, smem, l, err);
-        return mk_cuda_chunk_split_launch(b, k, gx, gy, splits, smem, l, rows, silu ? 2u * rows : rows, 0, err);
+            fprintf(stderr,
+                    "mk: chunk product %u: %u token rows by %u, tiles of %u rows, %u x %u blocks, %u splits, %s\n", ii,
+                    m, rows, bn, gx, gy, splits, tx ? "copy engine" : "asynchronous copies");
+        b->c_tmaps = tx ? &tm : NULL;
+        if (splits <= 1u)
+            st = mk_cuda_chunk_launch(b, k, gx, gy, smem, l, err);
+        else
+            st = mk_cuda_chunk_split_launch(b, k, gx, gy, splits, smem, l, rows, silu ? 2u * rows : rows, 0, err);
+        b->c_tmaps = NULL;
+        return st;
     }
     l.w_off = dq ? b->c_wsplit : 0u;
     /* Token blocks side by side (grid x): the blocks of a weight tile run together. */
@@ -1625,6 +1697,7 @@ static void mk_cuda_free(struct mk_backend *base) {
     mk_program_free(b->prog);
     mk_program_free(b->cprog);
     free(b->wtable);
+    free(b->cwtable);
     free(b);
 }
 
@@ -1935,7 +2008,7 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     }
     for (int k = 0; k < MK_CK_COUNT; k++) {
         b->ck[k] = NULL;
-        if (!kw && k >= MK_CK_MM_STORE_WIDE_XB192 && k <= MK_CK_MM_SILU_WIDE_XB192) continue; /* sm_90a code only */
+        if (!kw && k >= MK_CK_MM_STORE_WIDE_XB192 && k <= MK_CK_MM_SILU_WIDE_XT192) continue; /* sm_90a code only */
         if (MK_CU(cu, err, cuModuleGetFunction(&b->ck[k], b->cmod, mk_cuda_chunk_names[k]))) return MK_ERR_CUDA;
     }
     /* The attention stages its query rows, K and V in shared memory sized by the head. */
@@ -1974,6 +2047,11 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     b->c_xb_smem = kw ? MK_CHUNK_MM_XB_SMEM : MK_CHUNK_MM_WIDE_SMEM;
     for (int k = MK_CK_MM_STORE_WIDE_XB; k <= (kw ? MK_CK_MM_SILU_WIDE_XB192 : MK_CK_MM_SILU_WIDE_XB); k++)
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)b->c_xb_smem)))
+            return MK_ERR_CUDA;
+    /* And their copy engine's form, where the driver makes tensor maps. */
+    b->c_xt = kw && cu->cuTensorMapEncodeTiled && b->gpu.xb_load != MK_GPU_XB_LOAD_COPY;
+    for (int k = MK_CK_MM_STORE_WIDE_XT; k <= MK_CK_MM_SILU_WIDE_XT192 && b->c_xt; k++)
+        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MM_XT_SMEM)))
             return MK_ERR_CUDA;
     /* cc 9.0 runs the sm_90a code, whose split-row products are the wgmma ring. */
     b->c_split_smem =
@@ -2032,7 +2110,8 @@ static enum mk_status mk_cuda_setup_chunk(struct mk_cuda_backend *b, struct mk_e
     if (st == MK_OK)
         st = mk_cuda_upload(b, &b->d_cwtable, table, (size_t)c->n_weights * sizeof *table, "the chunk weight table",
                             err);
-    free(table);
+    free(b->cwtable);
+    b->cwtable = table;
     if (st != MK_OK) return st;
     /* Arena offsets are 32-bit float indices: a space past them is left out. */
     if (mk_cuda_chunk_arena_floats(b) >= (1ull << 32)) b->c_wsplit_floats = 0;

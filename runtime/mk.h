@@ -236,6 +236,10 @@ struct mk_gpu_params {
                                  * as int8 levels on the integer tensor cores, for comparison */
     int no_fold;                /* nonzero: a chunk product split over its columns has its partial sums
                                  * added by a launch of their own, not by the kernel that reads them */
+    unsigned xb_rows;           /* sm_90a: weight rows of the bf16 products' tiles over chunks whose
+                                 * inputs are rounded to bf16 (192 or 256); 0 = the backend's plan */
+    int xb_load;                /* how those tiles reach shared memory: 0 the backend's choice (the copy
+                                 * engine where it can), 1 cp.async, 2 the copy engine */
 };
 
 /* Speculative decoding (mk_session_params.spec). */

@@ -196,6 +196,15 @@ static void test_golden_from_bos(const struct mk_lm *lm) {
     s32 = NULL;
     MK_CHECK(mk_session_create(lm, &sp, &s32, &err) == MK_ERR_INVALID_ARG && s32 == NULL);
     MK_CHECK_MSG(strstr(err.msg, "kv_type = 7") != NULL, "bad kv_type message: %s", err.msg);
+    sp.kv_type = MK_KV_F32;
+    sp.gpu.xb_rows = 200;
+    MK_CHECK(mk_session_create(lm, &sp, &s32, &err) == MK_ERR_INVALID_ARG && s32 == NULL);
+    MK_CHECK_MSG(strstr(err.msg, "gpu.xb_rows = 200") != NULL, "bad xb_rows message: %s", err.msg);
+    sp.gpu.xb_rows = 0;
+    sp.gpu.xb_load = 3;
+    MK_CHECK(mk_session_create(lm, &sp, &s32, &err) == MK_ERR_INVALID_ARG && s32 == NULL);
+    MK_CHECK_MSG(strstr(err.msg, "gpu.xb_load = 3") != NULL, "bad xb_load message: %s", err.msg);
+    sp.gpu.xb_load = 0;
 
     struct collect c = { .stop_after = 0 };
     enum mk_stop_reason why = MK_STOP_NONE;

@@ -693,9 +693,8 @@ static uint32_t cpu_chunks(const struct mk_model *m, const struct trace *t, uint
  * within 3/4 of it (the CPU's rounded chunks against its fp32-input chunks) of the CPU's rounded
  * ones, and tokens equal unless the CPU's top two are that close. */
 static void check_chunks_act(const struct mk_model *m, const struct trace *t, uint32_t n_ctx, uint32_t ubatch,
-                             const char *what) {
-    static const uint32_t sizes[] = { 64, 96, 72, 128, 80 };
-    const uint32_t V = t->vocab, n_sizes = sizeof sizes / sizeof sizes[0];
+                             const uint32_t *sizes, uint32_t n_sizes, const char *what) {
+    const uint32_t V = t->vocab;
     float *want = malloc((size_t)t->n * V * sizeof *want), *f32 = malloc((size_t)t->n * V * sizeof *f32);
     float *lg = malloc((size_t)V * sizeof *lg);
     int32_t *want_tok = malloc((size_t)t->n * sizeof *want_tok), *f32_tok = malloc((size_t)t->n * sizeof *f32_tok);
@@ -717,15 +716,23 @@ static void check_chunks_act(const struct mk_model *m, const struct trace *t, ui
         if (e > moved) moved = e;
     }
     MK_CHECK_MSG(moved > 1e-5, "%s: rounded chunks equal fp32-input chunks (%.3g): is the rounding on?", what, moved);
-    /* Every GPU backend with the backend's own tiles; the first also with each tile width forced
-     * (sm_90a: 192 and 256 weight rows, MK_CUDA_XB_ROWS). */
-    static const uint32_t forced[] = { 192, 256 };
+    /* Every GPU backend with the backend's own tiles and loads; the first also with each tile width
+     * forced (sm_90a: 192 and 256 weight rows, MK_CUDA_XB_ROWS) and each way of loading them
+     * (MK_CUDA_XB_LOAD: cp.async, the copy engine). */
+    static const struct {
+        uint32_t rows;
+        enum mk_gpu_xb_load load;
+    } forced[] = { { 192, MK_GPU_XB_LOAD_AUTO },
+                   { 256, MK_GPU_XB_LOAD_AUTO },
+                   { 0, MK_GPU_XB_LOAD_COPY },
+                   { 0, MK_GPU_XB_LOAD_TMA } };
     for (int run = 0; run < N_GPU_KINDS + (int)(sizeof forced / sizeof forced[0]); run++) {
         const int kk = run < N_GPU_KINDS ? run : 0;
         struct mk_backend_params p = params(gpu_kinds[kk], n_ctx);
         p.ubatch = ubatch;
         p.kv_type = MK_KV_F32;
-        p.gpu.xb_rows = run < N_GPU_KINDS ? 0u : forced[run - N_GPU_KINDS];
+        p.gpu.xb_rows = run < N_GPU_KINDS ? 0u : forced[run - N_GPU_KINDS].rows;
+        p.gpu.xb_load = run < N_GPU_KINDS ? MK_GPU_XB_LOAD_AUTO : forced[run - N_GPU_KINDS].load;
         struct mk_backend *b = create_gpu_with(m, &p);
         if (!b) continue;
         struct mk_error err;
@@ -762,11 +769,13 @@ static void check_chunks_act(const struct mk_model *m, const struct trace *t, ui
             pos += k;
         }
         MK_CHECK(ok);
-        printf("RESULT %s %s bf16-input chunks of up to %u (f32 cache, tiles of %u rows, 0: planned): tokens %s the "
-               "cpu chunk program's over %u positions, max rel logit err %.3g (from the cpu's fp32-input chunks %.3g; "
-               "the rounding moves the cpu's by %.3g)\n",
-               what, b->vt->name, ubatch, p.gpu.xb_rows, first_diff < 0 ? "equal" : "part from", end, worst, from_f32,
-               moved);
+        static const char *const loads[] = { "planned", "cp.async", "copy engine" };
+        printf(
+            "RESULT %s %s bf16-input chunks of up to %u from %u (f32 cache, tiles of %u rows, 0: planned; loads %s): "
+            "tokens %s the cpu chunk program's over %u positions, max rel logit err %.3g (from the cpu's fp32-input "
+            "chunks %.3g; the rounding moves the cpu's by %.3g)\n",
+            what, b->vt->name, ubatch, sizes[0], p.gpu.xb_rows, loads[p.gpu.xb_load],
+            first_diff < 0 ? "equal" : "part from", end, worst, from_f32, moved);
         MK_CHECK(worst < 0.75 * moved);
         b->vt->free(b);
     }
@@ -808,7 +817,11 @@ static void check_generated(const char *preset, const char *format, uint32_t n_c
         check_gpu_kinds(m, &t, n_ctx, what);
         for (const uint32_t *u = ubatches; *u; u++) {
             check_chunks(m, &t, n_ctx, *u, what);
-            if (bf16 && *u >= MK_ACT_BF16_MIN_DEFAULT) check_chunks_act(m, &t, n_ctx, *u, what);
+            /* Chunks of 64-128 tokens (one block of token rows), and past 128 (two, the second
+             * mostly past the chunk's rows). */
+            static const uint32_t one[] = { 64, 96, 72, 128, 80 }, two[] = { 136, 64 };
+            if (bf16 && *u >= MK_ACT_BF16_MIN_DEFAULT) check_chunks_act(m, &t, n_ctx, *u, one, 5, what);
+            if (bf16 && *u >= two[0]) check_chunks_act(m, &t, n_ctx, *u, two, 2, what);
         }
         trace_free(&t);
     }

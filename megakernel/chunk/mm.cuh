@@ -280,6 +280,14 @@ __device__ __forceinline__ uint64_t mk_wg_desc(const void *p) {
            (2ull << 62);
 }
 
+/* mk_wg_desc for rows of 128 bytes (64 columns) with the 128-byte swizzle (16-byte chunk c of row r
+ * at c ^ (r % 8), 8-row groups 1024 bytes apart), as the copy engine lays out its boxes. */
+__device__ __forceinline__ uint64_t mk_wg_desc128(const void *p) {
+    const uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((s & 0x3ffffu) >> 4) | ((uint64_t)(16u >> 4) << 16) | ((uint64_t)(1024u >> 4) << 32) |
+           (1ull << 62);
+}
+
 /* The accumulator operands of a wgmma: 16 registers (d[i] .. d[i + 15]) per group, as constraints and
  * as the instruction's register list. */
 #define MK_WG_D4(i)  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
@@ -674,6 +682,29 @@ __device__ __forceinline__ void mk_chunk_mm_wg(const struct mk_kernel_args *a, c
     };
     mk_mm_epilogue<MODE, BN>(a, l, n0, N, m0, splits, each);
 }
+/* The end of a block of the _wide_xb products (mk_chunk_mm_wx, mk_chunk_mm_tx), whose warp w of
+ * warpgroup g holds token rows 64 g + 16 (w % 4) .. + 16 and all BN weight rows in acc, as BN / 8
+ * n8 tiles of mma's C layout. */
+template <int MODE, uint32_t BN>
+__device__ __forceinline__ void mk_wx_epilogue(const struct mk_kernel_args *a, const struct mk_chunk_launch *l,
+                                               const float *acc, uint32_t n0, uint32_t N, uint32_t m0,
+                                               uint32_t splits) {
+    const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5, wg = warp >> 2;
+    auto each = [&](auto fn) {
+#pragma unroll
+        for (int e2 = 0; e2 < 2; e2++) {
+            const uint32_t mt = m0 + 64u * wg + 16u * (warp & 3u) + (lane >> 2) + 8u * (uint32_t)e2;
+            if (mt >= l->m) continue;
+#pragma unroll
+            for (int i = 0; i < (int)(BN / 8u); i++)
+#pragma unroll
+                for (int e1 = 0; e1 < 2; e1++)
+                    fn(mt, 8u * (uint32_t)i + 2u * (lane & 3u) + (uint32_t)e1, acc[4 * i + 2 * e2 + e1]);
+        }
+    };
+    mk_mm_epilogue<MODE, BN, decltype(each), MK_CHUNK_MM_XB_TOKENS>(a, l, n0, N, m0, splits, each);
+}
+
 /* The _wide_xb products on wgmma: x rounded to bf16 (its split rows' hi halves), so each token row
  * costs one product, not two, and a block takes MK_CHUNK_MM_XB_TOKENS token rows by BN weight rows:
  * warpgroup g multiplies token rows 64 g .. + 64 by all BN per m64nBNk16 instruction, twice the
@@ -745,21 +776,97 @@ __device__ __forceinline__ void mk_chunk_mm_wx(const struct mk_kernel_args *a, c
             /* warpgroup g's token rows 64 * 64 bytes into x's tile; k16 step kk 2 kk bytes into the rows */
             mk_wg_mma<BN>(acc, mk_wg_desc(st + wg * 4096u + kk * 2u), mk_wg_desc(st + XB + kk * 2u));
     });
-    /* Warp w of warpgroup g holds token rows 64 g + 16 (w % 4) .. + 16 and all BN weight rows, as
-     * BN / 8 n8 tiles of mma's C layout. */
-    auto each = [&](auto fn) {
-#pragma unroll
-        for (int e2 = 0; e2 < 2; e2++) {
-            const uint32_t mt = m0 + 64u * wg + 16u * (warp & 3u) + (lane >> 2) + 8u * (uint32_t)e2;
-            if (mt >= l->m) continue;
-#pragma unroll
-            for (int i = 0; i < (int)(BN / 8u); i++)
-#pragma unroll
-                for (int e1 = 0; e1 < 2; e1++)
-                    fn(mt, 8u * (uint32_t)i + 2u * (lane & 3u) + (uint32_t)e1, acc[4 * i + 2 * e2 + e1]);
+    mk_wx_epilogue<MODE, BN>(a, l, acc, n0, N, m0, splits);
+}
+
+/* mk_chunk_mm_wx with its stages brought in by the copy engine (the _wide_xt kernels): one thread
+ * asks for each stage's boxes (x's MK_CHUNK_MM_XB_TOKENS token rows, then the tile's weight rows
+ * MK_CHUNK_MM_TX_ROWS at a time, each box from the matrix that holds it), which land already
+ * swizzled and complete on the stage's full barrier; each warp arrives on the stage's empty
+ * barrier once its products of it are done, and the copies into a stage wait for that. No thread
+ * spends instructions on the copies, and no block barrier is met per stage. Rows of 128 bytes (64
+ * columns a stage, the 128-byte swizzle): with 64-byte rows, as mk_chunk_mm_wx takes them, the
+ * copy engine's boxes were slower than cp.async over 512 tokens (llama-8b pp512 -29 %), and
+ * blocks in clusters of two sharing each weight box by multicast slower still (BENCHMARKS.md,
+ * twenty-ninth session). */
+template <int MODE, uint32_t BN>
+__device__ __forceinline__ void mk_chunk_mm_tx(const struct mk_kernel_args *a, const struct mk_chunk_launch *l,
+                                               const struct mk_chunk_tmaps *t) {
+    constexpr bool SILU = MODE == MK_CHUNK_MM_SILU;
+    constexpr uint32_t BM = MK_CHUNK_MM_XB_TOKENS, RB = MK_CHUNK_MM_TX_ROW_BYTES, BK = RB / 2u;
+    constexpr uint32_t XB = BM * RB, WB = BN * RB, STAGE = XB + WB; /* bytes */
+    constexpr uint32_t STAGES = MK_CHUNK_MM_XB_SMEM / STAGE, PR = MK_CHUNK_MM_TX_ROWS, NP = BN / PR;
+    static_assert(BN % PR == 0u && (BN / 2u) % PR == 0u, "whole boxes");
+    static_assert(STAGES >= 3u && STAGES * STAGE + 16u * STAGES + 8u * NP <= MK_CHUNK_MM_XT_SMEM &&
+                      4u * BM * (BN + 4u) <= STAGES * STAGE,
+                  "the ring, its barriers and the boxes' table; SILU's results in the ring");
+    uint8_t *const sm = (uint8_t *)mk_chunk_smem;
+    uint64_t *const full = (uint64_t *)(sm + STAGES * STAGE), *const empty = full + STAGES;
+    uint32_t *const box_map = (uint32_t *)(empty + STAGES), *const box_row = box_map + NP;
+    const struct mk_mm_mats mm = mk_mm_launch_mats(a, l, SILU);
+    if (!mm.exact) __trap();
+    struct mk_mm_place pl;
+    if (!mk_mm_place_of<SILU, BN, BM, BK>(&mm, l, &pl)) return;
+    const uint32_t N = pl.N, n0 = pl.n0, m0 = pl.m0, splits = pl.splits, kb = pl.kb;
+    const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const uint32_t n = (pl.ke - kb + BK - 1u) / BK; /* stages; the last may run past K (zeros) */
+    if (tid < NP) {
+        /* Box tid: tile rows PR tid .. + PR, all in one matrix (the host checks the stacked
+         * matrices' boundaries); rows past the matrix land as zeros. */
+        const uint32_t r = PR * tid;
+        uint32_t row = n0 + (SILU && r >= BN / 2u ? r - BN / 2u : r), q = SILU && r >= BN / 2u ? 1u : 0u;
+        if (!SILU && mm.n_mats > 1u && row >= mm.m[0].rows) {
+            row -= mm.m[0].rows;
+            q = 1u;
+            if (mm.n_mats > 2u && row >= mm.m[1].rows) row -= mm.m[1].rows, q = 2u;
         }
+        box_map[tid] = q;
+        box_row[tid] = row;
+    }
+    if (tid == 0)
+        for (uint32_t s = 0; s < STAGES; s++) {
+            mk_mbar_init(&full[s], 1u);
+            mk_mbar_init(&empty[s], MK_BLOCK_THREADS / 32u); /* each warp */
+        }
+    __syncthreads();
+    /* Thread 0: stage j's boxes into its slot, once the slot's last readers (stage j - STAGES) are
+     * done. */
+    auto produce = [&](uint32_t j) {
+        const uint32_t s = j % STAGES;
+        if (j >= STAGES) mk_mbar_wait(&empty[s], (j / STAGES - 1u) & 1u);
+        uint8_t *st = sm + s * STAGE;
+        const int32_t k0 = (int32_t)(kb + j * BK);
+        mk_mbar_expect(&full[s], STAGE);
+        mk_tma_load2(st, &t->x, k0, (int32_t)m0, &full[s]);
+#pragma unroll
+        for (uint32_t p = 0; p < NP; p++)
+            mk_tma_load2(st + XB + p * PR * RB, &t->w[box_map[p]], k0, (int32_t)box_row[p], &full[s]);
     };
-    mk_mm_epilogue<MODE, BN, decltype(each), BM>(a, l, n0, N, m0, splits, each);
+    /* All stages but one ahead: a slot is refilled as soon as its stage is done. */
+    if (tid == 0)
+        for (uint32_t j = 0; j + 1u < STAGES && j < n; j++) produce(j);
+    float acc[BN / 2u];
+#pragma unroll
+    for (uint32_t i = 0; i < BN / 2u; i++) acc[i] = 0.0f;
+    const uint32_t wg = warp >> 2;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t s = i % STAGES;
+        mk_mbar_wait(&full[s], (i / STAGES) & 1u);
+        const uint8_t *st = sm + s * STAGE;
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+        for (uint32_t kk = 0; kk < BK; kk += 16u)
+            /* warpgroup g's token rows 64 g rows into x's tile; k16 step kk 2 kk bytes into the rows */
+            mk_wg_mma<BN>(acc, mk_wg_desc128(st + wg * 64u * RB + kk * 2u), mk_wg_desc128(st + XB + kk * 2u));
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        /* This warp's products of stage i - 1 are done: its slot may take stage i + STAGES - 1. */
+        if (i > 0u && lane == 0u) mk_mbar_arrive(&empty[(i - 1u) % STAGES]);
+        if (tid == 0 && i + STAGES - 1u < n) produce(i + STAGES - 1u);
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    __syncthreads(); /* every copy has landed (each was waited for): SILU's epilogue may reuse the ring */
+    mk_wx_epilogue<MODE, BN>(a, l, acc, n0, N, m0, splits);
 }
 #endif
 
@@ -807,6 +914,20 @@ MK_MM_WG_KERNEL(mk_chunk_mm_silu_split, MK_CHUNK_MM_SILU, true)
     MK_MM_WX_KERNEL(mk_chunk_mm_silu_wide_xb##suffix, MK_CHUNK_MM_SILU, bn)
 MK_MM_WX_KERNELS(, 256u)
 MK_MM_WX_KERNELS(192, 192u)
+/* The copy engine's form (mk_chunk_mm_tx), its tensor maps the third parameter. */
+#define MK_MM_TX_KERNEL(name, mode, bn)                                                                         \
+    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 1)                                           \
+        name(const __grid_constant__ struct mk_kernel_args a, const __grid_constant__ struct mk_chunk_launch l, \
+             const __grid_constant__ struct mk_chunk_tmaps t) {                                                 \
+        mk_grid_dep_wait();                                                                                     \
+        mk_chunk_mm_tx<mode, bn>(&a, &l, &t);                                                                   \
+    }
+#define MK_MM_TX_KERNELS(suffix, bn)                                          \
+    MK_MM_TX_KERNEL(mk_chunk_mm_store_wide_xt##suffix, MK_CHUNK_MM_STORE, bn) \
+    MK_MM_TX_KERNEL(mk_chunk_mm_add_wide_xt##suffix, MK_CHUNK_MM_ADD, bn)     \
+    MK_MM_TX_KERNEL(mk_chunk_mm_silu_wide_xt##suffix, MK_CHUNK_MM_SILU, bn)
+MK_MM_TX_KERNELS(, 256u)
+MK_MM_TX_KERNELS(192, 192u)
 #else
 MK_MM_KERNELS(_wide, MK_CHUNK_MM_WIDE_ROWS, MK_MM_W_RAW, MK_CHUNK_MM_WIDE_STAGES, true)
 MK_MM_KERNELS(_split, MK_CHUNK_MM_SPLIT_ROWS, MK_MM_W_SPLIT, 2u, true)

@@ -9,7 +9,8 @@
 #include "megakernel/sync.cuh"
 
 /* Every chunk kernel's dynamic shared memory (sized per launch by the host). */
-extern __shared__ float4 mk_chunk_smem[];
+extern __shared__
+    __align__(1024) float4 mk_chunk_smem[]; /* 1024: the swizzled tiles and the copy engine's boxes assume it */
 
 __device__ __forceinline__ const struct mk_step_cmd *mk_chunk_cmd(const struct mk_kernel_args *a) {
     return &((const struct mk_step_state *)a->step_state)->cmd;
