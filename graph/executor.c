@@ -104,7 +104,7 @@ enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_err
         uint32_t i = 0;
         while (i < 3u && strcmp(v, names[i])) i++;
         if (i == 3u) return mk_error_set(err, MK_ERR_INVALID_ARG, "MK_CUDA_XB_LOAD=%s: want auto, copy or tma", v);
-        s->xb_load = (enum mk_gpu_xb_load)i;
+        s->xb_load = (enum mk_xb_load)i;
     }
     if ((v = getenv("MK_CUDA_TRACE"))) {
         if (!strcmp(v, "0"))

@@ -54,45 +54,45 @@ enum mk_gpu_trace {
     MK_GPU_TRACE_AT_FETCH = 2,    /* start = when the block took the task, before its waits */
 };
 
+/* How the bf16 products over long chunks bring in their tiles on sm_90a (MK_CUDA_XB_LOAD). */
+enum mk_xb_load {
+    MK_XB_LOAD_AUTO = 0, /* the backend's choice: TMA where the tensor maps can be made */
+    MK_XB_LOAD_COPY,     /* asynchronous copies by every thread (cp.async) */
+    MK_XB_LOAD_TMA,      /* the copy engine, from tensor maps */
+};
+
 /* Knobs of the GPU backends (megakernel, perop, graph), for tuning experiments. All zero is the
  * default (mk_gpu_default_settings): the measured-fastest choices. Set from mk's flags, from
  * struct mk_session_params in the public API, or from the MK_CUDA_* environment variables by
  * mk_gpu_settings_from_env (the mk command only; the library never reads them). */
-/* How the bf16 products over long chunks bring in their tiles on sm_90a (MK_CUDA_XB_LOAD). */
-enum mk_gpu_xb_load {
-    MK_GPU_XB_LOAD_AUTO = 0, /* the backend's choice: TMA where the tensor maps can be made */
-    MK_GPU_XB_LOAD_COPY,     /* asynchronous copies by every thread (cp.async) */
-    MK_GPU_XB_LOAD_TMA,      /* the copy engine, from tensor maps */
-};
-
 struct mk_gpu_settings {
-    bool dynamic_schedule;       /* one work counter instead of the compiler's static per-block lists
+    bool dynamic_schedule;      /* one work counter instead of the compiler's static per-block lists
                                 * (static measured faster on the H100: every block knows its next
                                 * task and prefetches its weights while it waits) */
-    uint32_t tasks_per_worker;   /* matvec tiling target; 0 = the compiler's */
-    uint32_t attn_block;         /* the unit of an attention split, in positions; 0 = the compiler's */
-    uint32_t attn_splits;        /* attention splits of the sequence per KV head; 0 = the compiler's */
-    bool fuse_attn_output;       /* fold the attention combine into the attention-output tasks */
-    uint32_t blocks_per_sm;      /* cap on the occupancy API's blocks per SM; 0 = no cap */
-    bool no_rope_table;          /* compute RoPE angles in the kernel instead of a host-made table */
-    uint32_t chunk_dequant_min;  /* chunk products of block-format weights over at least this many
+    uint32_t tasks_per_worker;  /* matvec tiling target; 0 = the compiler's */
+    uint32_t attn_block;        /* the unit of an attention split, in positions; 0 = the compiler's */
+    uint32_t attn_splits;       /* attention splits of the sequence per KV head; 0 = the compiler's */
+    bool fuse_attn_output;      /* fold the attention combine into the attention-output tasks */
+    uint32_t blocks_per_sm;     /* cap on the occupancy API's blocks per SM; 0 = no cap */
+    bool no_rope_table;         /* compute RoPE angles in the kernel instead of a host-made table */
+    uint32_t chunk_dequant_min; /* chunk products of block-format weights over at least this many
                                  * tokens decode each matrix once first; 0 = the backend's default */
-    bool no_pdl;                 /* chunk kernels start only when the one ahead has ended, instead of
+    bool no_pdl;                /* chunk kernels start only when the one ahead has ended, instead of
                                  * overlapping its tail (programmatic dependent launch, sm_90) */
-    bool no_chunk_kq;            /* chunk products of K-quant matrices over 17 or more tokens decode the
+    bool no_chunk_kq;           /* chunk products of K-quant matrices over 17 or more tokens decode the
                                  * weights (the paths before mk_chunk_mm_*_kq and _kw), for comparison */
-    bool no_mv_kq8;              /* the K-quant products over 16 or fewer tokens decode the weights to bf16
+    bool no_mv_kq8;             /* the K-quant products over 16 or fewer tokens decode the weights to bf16
                                  * (mk_chunk_mv_kq) instead of taking x as int8 levels (mk_chunk_mv_kq8_*),
                                  * for comparison (MK_CUDA_MV_KQ8=0) */
-    bool no_fold;                /* a split chunk product's partials are added by mk_chunk_mm_reduce
+    bool no_fold;               /* a split chunk product's partials are added by mk_chunk_mm_reduce
                                  * rather than by the RMSNorm or q/k/v kernel after it (MK_CUDA_FOLD=0) */
-    uint32_t mv_blocks;          /* most blocks per column split of the K-quant products over 16 or fewer
+    uint32_t mv_blocks;         /* most blocks per column split of the K-quant products over 16 or fewer
                                  * tokens, each taking every such tile in turn; 0 = the backend's plan */
-    uint32_t xb_rows;            /* weight rows of the bf16 products' tiles over long chunks (x rounded
+    uint32_t xb_rows;           /* weight rows of the bf16 products' tiles over long chunks (x rounded
                                  * to bf16; sm_90a: 192 or 256); 0 = the backend's plan */
-    enum mk_gpu_xb_load xb_load; /* how those products' tiles reach shared memory (sm_90a) */
-    enum mk_gpu_trace trace;     /* megakernel: per-task timestamps (mk_backend_cuda_trace) */
-    const char *kernel_image;    /* cubin, fatbin or PTX file loaded instead of the embedded code;
+    enum mk_xb_load xb_load;    /* how those products' tiles reach shared memory (sm_90a) */
+    enum mk_gpu_trace trace;    /* megakernel: per-task timestamps (mk_backend_cuda_trace) */
+    const char *kernel_image;   /* cubin, fatbin or PTX file loaded instead of the embedded code;
                                 * NULL = embedded */
 };
 struct mk_gpu_settings mk_gpu_default_settings(void);

@@ -263,7 +263,7 @@ static struct mk_gpu_settings mk_api_gpu_settings(const struct mk_gpu_params *g)
     s.no_mv_kq8 = g->no_mv_kq8 != 0;
     s.no_fold = g->no_fold != 0;
     s.xb_rows = g->xb_rows;
-    s.xb_load = (enum mk_gpu_xb_load)g->xb_load;
+    s.xb_load = (enum mk_xb_load)g->xb_load;
     s.trace = (enum mk_gpu_trace)g->trace;
     s.kernel_image = g->kernel_image;
     return s;
@@ -307,7 +307,7 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
     if (p->gpu.xb_rows && p->gpu.xb_rows != 192u && p->gpu.xb_rows != 256u)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: gpu.xb_rows = %u (want 0, 192 or 256)",
                             p->gpu.xb_rows);
-    if (p->gpu.xb_load < MK_GPU_XB_LOAD_AUTO || p->gpu.xb_load > MK_GPU_XB_LOAD_TMA)
+    if (p->gpu.xb_load < MK_XB_LOAD_AUTO || p->gpu.xb_load > MK_XB_LOAD_TMA)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: gpu.xb_load = %d (want 0, 1 or 2)",
                             p->gpu.xb_load);
     double t0 = mk_api_now_ms();

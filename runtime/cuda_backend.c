@@ -2049,7 +2049,7 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)b->c_xb_smem)))
             return MK_ERR_CUDA;
     /* And their copy engine's form, where the driver makes tensor maps. */
-    b->c_xt = kw && cu->cuTensorMapEncodeTiled && b->gpu.xb_load != MK_GPU_XB_LOAD_COPY;
+    b->c_xt = kw && cu->cuTensorMapEncodeTiled && b->gpu.xb_load != MK_XB_LOAD_COPY;
     for (int k = MK_CK_MM_STORE_WIDE_XT; k <= MK_CK_MM_SILU_WIDE_XT192 && b->c_xt; k++)
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MM_XT_SMEM)))
             return MK_ERR_CUDA;

@@ -721,18 +721,15 @@ static void check_chunks_act(const struct mk_model *m, const struct trace *t, ui
      * (MK_CUDA_XB_LOAD: cp.async, the copy engine). */
     static const struct {
         uint32_t rows;
-        enum mk_gpu_xb_load load;
-    } forced[] = { { 192, MK_GPU_XB_LOAD_AUTO },
-                   { 256, MK_GPU_XB_LOAD_AUTO },
-                   { 0, MK_GPU_XB_LOAD_COPY },
-                   { 0, MK_GPU_XB_LOAD_TMA } };
+        enum mk_xb_load load;
+    } forced[] = { { 192, MK_XB_LOAD_AUTO }, { 256, MK_XB_LOAD_AUTO }, { 0, MK_XB_LOAD_COPY }, { 0, MK_XB_LOAD_TMA } };
     for (int run = 0; run < N_GPU_KINDS + (int)(sizeof forced / sizeof forced[0]); run++) {
         const int kk = run < N_GPU_KINDS ? run : 0;
         struct mk_backend_params p = params(gpu_kinds[kk], n_ctx);
         p.ubatch = ubatch;
         p.kv_type = MK_KV_F32;
         p.gpu.xb_rows = run < N_GPU_KINDS ? 0u : forced[run - N_GPU_KINDS].rows;
-        p.gpu.xb_load = run < N_GPU_KINDS ? MK_GPU_XB_LOAD_AUTO : forced[run - N_GPU_KINDS].load;
+        p.gpu.xb_load = run < N_GPU_KINDS ? MK_XB_LOAD_AUTO : forced[run - N_GPU_KINDS].load;
         struct mk_backend *b = create_gpu_with(m, &p);
         if (!b) continue;
         struct mk_error err;

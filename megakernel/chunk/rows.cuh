@@ -8,9 +8,9 @@
 #include "megakernel/common.cuh"
 #include "megakernel/sync.cuh"
 
-/* Every chunk kernel's dynamic shared memory (sized per launch by the host). */
-extern __shared__
-    __align__(1024) float4 mk_chunk_smem[]; /* 1024: the swizzled tiles and the copy engine's boxes assume it */
+/* Every chunk kernel's dynamic shared memory (sized per launch by the host), aligned as the
+ * 128-byte swizzle's 1024-byte pattern (the swizzled tiles and the copy engine's boxes) assumes. */
+extern __shared__ __align__(1024) float4 mk_chunk_smem[];
 
 __device__ __forceinline__ const struct mk_step_cmd *mk_chunk_cmd(const struct mk_kernel_args *a) {
     return &((const struct mk_step_state *)a->step_state)->cmd;
