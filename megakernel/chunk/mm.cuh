@@ -908,12 +908,13 @@ MK_MM_WG_KERNEL(mk_chunk_mm_silu_split, MK_CHUNK_MM_SILU, true)
         mk_grid_dep_wait();                                                                     \
         mk_chunk_mm_wx<mode, bn>(&a, &l);                                                       \
     }
-#define MK_MM_WX_KERNELS(suffix, bn)                                          \
-    MK_MM_WX_KERNEL(mk_chunk_mm_store_wide_xb##suffix, MK_CHUNK_MM_STORE, bn) \
-    MK_MM_WX_KERNEL(mk_chunk_mm_add_wide_xb##suffix, MK_CHUNK_MM_ADD, bn)     \
-    MK_MM_WX_KERNEL(mk_chunk_mm_silu_wide_xb##suffix, MK_CHUNK_MM_SILU, bn)
-MK_MM_WX_KERNELS(, 256u)
-MK_MM_WX_KERNELS(192, 192u)
+/* KERNEL's store, add and silu kernels mk_chunk_mm_{store,add,silu}_<form><suffix> of BN bn. */
+#define MK_MM_MODE_KERNELS(KERNEL, form, suffix, bn)                \
+    KERNEL(mk_chunk_mm_store_##form##suffix, MK_CHUNK_MM_STORE, bn) \
+    KERNEL(mk_chunk_mm_add_##form##suffix, MK_CHUNK_MM_ADD, bn)     \
+    KERNEL(mk_chunk_mm_silu_##form##suffix, MK_CHUNK_MM_SILU, bn)
+MK_MM_MODE_KERNELS(MK_MM_WX_KERNEL, wide_xb, , 256u)
+MK_MM_MODE_KERNELS(MK_MM_WX_KERNEL, wide_xb, 192, 192u)
 /* The copy engine's form (mk_chunk_mm_tx), its tensor maps the third parameter. */
 #define MK_MM_TX_KERNEL(name, mode, bn)                                                                         \
     extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 1)                                           \
@@ -922,12 +923,8 @@ MK_MM_WX_KERNELS(192, 192u)
         mk_grid_dep_wait();                                                                                     \
         mk_chunk_mm_tx<mode, bn>(&a, &l, &t);                                                                   \
     }
-#define MK_MM_TX_KERNELS(suffix, bn)                                          \
-    MK_MM_TX_KERNEL(mk_chunk_mm_store_wide_xt##suffix, MK_CHUNK_MM_STORE, bn) \
-    MK_MM_TX_KERNEL(mk_chunk_mm_add_wide_xt##suffix, MK_CHUNK_MM_ADD, bn)     \
-    MK_MM_TX_KERNEL(mk_chunk_mm_silu_wide_xt##suffix, MK_CHUNK_MM_SILU, bn)
-MK_MM_TX_KERNELS(, 256u)
-MK_MM_TX_KERNELS(192, 192u)
+MK_MM_MODE_KERNELS(MK_MM_TX_KERNEL, wide_xt, , 256u)
+MK_MM_MODE_KERNELS(MK_MM_TX_KERNEL, wide_xt, 192, 192u)
 #else
 MK_MM_KERNELS(_wide, MK_CHUNK_MM_WIDE_ROWS, MK_MM_W_RAW, MK_CHUNK_MM_WIDE_STAGES, true)
 MK_MM_KERNELS(_split, MK_CHUNK_MM_SPLIT_ROWS, MK_MM_W_SPLIT, 2u, true)
