@@ -92,6 +92,11 @@ enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_err
         if (mk_env_bool("MK_CUDA_FOLD", v, &on, err)) return MK_ERR_INVALID_ARG;
         s->no_fold = !on;
     }
+    if ((v = getenv("MK_CUDA_ATTN_H16"))) {
+        bool on = true;
+        if (mk_env_bool("MK_CUDA_ATTN_H16", v, &on, err)) return MK_ERR_INVALID_ARG;
+        s->no_attn_h16 = !on;
+    }
     if ((v = getenv("MK_CUDA_MV_BLOCKS")) && mk_env_uint("MK_CUDA_MV_BLOCKS", v, 0, 1u << 20, &s->mv_blocks, err))
         return MK_ERR_INVALID_ARG;
     if ((v = getenv("MK_CUDA_XB_ROWS"))) {

@@ -86,6 +86,9 @@ struct mk_gpu_settings {
                                  * for comparison (MK_CUDA_MV_KQ8=0) */
     bool no_fold;               /* a split chunk product's partials are added by mk_chunk_mm_reduce
                                  * rather than by the RMSNorm or q/k/v kernel after it (MK_CUDA_FOLD=0) */
+    bool no_attn_h16;           /* chunk attention over an f16 KV cache splits q, K, V and the probabilities
+                                 * into bf16 hi + lo (three products) instead of taking K and V as cached
+                                 * and q and the probabilities as f16 hi + lo (MK_CUDA_ATTN_H16=0) */
     uint32_t mv_blocks;         /* most blocks per column split of the K-quant products over 16 or fewer
                                  * tokens, each taking every such tile in turn; 0 = the backend's plan */
     uint32_t xb_rows;           /* weight rows of the bf16 products' tiles over long chunks (x rounded
@@ -99,7 +102,7 @@ struct mk_gpu_settings mk_gpu_default_settings(void);
 
 /* Applies the environment overrides MK_CUDA_SCHEDULE=static|dynamic, MK_CUDA_TASKS_PER_WORKER=N,
  * MK_CUDA_ATTN_BLOCK=N, MK_CUDA_ATTN_SPLITS=N, MK_CUDA_FUSE_ATTN_OUTPUT=0|1, MK_CUDA_BLOCKS_PER_SM=N,
- * MK_CUDA_NO_ROPE_TABLE=0|1, MK_CUDA_CHUNK_DEQUANT_MIN=N, MK_CUDA_NO_PDL=0|1, MK_CUDA_NO_CHUNK_KQ=0|1, MK_CUDA_MV_KQ8=0|1, MK_CUDA_FOLD=0|1, MK_CUDA_MV_BLOCKS=N, MK_CUDA_XB_ROWS=0|192|256, MK_CUDA_XB_LOAD=auto|copy|tma, MK_CUDA_TRACE=0|1|fetch, MK_CUDA_CUBIN=FILE to *s (the one place
+ * MK_CUDA_NO_ROPE_TABLE=0|1, MK_CUDA_CHUNK_DEQUANT_MIN=N, MK_CUDA_NO_PDL=0|1, MK_CUDA_NO_CHUNK_KQ=0|1, MK_CUDA_MV_KQ8=0|1, MK_CUDA_FOLD=0|1, MK_CUDA_ATTN_H16=0|1, MK_CUDA_MV_BLOCKS=N, MK_CUDA_XB_ROWS=0|192|256, MK_CUDA_XB_LOAD=auto|copy|tma, MK_CUDA_TRACE=0|1|fetch, MK_CUDA_CUBIN=FILE to *s (the one place
  * they are read). MK_ERR_INVALID_ARG naming the variable and value when one is malformed. */
 enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_error *err);
 

@@ -262,6 +262,7 @@ static struct mk_gpu_settings mk_api_gpu_settings(const struct mk_gpu_params *g)
     s.mv_blocks = g->mv_blocks;
     s.no_mv_kq8 = g->no_mv_kq8 != 0;
     s.no_fold = g->no_fold != 0;
+    s.no_attn_h16 = g->no_attn_h16 != 0;
     s.xb_rows = g->xb_rows;
     s.xb_load = (enum mk_xb_load)g->xb_load;
     s.trace = (enum mk_gpu_trace)g->trace;

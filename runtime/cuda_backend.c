@@ -102,6 +102,9 @@ enum mk_cuda_chunk_kernel {
     MK_CK_MM_STORE_WIDE_XT192,
     MK_CK_MM_ADD_WIDE_XT192,
     MK_CK_MM_SILU_WIDE_XT192,
+    MK_CK_ATTN_H16_32, /* MK_CK_ATTN_MMA* over an f16 cache: q and the probabilities as f16 hi + lo */
+    MK_CK_ATTN_H16_64,
+    MK_CK_ATTN_H16_128,
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
@@ -155,6 +158,9 @@ static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
     "mk_chunk_mm_store_wide_xt192",
     "mk_chunk_mm_add_wide_xt192",
     "mk_chunk_mm_silu_wide_xt192",
+    "mk_chunk_attn_h16_32",
+    "mk_chunk_attn_h16_64",
+    "mk_chunk_attn_h16_128",
 };
 
 struct mk_cuda_backend {
@@ -1475,10 +1481,14 @@ static enum mk_status mk_cuda_chunk_enqueue(struct mk_cuda_backend *b, int32_t c
             const struct mk_args_attn *a = &in->args.attn;
             const uint32_t tiles = mk_cuda_div_up(n, mk_chunk_attn_tokens(a->n_head / a->n_head_kv));
             const bool mma = mk_chunk_attn_mma_fits(a->head_dim);
-            const enum mk_cuda_chunk_kernel k = !mma                 ? MK_CK_ATTN
-                                                : a->head_dim == 32u ? MK_CK_ATTN_MMA32
-                                                : a->head_dim == 64u ? MK_CK_ATTN_MMA64
-                                                                     : MK_CK_ATTN_MMA128;
+            /* K and V in f16 as cached: q and the probabilities as f16 hi + lo. */
+            const bool h16 = mma && b->kv_type == MK_KV_F16 && !b->gpu.no_attn_h16;
+            const enum mk_cuda_chunk_kernel k =
+                !mma ? MK_CK_ATTN
+                     : (enum mk_cuda_chunk_kernel)((h16 ? MK_CK_ATTN_H16_32 : MK_CK_ATTN_MMA32) +
+                                                   (a->head_dim == 32u   ? 0
+                                                    : a->head_dim == 64u ? 1
+                                                                         : 2));
             const uint32_t blocks = a->n_head_kv * tiles,
                            smem = mma ? mk_chunk_attn_mma_smem(a->head_dim) : mk_chunk_attn_smem(a->head_dim);
             const uint32_t keys = mma ? MK_CHUNK_ATTN_MMA_KEYS : MK_CHUNK_ATTN_KEYS;
@@ -2033,9 +2043,13 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
                             "the chunk attention needs %u bytes of shared memory per block, %s allows %d (--ubatch 1 "
                             "turns chunk steps off)",
                             attn_smem, b->info.device, optin);
-    for (int k = MK_CK_ATTN; k <= MK_CK_ATTN_MMA128; k++)
+    static const enum mk_cuda_chunk_kernel attn_kernels[] = { MK_CK_ATTN,        MK_CK_ATTN_MMA32,  MK_CK_ATTN_MMA64,
+                                                              MK_CK_ATTN_MMA128, MK_CK_ATTN_H16_32, MK_CK_ATTN_H16_64,
+                                                              MK_CK_ATTN_H16_128 };
+    for (size_t k = 0; k < sizeof attn_kernels / sizeof attn_kernels[0]; k++)
         if (attn_smem > 48u * 1024u &&
-            MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)attn_smem)))
+            MK_CU(cu, err,
+                  cuFuncSetAttribute(b->ck[attn_kernels[k]], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)attn_smem)))
             return MK_ERR_CUDA;
     for (int k = MK_CK_MM_STORE_WIDE; k <= MK_CK_MM_SILU_WIDE; k++)
         if (MK_CU(cu, err,

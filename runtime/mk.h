@@ -236,6 +236,9 @@ struct mk_gpu_params {
                                  * as int8 levels on the integer tensor cores, for comparison */
     int no_fold;                /* nonzero: a chunk product split over its columns has its partial sums
                                  * added by a launch of their own, not by the kernel that reads them */
+    int no_attn_h16;            /* nonzero: chunk attention over the f16 KV cache splits q, K, V and the
+                                 * probabilities into bf16 hi + lo, three products each, instead of taking
+                                 * K and V as cached (q and probabilities as f16 hi + lo), for comparison */
     unsigned xb_rows;           /* sm_90a: weight rows of the bf16 products' tiles over chunks whose
                                  * inputs are rounded to bf16 (192 or 256); 0 = the backend's plan */
     int xb_load;                /* how those tiles reach shared memory: 0 the backend's choice (the copy

@@ -132,6 +132,7 @@ void mk_cli_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *ou
     out->mv_blocks = s->mv_blocks;
     out->no_mv_kq8 = s->no_mv_kq8;
     out->no_fold = s->no_fold;
+    out->no_attn_h16 = s->no_attn_h16;
     out->xb_rows = s->xb_rows;
     out->xb_load = (int)s->xb_load;
     out->trace = (int)s->trace;

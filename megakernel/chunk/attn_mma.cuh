@@ -24,6 +24,25 @@ __device__ __forceinline__ void mk_mma_bf16x3(float *d, const uint32_t *ah, cons
     mk_mma_bf16(d, ah, bl);
 }
 
+/* d += a b on f16 tiles (the H16 form). Not volatile: the compiler may interleave the products
+ * with the loads and the softmax around them. */
+__device__ __forceinline__ void mk_mma_f16(float *d, const uint32_t *a, const uint32_t *b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* Two floats as f16x2 hi + lo (a in the low halves, mma's fragment order): hi + lo holds them to
+ * about 2^-22, as bf16 hi + lo does to 2^-16, while f16 keeps their range. */
+__device__ __forceinline__ void mk_split_h2(float a, float b, uint32_t *hi, uint32_t *lo) {
+    const __half2 h = __floats2half2_rn(a, b);
+    const float2 f = __half22float2(h);
+    const __half2 l = __floats2half2_rn(a - f.x, b - f.y);
+    *hi = *(const uint32_t *)&h;
+    *lo = *(const uint32_t *)&l;
+}
+
 /* Four floats to rows of bf16 hi and lo tiles at hi[0..3], lo[0..3] (8-byte aligned). */
 __device__ __forceinline__ void mk_attn_split4(float4 v, __nv_bfloat16 *hi, __nv_bfloat16 *lo) {
     const float f[4] = { v.x, v.y, v.z, v.w };
@@ -38,13 +57,19 @@ __device__ __forceinline__ void mk_attn_split4(float4 v, __nv_bfloat16 *hi, __nv
  * .. +32 of each tile of MK_CHUNK_ATTN_MMA_KEYS positions (scores S = Q K^T and O += P V with
  * m16n8k16 products, P from S's accumulators without leaving registers); the two warps of a row
  * group merge their running (max, sum, output) at the end. Dynamic shared memory:
- * mk_chunk_attn_mma_smem(HD). */
-template <uint32_t HD>
+ * mk_chunk_attn_mma_smem(HD).
+ * H16 (the _h16 kernels, for an f16 KV cache): q scaled and the probabilities as f16 hi + lo, two
+ * products each against K and V as the cache holds them, which the copies bring straight into
+ * two buffers: two thirds of the tensor-core work and none of K's and V's splitting, in the same
+ * shared memory. */
+template <uint32_t HD, bool H16>
 __device__ __forceinline__ void mk_chunk_attn_mma_body(const struct mk_kernel_args &a,
                                                        const struct mk_chunk_launch &l) {
     constexpr uint32_t ROWS = MK_CHUNK_ATTN_ROWS, KT = MK_CHUNK_ATTN_MMA_KEYS, LDH = HD + 8u;
-    constexpr int KS = (int)(HD / 16u), NT = (int)(HD / 8u), NL = (int)(KT * HD / 4u / MK_BLOCK_THREADS);
+    constexpr int KS = (int)(HD / 16u), NT = (int)(HD / 8u), NL = H16 ? 1 : (int)(KT * HD / 4u / MK_BLOCK_THREADS);
+    constexpr int NC = (int)(KT * HD / 8u / MK_BLOCK_THREADS); /* H16: 16-byte copies a thread, of K and of V */
     static_assert(KT == 64u && ROWS == 64u && MK_BLOCK_THREADS == 256u, "the warp roles assume these");
+    static_assert(!H16 || NC >= 1, "whole copies");
     const struct mk_instr *in = (const struct mk_instr *)a.instrs + l.ii;
     const struct mk_args_attn at = in->args.attn;
     const uint32_t g = at.n_head / at.n_head_kv, T = mk_chunk_attn_tokens(g), yt = gridDim.y - 1u - blockIdx.y;
@@ -52,9 +77,12 @@ __device__ __forceinline__ void mk_chunk_attn_mma_body(const struct mk_kernel_ar
     const uint32_t gq = lane >> 2, t4 = lane & 3u, wr = warp & 3u, wh = warp >> 2;
     const uint32_t q_dim = at.n_head * HD, n_rows = g * T, n_tok = min(T, l.m - t0);
     const int32_t pos = mk_chunk_cmd(&a)->pos;
-    __nv_bfloat16 *qh = (__nv_bfloat16 *)mk_chunk_smem; /* (ROWS, LDH) each: q, k, v as hi and lo */
+    /* (ROWS, LDH) each: q, k, v as hi and lo; H16: q's hi and lo as f16, then K and V of two tiles
+     * (k0 v0 k1 v1) */
+    __nv_bfloat16 *qh = (__nv_bfloat16 *)mk_chunk_smem;
     __nv_bfloat16 *ql = qh + ROWS * LDH, *kh = ql + ROWS * LDH, *kl = kh + KT * LDH, *vh = kl + KT * LDH,
                   *vl = vh + KT * LDH;
+    if (H16) vh = kl;
 
     /* This thread's rows: R and R + 8 of the block (accumulator elements 0, 1 and 2, 3). */
     const uint32_t R = 16u * wr + gq;
@@ -71,19 +99,33 @@ __device__ __forceinline__ void mk_chunk_attn_mma_body(const struct mk_kernel_ar
                    pe = min(end, ps + span);
     const uint64_t layer0 = (uint64_t)at.layer * a.n_ctx;
     const bool f16 = a.kv_type == MK_KV_F16;
-    const float scale = 1.0f / sqrtf((float)HD);
+    if (H16 && !f16) __trap();
+    /* H16 scales q before rounding it (less range asked of f16), the scores not again. */
+    const float scale = 1.0f / sqrtf((float)HD), s_scale = H16 ? 1.0f : scale;
     /* The next tile's K and V, loaded while the tensor cores work on this one. */
     float4 kr[NL], vr[NL];
     auto fetch = [&](uint32_t p0) {
         const uint32_t nk = min(KT, pe - p0);
 #pragma unroll
-        for (int i = 0; i < NL; i++) {
+        for (int i = 0; i < (H16 ? 0 : NL); i++) { /* H16 copies instead */
             const uint32_t k = tid + (uint32_t)i * MK_BLOCK_THREADS, j = k / (HD / 4u), d = 4u * (k % (HD / 4u));
             /* Keys past the split repeat its last one: finite, and their scores are masked. */
             const uint64_t off = (layer0 + p0 + min(j, nk - 1u)) * a.kv_dim + kvh * HD + d;
             kr[i] = f16 ? mk_kv_ldcg4((const __half *)a.k_cache + off) : mk_kv_ldcg4((const float *)a.k_cache + off);
             vr[i] = f16 ? mk_kv_ldcg4((const __half *)a.v_cache + off) : mk_kv_ldcg4((const float *)a.v_cache + off);
         }
+    };
+    /* H16: tile p0's K and V straight from the f16 cache into buffer b, as one group of copies. */
+    auto copy = [&](uint32_t p0, uint32_t b) {
+        const uint32_t nk = min(KT, pe - p0);
+#pragma unroll
+        for (int i = 0; i < NC; i++) {
+            const uint32_t k = tid + (uint32_t)i * MK_BLOCK_THREADS, j = k / (HD / 8u), d = 8u * (k % (HD / 8u));
+            const uint64_t off = (layer0 + p0 + min(j, nk - 1u)) * a.kv_dim + kvh * HD + d;
+            mk_cp_async16(kh + 2u * b * KT * LDH + j * LDH + d, (const __half *)a.k_cache + off, 16u);
+            mk_cp_async16(vh + 2u * b * KT * LDH + j * LDH + d, (const __half *)a.v_cache + off, 16u);
+        }
+        mk_cp_async_commit();
     };
     const uint32_t a_off = (16u * wr + (lane & 15u)) * LDH + (lane >> 4) * 8u;
     const uint32_t b_off = (32u * wh + (lane >> 4) * 8u + (lane & 7u)) * LDH + ((lane >> 3) & 1u) * 8u;
@@ -105,23 +147,48 @@ __device__ __forceinline__ void mk_chunk_attn_mma_body(const struct mk_kernel_ar
             qv[i] = make_float4(__ldcg(q), __ldcg(q + 1), __ldcg(q + 2), __ldcg(q + 3));
         }
     }
-    if (ps < pe) fetch(ps);
+    if (ps < pe) {
+        if (H16)
+            copy(ps, 0u);
+        else
+            fetch(ps);
+    }
 #pragma unroll
     for (int i = 0; i < NQ; i++) {
         const uint32_t k = tid + (uint32_t)i * MK_BLOCK_THREADS, r = k / (HD / 4u), d = 4u * (k % (HD / 4u));
-        mk_attn_split4(qv[i], qh + r * LDH + d, ql + r * LDH + d);
-    }
-    for (uint32_t p0 = ps; p0 < pe; p0 += KT) {
-        const uint32_t nk = min(KT, pe - p0);
-        __syncthreads(); /* the previous tile is consumed */
-#pragma unroll
-        for (int i = 0; i < NL; i++) {
-            const uint32_t k = tid + (uint32_t)i * MK_BLOCK_THREADS, j = k / (HD / 4u), d = 4u * (k % (HD / 4u));
-            mk_attn_split4(kr[i], kh + j * LDH + d, kl + j * LDH + d);
-            mk_attn_split4(vr[i], vh + j * LDH + d, vl + j * LDH + d);
+        if (H16) {
+            const float4 v = qv[i];
+            uint2 h, lo;
+            mk_split_h2(v.x * scale, v.y * scale, &h.x, &lo.x);
+            mk_split_h2(v.z * scale, v.w * scale, &h.y, &lo.y);
+            *(uint2 *)(qh + r * LDH + d) = h;
+            *(uint2 *)(ql + r * LDH + d) = lo;
+        } else {
+            mk_attn_split4(qv[i], qh + r * LDH + d, ql + r * LDH + d);
         }
-        __syncthreads();
-        if (p0 + KT < pe) fetch(p0 + KT);
+    }
+    for (uint32_t p0 = ps, it = 0; p0 < pe; p0 += KT, it++) {
+        const uint32_t nk = min(KT, pe - p0);
+        const __nv_bfloat16 *kt = kh, *vt = vh; /* this tile's K and V */
+        if (H16) {
+            /* Past it this tile has landed for every thread, and the last one (the other buffer)
+             * is consumed: the next tile's copies go there while this one is multiplied. */
+            mk_cp_async_wait_all();
+            __syncthreads();
+            if (p0 + KT < pe) copy(p0 + KT, (it + 1u) & 1u);
+            kt = kh + 2u * (it & 1u) * KT * LDH;
+            vt = vh + 2u * (it & 1u) * KT * LDH;
+        } else {
+            __syncthreads(); /* the previous tile is consumed */
+#pragma unroll
+            for (int i = 0; i < NL; i++) {
+                const uint32_t k = tid + (uint32_t)i * MK_BLOCK_THREADS, j = k / (HD / 4u), d = 4u * (k % (HD / 4u));
+                mk_attn_split4(kr[i], kh + j * LDH + d, kl + j * LDH + d);
+                mk_attn_split4(vr[i], vh + j * LDH + d, vl + j * LDH + d);
+            }
+            __syncthreads();
+            if (p0 + KT < pe) fetch(p0 + KT);
+        }
 
         /* S (16 rows by this warp's 32 keys, four n8 tiles). */
         float s[4][4];
@@ -137,7 +204,15 @@ __device__ __forceinline__ void mk_chunk_attn_mma_body(const struct mk_kernel_ar
 #pragma unroll
             for (int jp = 0; jp < 2; jp++) {
                 uint32_t bh[4], bl[4];
-                mk_ldsm_x4(bh, kh + b_off + 16u * (uint32_t)jp * LDH + 16u * (uint32_t)kk);
+                mk_ldsm_x4(bh, kt + b_off + 16u * (uint32_t)jp * LDH + 16u * (uint32_t)kk);
+                if (H16) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        mk_mma_f16(s[2 * jp + h], ah, bh + 2 * h);
+                        mk_mma_f16(s[2 * jp + h], al, bh + 2 * h);
+                    }
+                    continue;
+                }
                 mk_ldsm_x4(bl, kl + b_off + 16u * (uint32_t)jp * LDH + 16u * (uint32_t)kk);
 #pragma unroll
                 for (int h = 0; h < 2; h++) mk_mma_bf16x3(s[2 * jp + h], ah, al, bh + 2 * h, bl + 2 * h);
@@ -151,7 +226,7 @@ __device__ __forceinline__ void mk_chunk_attn_mma_body(const struct mk_kernel_ar
             for (int e = 0; e < 4; e++) {
                 const uint32_t key = p0 + 32u * wh + 8u * (uint32_t)j + 2u * t4 + (uint32_t)(e & 1);
                 const bool ok = key < p0 + nk && key <= (e < 2 ? last0 : last1);
-                s[j][e] = ok ? s[j][e] * scale : -INFINITY;
+                s[j][e] = ok ? s[j][e] * s_scale : -INFINITY;
                 if (e < 2)
                     mx0 = fmaxf(mx0, s[j][e]);
                 else
@@ -191,6 +266,23 @@ __device__ __forceinline__ void mk_chunk_attn_mma_body(const struct mk_kernel_ar
 #pragma unroll
         for (int ks = 0; ks < 2; ks++) {
             uint32_t ph[4], pl[4];
+            if (H16) {
+                mk_split_h2(s[2 * ks][0], s[2 * ks][1], &ph[0], &pl[0]);
+                mk_split_h2(s[2 * ks][2], s[2 * ks][3], &ph[1], &pl[1]);
+                mk_split_h2(s[2 * ks + 1][0], s[2 * ks + 1][1], &ph[2], &pl[2]);
+                mk_split_h2(s[2 * ks + 1][2], s[2 * ks + 1][3], &ph[3], &pl[3]);
+#pragma unroll
+                for (int jp = 0; jp < NT / 2; jp++) {
+                    uint32_t bh[4];
+                    mk_ldsm_x4_t(bh, vt + v_off + 16u * (uint32_t)ks * LDH + 16u * (uint32_t)jp);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        mk_mma_f16(o[2 * jp + h], ph, bh + 2 * h);
+                        mk_mma_f16(o[2 * jp + h], pl, bh + 2 * h);
+                    }
+                }
+                continue;
+            }
             mk_mm_split<1>(&s[2 * ks][0], &ph[0], &pl[0]);
             mk_mm_split<1>(&s[2 * ks][2], &ph[1], &pl[1]);
             mk_mm_split<1>(&s[2 * ks + 1][0], &ph[2], &pl[2]);
@@ -285,16 +377,19 @@ __device__ __forceinline__ void mk_chunk_attn_mma_body(const struct mk_kernel_ar
     }
 }
 
-/* One kernel per head size (mk_chunk_attn_mma_fits), each with the registers its size needs:
- * two blocks fit a multiprocessor up to 64. */
-#define MK_ATTN_MMA_KERNEL(hd, per_sm)                                                                            \
-    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, per_sm)                                        \
-        mk_chunk_attn_mma_##hd(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
-        mk_grid_dep_wait();                                                                                       \
-        mk_chunk_attn_mma_body<hd>(a, l);                                                                         \
+/* One kernel per head size (mk_chunk_attn_mma_fits) and form, each with the registers its size
+ * needs: two blocks fit a multiprocessor up to 64. */
+#define MK_ATTN_MMA_KERNEL(name, hd, h16, per_sm)                                                   \
+    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, per_sm)                          \
+        name##hd(const __grid_constant__ struct mk_kernel_args a, const struct mk_chunk_launch l) { \
+        mk_grid_dep_wait();                                                                         \
+        mk_chunk_attn_mma_body<hd, h16>(a, l);                                                      \
     }
-MK_ATTN_MMA_KERNEL(32, 2)
-MK_ATTN_MMA_KERNEL(64, 2)
-MK_ATTN_MMA_KERNEL(128, 1)
+MK_ATTN_MMA_KERNEL(mk_chunk_attn_mma_, 32, false, 2)
+MK_ATTN_MMA_KERNEL(mk_chunk_attn_mma_, 64, false, 2)
+MK_ATTN_MMA_KERNEL(mk_chunk_attn_mma_, 128, false, 1)
+MK_ATTN_MMA_KERNEL(mk_chunk_attn_h16_, 32, true, 2)
+MK_ATTN_MMA_KERNEL(mk_chunk_attn_h16_, 64, true, 2)
+MK_ATTN_MMA_KERNEL(mk_chunk_attn_h16_, 128, true, 1)
 
 #endif
