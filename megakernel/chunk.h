@@ -248,7 +248,9 @@ MK_ABI_FN uint32_t mk_chunk_attn_smem(uint32_t head_dim) {
 
 /* mk_chunk_attn_mma, the tensor-core attention for the head sizes it takes (the others run
  * mk_chunk_attn): the same blocks and partials, positions MK_CHUNK_ATTN_MMA_KEYS at a time, q, K
- * and V as bf16 hi and lo tiles with rows head_dim + 8 apart. */
+ * and V as bf16 hi and lo tiles with rows head_dim + 8 apart. Its form over an f16 cache (the
+ * _h16 kernels) fills the same shared memory with q's f16 hi and lo tiles and two tiles each of K
+ * and V as cached. */
 #define MK_CHUNK_ATTN_MMA_KEYS 64u
 MK_ABI_FN int mk_chunk_attn_mma_fits(uint32_t head_dim) {
     return head_dim == 32u || head_dim == 64u || head_dim == 128u;
