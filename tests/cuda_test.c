@@ -723,16 +723,18 @@ static void check_chunks_act(const struct mk_model *m, const struct trace *t, ui
      * with each tile width forced (sm_90a: 192 and 256 weight rows, MK_CUDA_XB_ROWS) and each way
      * of loading them (MK_CUDA_XB_LOAD: cp.async, the copy engine), with an f16 one with the
      * attention's bf16 hi + lo form (MK_CUDA_ATTN_H16=0). */
-    static const struct {
+    struct forced {
         uint32_t rows;
         enum mk_xb_load load;
         bool no_attn_h16;
-    } forced_f32[] = { { 192, MK_XB_LOAD_AUTO, false },
-                       { 256, MK_XB_LOAD_AUTO, false },
-                       { 0, MK_XB_LOAD_COPY, false },
-                       { 0, MK_XB_LOAD_TMA, false } },
-      forced_f16[] = { { 0, MK_XB_LOAD_AUTO, true } };
+    };
+    static const struct forced forced_f32[] = { { 192, MK_XB_LOAD_AUTO, false },
+                                                { 256, MK_XB_LOAD_AUTO, false },
+                                                { 0, MK_XB_LOAD_COPY, false },
+                                                { 0, MK_XB_LOAD_TMA, false } },
+                               forced_f16[] = { { 0, MK_XB_LOAD_AUTO, true } };
     const bool f16 = kv == MK_KV_F16;
+    const struct forced *forced = f16 ? forced_f16 : forced_f32;
     const int n_forced =
         f16 ? (int)(sizeof forced_f16 / sizeof forced_f16[0]) : (int)(sizeof forced_f32 / sizeof forced_f32[0]);
     for (int run = 0; run < N_GPU_KINDS + n_forced; run++) {
@@ -741,10 +743,9 @@ static void check_chunks_act(const struct mk_model *m, const struct trace *t, ui
         p.ubatch = ubatch;
         p.kv_type = kv;
         if (run >= N_GPU_KINDS) {
-            const int f = run - N_GPU_KINDS;
-            p.gpu.xb_rows = f16 ? forced_f16[f].rows : forced_f32[f].rows;
-            p.gpu.xb_load = f16 ? forced_f16[f].load : forced_f32[f].load;
-            p.gpu.no_attn_h16 = f16 ? forced_f16[f].no_attn_h16 : forced_f32[f].no_attn_h16;
+            p.gpu.xb_rows = forced[run - N_GPU_KINDS].rows;
+            p.gpu.xb_load = forced[run - N_GPU_KINDS].load;
+            p.gpu.no_attn_h16 = forced[run - N_GPU_KINDS].no_attn_h16;
         }
         struct mk_backend *b = create_gpu_with(m, &p);
         if (!b) continue;
