@@ -114,6 +114,9 @@ MK_STATIC_ASSERT(sizeof(struct mk_chunk_tmaps) == 512, "mk_chunk_tmaps is 4 CUte
 #define MK_CHUNK_MM_TX_ROWS      32u
 #define MK_CHUNK_MM_TX_ROW_BYTES 128u
 #define MK_CHUNK_MM_XT_SMEM      (MK_CHUNK_MM_XB_SMEM + 256u)
+/* Their blocks: the product warps' MK_BLOCK_THREADS and a warpgroup whose first warp asks for the
+ * copies (registers move between warpgroups, so the copy warp comes with three idle ones). */
+#define MK_CHUNK_MM_TX_THREADS (MK_BLOCK_THREADS + 128u)
 /* _split on sm_90a (cc 9.0): three stages of the wgmma ring with weight hi and lo tiles. */
 #define MK_CHUNK_MM_SPLIT_WG_SMEM \
     (3u * 2u * (2u * MK_CHUNK_MM_TOKENS * MK_CHUNK_MM_K + 2u * MK_CHUNK_MM_SPLIT_ROWS * MK_CHUNK_MM_K))

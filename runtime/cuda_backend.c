@@ -889,14 +889,13 @@ static enum mk_status mk_cuda_mega_generate(struct mk_backend *base, const struc
     return MK_OK;
 }
 
-/* A launch of an op kernel (per-op or chunk) on b's stream: with programmatic stream serialization
- * where b->pdl says. MK_CU's result. */
+/* A launch of an op kernel (per-op or chunk) of threads a block on b's stream: with programmatic
+ * stream serialization where b->pdl says. MK_CU's result. */
 static int mk_cuda_launch_ops(struct mk_cuda_backend *b, mk_cu_function fn, uint32_t gx, uint32_t gy, uint32_t gz,
-                              uint32_t smem, void **params, struct mk_error *err) {
-    if (!b->pdl)
-        return MK_CU(b->cu, err, cuLaunchKernel(fn, gx, gy, gz, MK_BLOCK_THREADS, 1, 1, smem, b->stream, params, NULL));
+                              uint32_t threads, uint32_t smem, void **params, struct mk_error *err) {
+    if (!b->pdl) return MK_CU(b->cu, err, cuLaunchKernel(fn, gx, gy, gz, threads, 1, 1, smem, b->stream, params, NULL));
     struct mk_cu_launch_attr pdl = { .id = MK_CU_LAUNCH_ATTR_PROGRAMMATIC_STREAM_SERIALIZATION, .v.value = 1 };
-    const struct mk_cu_launch_config cfg = { gx, gy, gz, MK_BLOCK_THREADS, 1, 1, smem, b->stream, &pdl, 1 };
+    const struct mk_cu_launch_config cfg = { gx, gy, gz, threads, 1, 1, smem, b->stream, &pdl, 1 };
     return MK_CU(b->cu, err, cuLaunchKernelEx(&cfg, fn, params, NULL));
 }
 
@@ -914,7 +913,7 @@ static enum mk_status mk_cuda_enqueue_ops(struct mk_cuda_backend *b, struct mk_e
         uint32_t ii = i;
         void *params[2] = { &b->args, &ii };
         uint32_t smem = mk_layout_smem_words(in, p->weights) * 4u;
-        if (mk_cuda_launch_ops(b, b->fn, in->n_tasks, 1, 1, smem, params, err)) {
+        if (mk_cuda_launch_ops(b, b->fn, in->n_tasks, 1, 1, MK_BLOCK_THREADS, smem, params, err)) {
             mk_error_prefix(err, "per-op launch of instruction %u '%s' (%u tasks)", i, p->labels[i], in->n_tasks);
             return MK_ERR_CUDA;
         }
@@ -1030,11 +1029,12 @@ static enum mk_status mk_cuda_chunk_issue(struct mk_cuda_backend *b, enum mk_cud
         b->cev_ii[b->n_cev] = l.ii;
         b->cev_kernel[b->n_cev++] = (uint8_t)k;
     }
-    /* The copy engine's products take their tensor maps as a third parameter. */
+    /* The copy engine's products take their tensor maps as a third parameter, and a warp more. */
     const bool tx = k >= MK_CK_MM_STORE_WIDE_XT && k <= MK_CK_MM_SILU_WIDE_XT192;
     MK_ASSERT(!tx || b->c_tmaps);
     void *params[3] = { &b->cargs, &l, tx ? (void *)b->c_tmaps : NULL };
-    if (mk_cuda_launch_ops(b, b->ck[k], gx, gy, gz, smem, params, err)) {
+    if (mk_cuda_launch_ops(b, b->ck[k], gx, gy, gz, tx ? MK_CHUNK_MM_TX_THREADS : MK_BLOCK_THREADS, smem, params,
+                           err)) {
         mk_error_prefix(err, "chunk step: %s on %ux%u blocks for instruction %u '%s'", mk_cuda_chunk_names[k], gx, gy,
                         l.ii, b->cprog->labels[l.ii]);
         return MK_ERR_CUDA;

@@ -223,6 +223,10 @@ __device__ __forceinline__ bool mk_mm_wvec(const struct mk_mm_mats *mm, const st
 /* The end of a product block of BN weight rows from n0 by MK_MM_BM token rows from m0, whose sums
  * each(fn) hands out as fn(token row, tile column, sum) (token rows past l->m left out): a split's
  * raw sums to the partials, else the mode's epilogue. */
+/* A barrier of the product threads (the first MK_BLOCK_THREADS): the _wide_xt blocks' copy warp
+ * has left by the time their epilogue meets here. */
+__device__ __forceinline__ void mk_mm_sync(void) { asm volatile("bar.sync 1, %0;" ::"n"(MK_BLOCK_THREADS) : "memory"); }
+
 template <int MODE, uint32_t BN, typename Each, uint32_t BM = MK_MM_BM>
 __device__ __forceinline__ void mk_mm_epilogue(const struct mk_kernel_args *a, const struct mk_chunk_launch *l,
                                                uint32_t n0, uint32_t N, uint32_t m0, uint32_t splits, Each each) {
@@ -244,7 +248,7 @@ __device__ __forceinline__ void mk_mm_epilogue(const struct mk_kernel_args *a, c
         float *gs = (float *)mk_chunk_smem; /* (BM, BN + 4) */
         constexpr uint32_t LG = BN + 4u;
         each([&](uint32_t mt, uint32_t cl, float v) { gs[(mt - m0) * LG + cl] = v; });
-        __syncthreads();
+        mk_mm_sync();
         for (uint32_t k = threadIdx.x; k < BM * BN / 2u; k += MK_BLOCK_THREADS) {
             const uint32_t mt = k / (BN / 2u), r = k % (BN / 2u);
             if (m0 + mt >= l->m || n0 + r >= N) continue;
@@ -269,6 +273,14 @@ __device__ __forceinline__ uint32_t mk_wg_at(uint32_t r, uint32_t c) { return r 
 /* sm_90a: the bf16 products on wgmma. A warpgroup (4 warps) multiplies the block's 64 token rows by
  * 128 of its weight rows per instruction, both operands read from shared memory by descriptor. */
 #define MK_MM_WGMMA 1
+/* sm_90a: a warpgroup gives up registers to the block's pool (dec) or takes them from it (inc);
+ * every warp of the warpgroup runs it. */
+template <uint32_t R> __device__ __forceinline__ void mk_setmaxnreg_dec(void) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+}
+template <uint32_t R> __device__ __forceinline__ void mk_setmaxnreg_inc(void) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+}
 
 /* The descriptor of a K-major bf16 tile in shared memory from p: rows of 64 bytes (32 columns) with
  * the 64-byte swizzle (16-byte chunk c of row r at chunk c ^ (r / 2 % 4), mk_wg_at), 8-row groups
@@ -779,16 +791,18 @@ __device__ __forceinline__ void mk_chunk_mm_wx(const struct mk_kernel_args *a, c
     mk_wx_epilogue<MODE, BN>(a, l, acc, n0, N, m0, splits);
 }
 
-/* mk_chunk_mm_wx with its stages brought in by the copy engine (the _wide_xt kernels): one thread
- * asks for each stage's boxes (x's MK_CHUNK_MM_XB_TOKENS token rows, then the tile's weight rows
+/* mk_chunk_mm_wx with its stages brought in by the copy engine (the _wide_xt kernels): a warp of
+ * its own (warp MK_BLOCK_WARPS, past the products' 256 threads, in a warpgroup that gives its
+ * registers to theirs: MK_CHUNK_MM_TX_THREADS in all) asks for each stage's boxes (x's MK_CHUNK_MM_XB_TOKENS token rows, then the tile's weight rows
  * MK_CHUNK_MM_TX_ROWS at a time, each box from the matrix that holds it), which land already
- * swizzled and complete on the stage's full barrier; each warp arrives on the stage's empty
- * barrier once its products of it are done, and the copies into a stage wait for that. No thread
- * spends instructions on the copies, and no block barrier is met per stage. Rows of 128 bytes (64
- * columns a stage, the 128-byte swizzle): with 64-byte rows, as mk_chunk_mm_wx takes them, the
- * copy engine's boxes were slower than cp.async over 512 tokens (llama-8b pp512 -29 %), and
- * blocks in clusters of two sharing each weight box by multicast slower still (BENCHMARKS.md,
- * twenty-ninth session). */
+ * swizzled and complete on the stage's full barrier; each product warp arrives on the stage's
+ * empty barrier once its products of it are done, and the copies into a stage wait for that. No
+ * product warp waits for another: when thread 0 asked for the copies between its products, its
+ * warpgroup met the other's slowest warp at every stage (Nsight Compute, thirtieth session: 0.19
+ * eligible warps a scheduler). Rows of 128 bytes (64 columns a stage, the 128-byte swizzle): with
+ * 64-byte rows, as mk_chunk_mm_wx takes them, the copy engine's boxes were slower than cp.async
+ * over 512 tokens (llama-8b pp512 -29 %), and blocks in clusters of two sharing each weight box by
+ * multicast slower still (BENCHMARKS.md, twenty-ninth session). */
 template <int MODE, uint32_t BN>
 __device__ __forceinline__ void mk_chunk_mm_tx(const struct mk_kernel_args *a, const struct mk_chunk_launch *l,
                                                const struct mk_chunk_tmaps *t) {
@@ -800,6 +814,7 @@ __device__ __forceinline__ void mk_chunk_mm_tx(const struct mk_kernel_args *a, c
     static_assert(STAGES >= 3u && STAGES * STAGE + 16u * STAGES + 8u * NP <= MK_CHUNK_MM_XT_SMEM &&
                       4u * BM * (BN + 4u) <= STAGES * STAGE,
                   "the ring, its barriers and the boxes' table; SILU's results in the ring");
+    static_assert(MK_CHUNK_MM_TX_THREADS == MK_BLOCK_THREADS + 128u, "the product warps and the copy warpgroup");
     uint8_t *const sm = (uint8_t *)mk_chunk_smem;
     uint64_t *const full = (uint64_t *)(sm + STAGES * STAGE), *const empty = full + STAGES;
     uint32_t *const box_map = (uint32_t *)(empty + STAGES), *const box_row = box_map + NP;
@@ -826,25 +841,32 @@ __device__ __forceinline__ void mk_chunk_mm_tx(const struct mk_kernel_args *a, c
     if (tid == 0)
         for (uint32_t s = 0; s < STAGES; s++) {
             mk_mbar_init(&full[s], 1u);
-            mk_mbar_init(&empty[s], MK_BLOCK_THREADS / 32u); /* each warp */
+            mk_mbar_init(&empty[s], MK_BLOCK_WARPS); /* each product warp */
         }
     __syncthreads();
-    /* Thread 0: stage j's boxes into its slot, once the slot's last readers (stage j - STAGES) are
-     * done. */
-    auto produce = [&](uint32_t j) {
-        const uint32_t s = j % STAGES;
-        if (j >= STAGES) mk_mbar_wait(&empty[s], (j / STAGES - 1u) & 1u);
-        uint8_t *st = sm + s * STAGE;
-        const int32_t k0 = (int32_t)(kb + j * BK);
-        mk_mbar_expect(&full[s], STAGE);
-        mk_tma_load2(st, &t->x, k0, (int32_t)m0, &full[s]);
+    if (warp >= MK_BLOCK_WARPS) {
+        /* 168 registers a thread at launch (384 threads); the copy warpgroup keeps 40 and the two
+         * product warpgroups take 232, which their 128 accumulators and SILU's epilogue need
+         * (168 spilled 312 bytes). */
+        mk_setmaxnreg_dec<24>();
+        if (warp > MK_BLOCK_WARPS) return;
+        /* The copy warp's lane 0: stage j's boxes into its slot, once the slot's last readers
+         * (stage j - STAGES) are done; then it leaves (the copies land on their own). */
+        if (lane == 0u)
+            for (uint32_t j = 0; j < n; j++) {
+                const uint32_t s = j % STAGES;
+                if (j >= STAGES) mk_mbar_wait(&empty[s], (j / STAGES - 1u) & 1u);
+                uint8_t *st = sm + s * STAGE;
+                const int32_t k0 = (int32_t)(kb + j * BK);
+                mk_mbar_expect(&full[s], STAGE);
+                mk_tma_load2(st, &t->x, k0, (int32_t)m0, &full[s]);
 #pragma unroll
-        for (uint32_t p = 0; p < NP; p++)
-            mk_tma_load2(st + XB + p * PR * RB, &t->w[box_map[p]], k0, (int32_t)box_row[p], &full[s]);
-    };
-    /* All stages but one ahead: a slot is refilled as soon as its stage is done. */
-    if (tid == 0)
-        for (uint32_t j = 0; j + 1u < STAGES && j < n; j++) produce(j);
+                for (uint32_t p = 0; p < NP; p++)
+                    mk_tma_load2(st + XB + p * PR * RB, &t->w[box_map[p]], k0, (int32_t)box_row[p], &full[s]);
+            }
+        return;
+    }
+    mk_setmaxnreg_inc<240>();
     float acc[BN / 2u];
 #pragma unroll
     for (uint32_t i = 0; i < BN / 2u; i++) acc[i] = 0.0f;
@@ -862,10 +884,11 @@ __device__ __forceinline__ void mk_chunk_mm_tx(const struct mk_kernel_args *a, c
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
         /* This warp's products of stage i - 1 are done: its slot may take stage i + STAGES - 1. */
         if (i > 0u && lane == 0u) mk_mbar_arrive(&empty[(i - 1u) % STAGES]);
-        if (tid == 0 && i + STAGES - 1u < n) produce(i + STAGES - 1u);
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    __syncthreads(); /* every copy has landed (each was waited for): SILU's epilogue may reuse the ring */
+    /* Every copy has landed (each was waited for): SILU's epilogue may reuse the ring. The copy
+     * warp has left, so the product warps meet on a barrier of their own. */
+    mk_mm_sync();
     mk_wx_epilogue<MODE, BN>(a, l, acc, n0, N, m0, splits);
 }
 #endif
@@ -917,7 +940,7 @@ MK_MM_MODE_KERNELS(MK_MM_WX_KERNEL, wide_xb, , 256u)
 MK_MM_MODE_KERNELS(MK_MM_WX_KERNEL, wide_xb, 192, 192u)
 /* The copy engine's form (mk_chunk_mm_tx), its tensor maps the third parameter. */
 #define MK_MM_TX_KERNEL(name, mode, bn)                                                                         \
-    extern "C" __global__ void __launch_bounds__(MK_BLOCK_THREADS, 1)                                           \
+    extern "C" __global__ void __launch_bounds__(MK_CHUNK_MM_TX_THREADS, 1)                                     \
         name(const __grid_constant__ struct mk_kernel_args a, const __grid_constant__ struct mk_chunk_launch l, \
              const __grid_constant__ struct mk_chunk_tmaps t) {                                                 \
         mk_grid_dep_wait();                                                                                     \
