@@ -101,8 +101,8 @@ enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_err
         return MK_ERR_INVALID_ARG;
     if ((v = getenv("MK_CUDA_XB_ROWS"))) {
         if (mk_env_uint("MK_CUDA_XB_ROWS", v, 0, 256, &s->xb_rows, err)) return MK_ERR_INVALID_ARG;
-        if (s->xb_rows && s->xb_rows != 192u && s->xb_rows != 256u)
-            return mk_error_set(err, MK_ERR_INVALID_ARG, "MK_CUDA_XB_ROWS=%s: want 0, 192 or 256", v);
+        if (s->xb_rows && s->xb_rows != 128u && s->xb_rows != 192u && s->xb_rows != 256u)
+            return mk_error_set(err, MK_ERR_INVALID_ARG, "MK_CUDA_XB_ROWS=%s: want 0, 128, 192 or 256", v);
     }
     if ((v = getenv("MK_CUDA_XB_LOAD"))) {
         static const char *const names[] = { "auto", "copy", "tma" };

@@ -92,7 +92,7 @@ struct mk_gpu_settings {
     uint32_t mv_blocks;         /* most blocks per column split of the K-quant products over 16 or fewer
                                  * tokens, each taking every such tile in turn; 0 = the backend's plan */
     uint32_t xb_rows;           /* weight rows of the bf16 products' tiles over long chunks (x rounded
-                                 * to bf16; sm_90a: 192 or 256); 0 = the backend's plan */
+                                 * to bf16; sm_90a: 128, 192 or 256); 0 = the backend's plan */
     enum mk_xb_load xb_load;    /* how those products' tiles reach shared memory (sm_90a) */
     enum mk_gpu_trace trace;    /* megakernel: per-task timestamps (mk_backend_cuda_trace) */
     const char *kernel_image;   /* cubin, fatbin or PTX file loaded instead of the embedded code;

@@ -99,7 +99,7 @@ MK_STATIC_ASSERT(sizeof(struct mk_chunk_tmaps) == 512, "mk_chunk_tmaps is 4 CUte
 #define MK_CHUNK_MM_WIDE_SMEM  MK_CHUNK_MM_WG_SMEM
 #define MK_CHUNK_MM_SPLIT_SMEM MK_CHUNK_MM_SMEM_AT(MK_CHUNK_MM_SPLIT_ROWS, 2u, 2u)
 /* _wide_xb (x rounded to bf16, the chunk program's act_bf16_min): on sm_90a (cc 9.0) blocks of
- * MK_CHUNK_MM_XB_TOKENS token rows by 256 weight rows (_wide_xb192: 192), a ring of
+ * MK_CHUNK_MM_XB_TOKENS token rows by 256 weight rows (_wide_xb192: 192, _wide_xb128: 128), a ring of
  * MK_CHUNK_MM_XB_STAGES stages (128 x 32 + 256 x 32 bf16; SILU's (tokens, rows + 4) fp32 results fit
  * in them after), one block a multiprocessor; elsewhere the _wide kernels' blocks and shared memory. */
 #define MK_CHUNK_MM_XB_TOKENS 128u

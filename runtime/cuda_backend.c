@@ -105,6 +105,12 @@ enum mk_cuda_chunk_kernel {
     MK_CK_ATTN_H16_32, /* MK_CK_ATTN_MMA* over an f16 cache: q and the probabilities as f16 hi + lo */
     MK_CK_ATTN_H16_64,
     MK_CK_ATTN_H16_128,
+    MK_CK_MM_STORE_WIDE_XB128, /* sm_90a only: _WIDE_XB in blocks of 128 weight rows (mk_cuda_xb_plan) */
+    MK_CK_MM_ADD_WIDE_XB128,
+    MK_CK_MM_SILU_WIDE_XB128,
+    MK_CK_MM_STORE_WIDE_XT128, /* and by the copy engine */
+    MK_CK_MM_ADD_WIDE_XT128,
+    MK_CK_MM_SILU_WIDE_XT128,
     MK_CK_COUNT
 };
 static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
@@ -161,6 +167,12 @@ static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
     "mk_chunk_attn_h16_32",
     "mk_chunk_attn_h16_64",
     "mk_chunk_attn_h16_128",
+    "mk_chunk_mm_store_wide_xb128",
+    "mk_chunk_mm_add_wide_xb128",
+    "mk_chunk_mm_silu_wide_xb128",
+    "mk_chunk_mm_store_wide_xt128",
+    "mk_chunk_mm_add_wide_xt128",
+    "mk_chunk_mm_silu_wide_xt128",
 };
 
 struct mk_cuda_backend {
@@ -1030,7 +1042,8 @@ static enum mk_status mk_cuda_chunk_issue(struct mk_cuda_backend *b, enum mk_cud
         b->cev_kernel[b->n_cev++] = (uint8_t)k;
     }
     /* The copy engine's products take their tensor maps as a third parameter, and a warp more. */
-    const bool tx = k >= MK_CK_MM_STORE_WIDE_XT && k <= MK_CK_MM_SILU_WIDE_XT192;
+    const bool tx = (k >= MK_CK_MM_STORE_WIDE_XT && k <= MK_CK_MM_SILU_WIDE_XT192) ||
+                    (k >= MK_CK_MM_STORE_WIDE_XT128 && k <= MK_CK_MM_SILU_WIDE_XT128);
     MK_ASSERT(!tx || b->c_tmaps);
     void *params[3] = { &b->cargs, &l, tx ? (void *)b->c_tmaps : NULL };
     if (mk_cuda_launch_ops(b, b->ck[k], gx, gy, gz, tx ? MK_CHUNK_MM_TX_THREADS : MK_BLOCK_THREADS, smem, params,
@@ -1216,19 +1229,24 @@ static enum mk_status mk_cuda_chunk_mm_grid(struct mk_cuda_backend *b, enum mk_c
  * (not 96 of 256) took 7 % less time, llama-1b's products over 128 tokens in fewer splits 20 %
  * less. SILU takes 192 rows only in one wave without splits (which would add a launch to apply
  * the SiLU): 512 blocks of 224 rows were no faster than 448 of 256 (both 4 waves; the blocks share
- * L2's bandwidth, and narrower tiles load x more often). Forced by the settings' xb_rows. Returns
- * the tile's weight rows; *splits the column splits (1: none). */
+ * L2's bandwidth, and narrower tiles load x more often). Other products take 128 rows only where
+ * they are split over their columns anyway: the cost counts a stage's time in proportion to its
+ * rows, but a 128-row stage took about 3/4 of a 256-row one's (H200, run90: llama-8b's output and
+ * down products over 512 tokens in 128 unsplit blocks of 128 rows took 7.69 ms, in 2 splits of
+ * 256 rows 5.09), while over 128 tokens the split 128-row plans made llama-8b pp128 6 % faster and
+ * llama-1b's 15 %. Forced by the settings' xb_rows. Returns the tile's weight rows; *splits the
+ * column splits (1: none). */
 #define MK_CUDA_XB_FIXED 256u
 static uint32_t mk_cuda_xb_plan(const struct mk_cuda_backend *b, uint32_t gx, uint32_t rows, bool silu, uint32_t K,
                                 uint32_t m, uint32_t *splits) {
-    static const uint32_t tiles[] = { MK_CHUNK_MM_WIDE_ROWS, 192u };
+    static const uint32_t tiles[] = { MK_CHUNK_MM_WIDE_ROWS, 192u, 128u };
     const uint32_t sms = (uint32_t)b->info.sm_count, ldp = silu ? 2u * rows : rows;
     const uint32_t most = K / (2u * MK_CHUNK_MM_K) > 16u ? 16u : K / (2u * MK_CHUNK_MM_K);
     double best = -1.0;
     uint32_t best_bn = MK_CHUNK_MM_WIDE_ROWS;
     *splits = 1u;
-    /* 192-row tiles where the sm_90a code runs (the blocks of 128 token rows) */
-    for (uint32_t t = 0; t < (b->c_xb_tokens == MK_CHUNK_MM_XB_TOKENS ? 2u : 1u); t++) {
+    /* 192- and 128-row tiles where the sm_90a code runs (the blocks of 128 token rows) */
+    for (uint32_t t = 0; t < (b->c_xb_tokens == MK_CHUNK_MM_XB_TOKENS ? 3u : 1u); t++) {
         const uint32_t bn = tiles[t];
         if (b->gpu.xb_rows && bn != b->gpu.xb_rows) continue;
         const uint32_t gy = mk_cuda_div_up(rows, silu ? bn / 2u : bn);
@@ -1237,6 +1255,7 @@ static uint32_t mk_cuda_xb_plan(const struct mk_cuda_backend *b, uint32_t gx, ui
             const uint32_t kspan = mk_cuda_div_up(K, MK_CHUNK_MM_K * s) * MK_CHUNK_MM_K;
             const uint32_t waves = mk_cuda_div_up(gx * gy * s, sms);
             if (silu && bn != MK_CHUNK_MM_WIDE_ROWS && !b->gpu.xb_rows && (s > 1u || waves > 1u)) continue;
+            if (!silu && bn == 128u && s == 1u && !b->gpu.xb_rows) continue;
             const double cost = (double)waves * 256.0 * bn * (kspan + MK_CUDA_XB_FIXED) / 3000.0 +
                                 (s > 1u ? (double)s * m * ldp * 8.0 / 2500.0 : 0.0); /* ns */
             if (best < 0.0 || cost < best) best = cost, best_bn = bn, *splits = s;
@@ -1382,7 +1401,8 @@ static enum mk_status mk_cuda_chunk_mm(struct mk_cuda_backend *b, enum mk_cuda_c
         enum mk_status st = mk_cuda_xt_maps(b, &l, w, silu, &tm, &tx, err);
         if (st != MK_OK) return st;
         const int base = bn == MK_CHUNK_MM_WIDE_ROWS ? (tx ? MK_CK_MM_STORE_WIDE_XT : MK_CK_MM_STORE_WIDE_XB)
-                                                     : (tx ? MK_CK_MM_STORE_WIDE_XT192 : MK_CK_MM_STORE_WIDE_XB192);
+                         : bn == 192u                ? (tx ? MK_CK_MM_STORE_WIDE_XT192 : MK_CK_MM_STORE_WIDE_XB192)
+                                                     : (tx ? MK_CK_MM_STORE_WIDE_XT128 : MK_CK_MM_STORE_WIDE_XB128);
         k = (enum mk_cuda_chunk_kernel)((int)k - MK_CK_MM_STORE_WIDE_XB + base);
         if (tx) smem = MK_CHUNK_MM_XT_SMEM;
         if (b->verbose && b->gpu.trace != MK_GPU_TRACE_OFF)
@@ -2018,7 +2038,9 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     }
     for (int k = 0; k < MK_CK_COUNT; k++) {
         b->ck[k] = NULL;
-        if (!kw && k >= MK_CK_MM_STORE_WIDE_XB192 && k <= MK_CK_MM_SILU_WIDE_XT192) continue; /* sm_90a code only */
+        if (!kw && ((k >= MK_CK_MM_STORE_WIDE_XB192 && k <= MK_CK_MM_SILU_WIDE_XT192) ||
+                    (k >= MK_CK_MM_STORE_WIDE_XB128 && k <= MK_CK_MM_SILU_WIDE_XT128)))
+            continue; /* sm_90a code only */
         if (MK_CU(cu, err, cuModuleGetFunction(&b->ck[k], b->cmod, mk_cuda_chunk_names[k]))) return MK_ERR_CUDA;
     }
     /* The attention stages its query rows, K and V in shared memory sized by the head. */
@@ -2062,11 +2084,16 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     for (int k = MK_CK_MM_STORE_WIDE_XB; k <= (kw ? MK_CK_MM_SILU_WIDE_XB192 : MK_CK_MM_SILU_WIDE_XB); k++)
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)b->c_xb_smem)))
             return MK_ERR_CUDA;
+    for (int k = MK_CK_MM_STORE_WIDE_XB128; k <= MK_CK_MM_SILU_WIDE_XB128 && kw; k++)
+        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)b->c_xb_smem)))
+            return MK_ERR_CUDA;
     /* And their copy engine's form, where the driver makes tensor maps. */
     b->c_xt = kw && cu->cuTensorMapEncodeTiled && b->gpu.xb_load != MK_XB_LOAD_COPY;
-    for (int k = MK_CK_MM_STORE_WIDE_XT; k <= MK_CK_MM_SILU_WIDE_XT192 && b->c_xt; k++)
+    for (int k = MK_CK_MM_STORE_WIDE_XT; k <= MK_CK_MM_SILU_WIDE_XT128 && b->c_xt; k++) {
+        if (k > MK_CK_MM_SILU_WIDE_XT192 && k < MK_CK_MM_STORE_WIDE_XT128) continue;
         if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MM_XT_SMEM)))
             return MK_ERR_CUDA;
+    }
     /* cc 9.0 runs the sm_90a code, whose split-row products are the wgmma ring. */
     b->c_split_smem =
         b->info.cc_major == 9 && b->info.cc_minor == 0 ? MK_CHUNK_MM_SPLIT_WG_SMEM : MK_CHUNK_MM_SPLIT_SMEM;

@@ -240,7 +240,7 @@ struct mk_gpu_params {
                                  * probabilities into bf16 hi + lo, three products each, instead of taking
                                  * K and V as cached (q and probabilities as f16 hi + lo), for comparison */
     unsigned xb_rows;           /* sm_90a: weight rows of the bf16 products' tiles over chunks whose
-                                 * inputs are rounded to bf16 (192 or 256); 0 = the backend's plan */
+                                 * inputs are rounded to bf16 (128, 192 or 256); 0 = the backend's plan */
     int xb_load;                /* how those tiles reach shared memory: 0 the backend's choice (the copy
                                  * engine where it can), 1 cp.async, 2 the copy engine */
 };

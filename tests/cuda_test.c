@@ -720,7 +720,7 @@ static void check_chunks_act(const struct mk_model *m, const struct trace *t, ui
     }
     MK_CHECK_MSG(moved > 1e-5, "%s: rounded chunks equal fp32-input chunks (%.3g): is the rounding on?", what, moved);
     /* Every GPU backend with the backend's own tiles and loads; the first also, with an f32 cache,
-     * with each tile width forced (sm_90a: 192 and 256 weight rows, MK_CUDA_XB_ROWS) and each way
+     * with each tile width forced (sm_90a: 128, 192 and 256 weight rows, MK_CUDA_XB_ROWS) and each way
      * of loading them (MK_CUDA_XB_LOAD: cp.async, the copy engine), with an f16 one with the
      * attention's bf16 hi + lo form (MK_CUDA_ATTN_H16=0). */
     struct forced {
@@ -728,10 +728,9 @@ static void check_chunks_act(const struct mk_model *m, const struct trace *t, ui
         enum mk_xb_load load;
         bool no_attn_h16;
     };
-    static const struct forced forced_f32[] = { { 192, MK_XB_LOAD_AUTO, false },
-                                                { 256, MK_XB_LOAD_AUTO, false },
-                                                { 0, MK_XB_LOAD_COPY, false },
-                                                { 0, MK_XB_LOAD_TMA, false } },
+    static const struct forced forced_f32[] = { { 192, MK_XB_LOAD_AUTO, false }, { 256, MK_XB_LOAD_AUTO, false },
+                                                { 128, MK_XB_LOAD_AUTO, false }, { 128, MK_XB_LOAD_COPY, false },
+                                                { 0, MK_XB_LOAD_COPY, false },   { 0, MK_XB_LOAD_TMA, false } },
                                forced_f16[] = { { 0, MK_XB_LOAD_AUTO, true } };
     const bool f16 = kv == MK_KV_F16;
     const struct forced *forced = f16 ? forced_f16 : forced_f32;

@@ -209,7 +209,7 @@ MK_CUDA_MV_KQ8=2 trace_fail "bad MK_CUDA_MV_KQ8" 2 "MK_CUDA_MV_KQ8=2: want 0 or 
 MK_CUDA_FOLD=yes trace_fail "bad MK_CUDA_FOLD" 2 "MK_CUDA_FOLD=yes: want 0 or 1" -m "$stories"
 MK_CUDA_ATTN_H16=on trace_fail "bad MK_CUDA_ATTN_H16" 2 "MK_CUDA_ATTN_H16=on: want 0 or 1" -m "$stories"
 MK_CUDA_MV_BLOCKS=many trace_fail "bad MK_CUDA_MV_BLOCKS" 2 "MK_CUDA_MV_BLOCKS=many: want a whole number" -m "$stories"
-MK_CUDA_XB_ROWS=200 trace_fail "bad MK_CUDA_XB_ROWS" 2 "MK_CUDA_XB_ROWS=200: want 0, 192 or 256" -m "$stories"
+MK_CUDA_XB_ROWS=200 trace_fail "bad MK_CUDA_XB_ROWS" 2 "MK_CUDA_XB_ROWS=200: want 0, 128, 192 or 256" -m "$stories"
 MK_CUDA_XB_LOAD=tmx trace_fail "bad MK_CUDA_XB_LOAD" 2 "MK_CUDA_XB_LOAD=tmx: want auto, copy or tma" -m "$stories"
 trace_fail "missing file" 1 "/nonexistent/model.gguf" -m /nonexistent/model.gguf
 MK_CUDA_LIB=libcuda-absent.so.1 trace_fail "without a driver" 1 "libcuda-absent.so.1 not found" -m "$stories" -o "$work/t.json"

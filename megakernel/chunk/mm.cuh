@@ -723,7 +723,7 @@ __device__ __forceinline__ void mk_wx_epilogue(const struct mk_kernel_args *a, c
  * products per byte a stage loads of mk_chunk_mm_wg's 64 x 256 blocks (whose loads from L2, not
  * the tensor cores, bound them once x's lo half was gone). A ring of MK_CHUNK_MM_XB_STAGES stages,
  * copies all but two of them ahead: with two ahead (run70) a stage's loads waited on L2 and memory
- * longer than its products took. BN 256 or 192: one block per multiprocessor, so the host picks
+ * longer than its products took. BN 256, 192 or 128: one block per multiprocessor, so the host picks
  * the tile and splits whose blocks fill the waves best (mk_cuda_xb_plan). */
 template <int MODE, uint32_t BN>
 __device__ __forceinline__ void mk_chunk_mm_wx(const struct mk_kernel_args *a, const struct mk_chunk_launch *l) {
@@ -938,6 +938,7 @@ MK_MM_WG_KERNEL(mk_chunk_mm_silu_split, MK_CHUNK_MM_SILU, true)
     KERNEL(mk_chunk_mm_silu_##form##suffix, MK_CHUNK_MM_SILU, bn)
 MK_MM_MODE_KERNELS(MK_MM_WX_KERNEL, wide_xb, , 256u)
 MK_MM_MODE_KERNELS(MK_MM_WX_KERNEL, wide_xb, 192, 192u)
+MK_MM_MODE_KERNELS(MK_MM_WX_KERNEL, wide_xb, 128, 128u)
 /* The copy engine's form (mk_chunk_mm_tx), its tensor maps the third parameter. */
 #define MK_MM_TX_KERNEL(name, mode, bn)                                                                         \
     extern "C" __global__ void __launch_bounds__(MK_CHUNK_MM_TX_THREADS, 1)                                     \
@@ -948,6 +949,7 @@ MK_MM_MODE_KERNELS(MK_MM_WX_KERNEL, wide_xb, 192, 192u)
     }
 MK_MM_MODE_KERNELS(MK_MM_TX_KERNEL, wide_xt, , 256u)
 MK_MM_MODE_KERNELS(MK_MM_TX_KERNEL, wide_xt, 192, 192u)
+MK_MM_MODE_KERNELS(MK_MM_TX_KERNEL, wide_xt, 128, 128u)
 #else
 MK_MM_KERNELS(_wide, MK_CHUNK_MM_WIDE_ROWS, MK_MM_W_RAW, MK_CHUNK_MM_WIDE_STAGES, true)
 MK_MM_KERNELS(_split, MK_CHUNK_MM_SPLIT_ROWS, MK_MM_W_SPLIT, 2u, true)
