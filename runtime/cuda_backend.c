@@ -175,6 +175,18 @@ static const char *const mk_cuda_chunk_names[MK_CK_COUNT] = {
     "mk_chunk_mm_silu_wide_xt128",
 };
 
+/* The copy engine's forms of the _WIDE_XB products (tensor maps, MK_CHUNK_MM_TX_THREADS a block). */
+static bool mk_cuda_ck_xt(int k) {
+    return (k >= MK_CK_MM_STORE_WIDE_XT && k <= MK_CK_MM_SILU_WIDE_XT192) ||
+           (k >= MK_CK_MM_STORE_WIDE_XT128 && k <= MK_CK_MM_SILU_WIDE_XT128);
+}
+/* The kernels only the sm_90a code has: the _WIDE_XB products' 192- and 128-row tiles and the
+ * copy engine's forms. */
+static bool mk_cuda_ck_sm90a(int k) {
+    return (k >= MK_CK_MM_STORE_WIDE_XB192 && k <= MK_CK_MM_SILU_WIDE_XT192) ||
+           (k >= MK_CK_MM_STORE_WIDE_XB128 && k <= MK_CK_MM_SILU_WIDE_XT128);
+}
+
 struct mk_cuda_backend {
     struct mk_backend base;
     const struct mk_cuda *cu;
@@ -1042,8 +1054,7 @@ static enum mk_status mk_cuda_chunk_issue(struct mk_cuda_backend *b, enum mk_cud
         b->cev_kernel[b->n_cev++] = (uint8_t)k;
     }
     /* The copy engine's products take their tensor maps as a third parameter, and a warp more. */
-    const bool tx = (k >= MK_CK_MM_STORE_WIDE_XT && k <= MK_CK_MM_SILU_WIDE_XT192) ||
-                    (k >= MK_CK_MM_STORE_WIDE_XT128 && k <= MK_CK_MM_SILU_WIDE_XT128);
+    const bool tx = mk_cuda_ck_xt(k);
     MK_ASSERT(!tx || b->c_tmaps);
     void *params[3] = { &b->cargs, &l, tx ? (void *)b->c_tmaps : NULL };
     if (mk_cuda_launch_ops(b, b->ck[k], gx, gy, gz, tx ? MK_CHUNK_MM_TX_THREADS : MK_BLOCK_THREADS, smem, params,
@@ -2038,9 +2049,7 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
     }
     for (int k = 0; k < MK_CK_COUNT; k++) {
         b->ck[k] = NULL;
-        if (!kw && ((k >= MK_CK_MM_STORE_WIDE_XB192 && k <= MK_CK_MM_SILU_WIDE_XT192) ||
-                    (k >= MK_CK_MM_STORE_WIDE_XB128 && k <= MK_CK_MM_SILU_WIDE_XT128)))
-            continue; /* sm_90a code only */
+        if (!kw && mk_cuda_ck_sm90a(k)) continue;
         if (MK_CU(cu, err, cuModuleGetFunction(&b->ck[k], b->cmod, mk_cuda_chunk_names[k]))) return MK_ERR_CUDA;
     }
     /* The attention stages its query rows, K and V in shared memory sized by the head. */
@@ -2089,11 +2098,10 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
             return MK_ERR_CUDA;
     /* And their copy engine's form, where the driver makes tensor maps. */
     b->c_xt = kw && cu->cuTensorMapEncodeTiled && b->gpu.xb_load != MK_XB_LOAD_COPY;
-    for (int k = MK_CK_MM_STORE_WIDE_XT; k <= MK_CK_MM_SILU_WIDE_XT128 && b->c_xt; k++) {
-        if (k > MK_CK_MM_SILU_WIDE_XT192 && k < MK_CK_MM_STORE_WIDE_XT128) continue;
-        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MM_XT_SMEM)))
+    for (int k = 0; k < MK_CK_COUNT && b->c_xt; k++)
+        if (mk_cuda_ck_xt(k) &&
+            MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MM_XT_SMEM)))
             return MK_ERR_CUDA;
-    }
     /* cc 9.0 runs the sm_90a code, whose split-row products are the wgmma ring. */
     b->c_split_smem =
         b->info.cc_major == 9 && b->info.cc_minor == 0 ? MK_CHUNK_MM_SPLIT_WG_SMEM : MK_CHUNK_MM_SPLIT_SMEM;
