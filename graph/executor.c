@@ -28,6 +28,8 @@ int mk_backend_kind_parse(const char *s, enum mk_backend_kind *out) {
     return -1;
 }
 
+bool mk_gpu_xb_rows_valid(uint32_t rows) { return rows == 0u || rows == 128u || rows == 192u || rows == 256u; }
+
 struct mk_gpu_settings mk_gpu_default_settings(void) {
     struct mk_gpu_settings s;
     memset(&s, 0, sizeof s);
@@ -101,7 +103,7 @@ enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_err
         return MK_ERR_INVALID_ARG;
     if ((v = getenv("MK_CUDA_XB_ROWS"))) {
         if (mk_env_uint("MK_CUDA_XB_ROWS", v, 0, 256, &s->xb_rows, err)) return MK_ERR_INVALID_ARG;
-        if (s->xb_rows && s->xb_rows != 128u && s->xb_rows != 192u && s->xb_rows != 256u)
+        if (!mk_gpu_xb_rows_valid(s->xb_rows))
             return mk_error_set(err, MK_ERR_INVALID_ARG, "MK_CUDA_XB_ROWS=%s: want 0, 128, 192 or 256", v);
     }
     if ((v = getenv("MK_CUDA_XB_LOAD"))) {

@@ -305,7 +305,7 @@ enum mk_status mk_session_create(const struct mk_lm *lm, const struct mk_session
     if (p->gpu.trace < 0 || p->gpu.trace > 2)
         return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: gpu.trace = %d (want 0, 1 or 2)",
                             p->gpu.trace);
-    if (p->gpu.xb_rows && p->gpu.xb_rows != 128u && p->gpu.xb_rows != 192u && p->gpu.xb_rows != 256u)
+    if (!mk_gpu_xb_rows_valid(p->gpu.xb_rows))
         return mk_error_set(err, MK_ERR_INVALID_ARG, "mk_session_create: gpu.xb_rows = %u (want 0, 128, 192 or 256)",
                             p->gpu.xb_rows);
     if (p->gpu.xb_load < MK_XB_LOAD_AUTO || p->gpu.xb_load > MK_XB_LOAD_TMA)

@@ -220,13 +220,13 @@ __device__ __forceinline__ bool mk_mm_wvec(const struct mk_mm_mats *mm, const st
     return v;
 }
 
-/* The end of a product block of BN weight rows from n0 by MK_MM_BM token rows from m0, whose sums
- * each(fn) hands out as fn(token row, tile column, sum) (token rows past l->m left out): a split's
- * raw sums to the partials, else the mode's epilogue. */
 /* A barrier of the product threads (the first MK_BLOCK_THREADS): the _wide_xt blocks' copy warp
  * has left by the time their epilogue meets here. */
 __device__ __forceinline__ void mk_mm_sync(void) { asm volatile("bar.sync 1, %0;" ::"n"(MK_BLOCK_THREADS) : "memory"); }
 
+/* The end of a product block of BN weight rows from n0 by MK_MM_BM token rows from m0, whose sums
+ * each(fn) hands out as fn(token row, tile column, sum) (token rows past l->m left out): a split's
+ * raw sums to the partials, else the mode's epilogue. */
 template <int MODE, uint32_t BN, typename Each, uint32_t BM = MK_MM_BM>
 __device__ __forceinline__ void mk_mm_epilogue(const struct mk_kernel_args *a, const struct mk_chunk_launch *l,
                                                uint32_t n0, uint32_t N, uint32_t m0, uint32_t splits, Each each) {
@@ -793,13 +793,13 @@ __device__ __forceinline__ void mk_chunk_mm_wx(const struct mk_kernel_args *a, c
 
 /* mk_chunk_mm_wx with its stages brought in by the copy engine (the _wide_xt kernels): a warp of
  * its own (warp MK_BLOCK_WARPS, past the products' 256 threads, in a warpgroup that gives its
- * registers to theirs: MK_CHUNK_MM_TX_THREADS in all) asks for each stage's boxes (x's MK_CHUNK_MM_XB_TOKENS token rows, then the tile's weight rows
- * MK_CHUNK_MM_TX_ROWS at a time, each box from the matrix that holds it), which land already
- * swizzled and complete on the stage's full barrier; each product warp arrives on the stage's
- * empty barrier once its products of it are done, and the copies into a stage wait for that. No
- * product warp waits for another: when thread 0 asked for the copies between its products, its
- * warpgroup met the other's slowest warp at every stage (Nsight Compute, thirtieth session: 0.19
- * eligible warps a scheduler). Rows of 128 bytes (64 columns a stage, the 128-byte swizzle): with
+ * registers to theirs: MK_CHUNK_MM_TX_THREADS in all) asks for each stage's boxes (x's
+ * MK_CHUNK_MM_XB_TOKENS token rows, then the tile's weight rows MK_CHUNK_MM_TX_ROWS at a time,
+ * each box from the matrix that holds it), which land already swizzled and complete on the
+ * stage's full barrier; each product warp arrives on the stage's empty barrier once its products
+ * of it are done, and the copies into a stage wait for that. No product warp waits for another:
+ * when thread 0 asked for the copies between its products, its warpgroup met the other's slowest
+ * warp at every stage (Nsight Compute, thirtieth session: 0.19 eligible warps a scheduler). Rows of 128 bytes (64 columns a stage, the 128-byte swizzle): with
  * 64-byte rows, as mk_chunk_mm_wx takes them, the copy engine's boxes were slower than cp.async
  * over 512 tokens (llama-8b pp512 -29 %), and blocks in clusters of two sharing each weight box by
  * multicast slower still (BENCHMARKS.md, twenty-ninth session). */
@@ -815,6 +815,12 @@ __device__ __forceinline__ void mk_chunk_mm_tx(const struct mk_kernel_args *a, c
                       4u * BM * (BN + 4u) <= STAGES * STAGE,
                   "the ring, its barriers and the boxes' table; SILU's results in the ring");
     static_assert(MK_CHUNK_MM_TX_THREADS == MK_BLOCK_THREADS + 128u, "the product warps and the copy warpgroup");
+    /* Registers a thread: 168 at launch (ptxas's cap for 384 threads); the copy warpgroup keeps
+     * COPY_REGS and the two product warpgroups take PRODUCT_REGS, which their BN / 2 accumulators
+     * and SILU's epilogue need (at 168 it spilled 312 bytes; at 240, 28, after the loop). */
+    constexpr uint32_t COPY_REGS = 24u, PRODUCT_REGS = 240u;
+    static_assert(32u * (COPY_REGS + 2u * PRODUCT_REGS) <= 65536u / 4u,
+                  "each of the four schedulers' register files holds a copy warp and two product warps");
     uint8_t *const sm = (uint8_t *)mk_chunk_smem;
     uint64_t *const full = (uint64_t *)(sm + STAGES * STAGE), *const empty = full + STAGES;
     uint32_t *const box_map = (uint32_t *)(empty + STAGES), *const box_row = box_map + NP;
@@ -845,10 +851,7 @@ __device__ __forceinline__ void mk_chunk_mm_tx(const struct mk_kernel_args *a, c
         }
     __syncthreads();
     if (warp >= MK_BLOCK_WARPS) {
-        /* 168 registers a thread at launch (384 threads); the copy warpgroup keeps 40 and the two
-         * product warpgroups take 232, which their 128 accumulators and SILU's epilogue need
-         * (168 spilled 312 bytes). */
-        mk_setmaxnreg_dec<24>();
+        mk_setmaxnreg_dec<COPY_REGS>();
         if (warp > MK_BLOCK_WARPS) return;
         /* The copy warp's lane 0: stage j's boxes into its slot, once the slot's last readers
          * (stage j - STAGES) are done; then it leaves (the copies land on their own). */
@@ -866,7 +869,7 @@ __device__ __forceinline__ void mk_chunk_mm_tx(const struct mk_kernel_args *a, c
             }
         return;
     }
-    mk_setmaxnreg_inc<240>();
+    mk_setmaxnreg_inc<PRODUCT_REGS>();
     float acc[BN / 2u];
 #pragma unroll
     for (uint32_t i = 0; i < BN / 2u; i++) acc[i] = 0.0f;
