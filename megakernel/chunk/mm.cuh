@@ -827,7 +827,10 @@ __device__ __forceinline__ void mk_chunk_mm_tx(const struct mk_kernel_args *a, c
     const struct mk_mm_mats mm = mk_mm_launch_mats(a, l, SILU);
     if (!mm.exact) __trap();
     struct mk_mm_place pl;
-    if (!mk_mm_place_of<SILU, BN, BM, BK>(&mm, l, &pl)) return;
+    if (!mk_mm_place_of<SILU, BN, BM, BK>(&mm, l, &pl)) {
+        mk_grid_dep_wait();
+        return;
+    }
     const uint32_t N = pl.N, n0 = pl.n0, m0 = pl.m0, splits = pl.splits, kb = pl.kb;
     const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
     const uint32_t n = (pl.ke - kb + BK - 1u) / BK; /* stages; the last may run past K (zeros) */
@@ -854,21 +857,35 @@ __device__ __forceinline__ void mk_chunk_mm_tx(const struct mk_kernel_args *a, c
         mk_setmaxnreg_dec<COPY_REGS>();
         if (warp > MK_BLOCK_WARPS) return;
         /* The copy warp's lane 0: stage j's boxes into its slot, once the slot's last readers
-         * (stage j - STAGES) are done; then it leaves (the copies land on their own). */
-        if (lane == 0u)
-            for (uint32_t j = 0; j < n; j++) {
+         * (stage j - STAGES) are done; then it leaves (the copies land on their own). The first
+         * STAGES stages' weight boxes go before the wait for the kernel ahead: no kernel writes
+         * the model's bf16 matrices (the only ones these kernels take), and a block that starts
+         * beside the kernel ahead's last blocks fills its ring meanwhile. x waits. */
+        if (lane == 0u) {
+            const uint32_t pre = n < STAGES ? n : STAGES;
+            auto weights = [&](uint32_t j) {
                 const uint32_t s = j % STAGES;
-                if (j >= STAGES) mk_mbar_wait(&empty[s], (j / STAGES - 1u) & 1u);
                 uint8_t *st = sm + s * STAGE;
                 const int32_t k0 = (int32_t)(kb + j * BK);
                 mk_mbar_expect(&full[s], STAGE);
-                mk_tma_load2(st, &t->x, k0, (int32_t)m0, &full[s]);
 #pragma unroll
                 for (uint32_t p = 0; p < NP; p++)
                     mk_tma_load2(st + XB + p * PR * RB, &t->w[box_map[p]], k0, (int32_t)box_row[p], &full[s]);
+            };
+            for (uint32_t j = 0; j < pre; j++) weights(j);
+            mk_grid_dep_wait();
+            for (uint32_t j = 0; j < n; j++) {
+                const uint32_t s = j % STAGES;
+                if (j >= pre) {
+                    mk_mbar_wait(&empty[s], (j / STAGES - 1u) & 1u);
+                    weights(j);
+                }
+                mk_tma_load2(sm + s * STAGE, &t->x, (int32_t)(kb + j * BK), (int32_t)m0, &full[s]);
             }
+        }
         return;
     }
+    mk_grid_dep_wait(); /* before the epilogue's reads and writes of the activations */
     mk_setmaxnreg_inc<PRODUCT_REGS>();
     float acc[BN / 2u];
 #pragma unroll
@@ -947,8 +964,7 @@ MK_MM_MODE_KERNELS(MK_MM_WX_KERNEL, wide_xb, 128, 128u)
     extern "C" __global__ void __launch_bounds__(MK_CHUNK_MM_TX_THREADS, 1)                                     \
         name(const __grid_constant__ struct mk_kernel_args a, const __grid_constant__ struct mk_chunk_launch l, \
              const __grid_constant__ struct mk_chunk_tmaps t) {                                                 \
-        mk_grid_dep_wait();                                                                                     \
-        mk_chunk_mm_tx<mode, bn>(&a, &l, &t);                                                                   \
+        mk_chunk_mm_tx<mode, bn>(&a, &l, &t); /* it waits for the kernel ahead itself */                        \
     }
 MK_MM_MODE_KERNELS(MK_MM_TX_KERNEL, wide_xt, , 256u)
 MK_MM_MODE_KERNELS(MK_MM_TX_KERNEL, wide_xt, 192, 192u)
