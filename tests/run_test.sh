@@ -284,6 +284,32 @@ if [ "$rc" -ne 2 ] || ! grep -q -- "-n 0 leaves only the prompt test" "$work/err
 else
     echo "ok: mk bench -n 0 -p 0 refused"
 fi
+# -p as a list (llama-bench's -p 512,256,128): a row for each length, in the order given, on one
+# loaded backend; --ctx grows to the longest; a 0 inside a list, an empty list or too many are refused.
+"$MK" bench -m "$stories" --backend cpu -n 0 -p 48,16,32 >"$work/out" 2>"$work/err"
+rc=$?
+order=$(grep -o '| pp[0-9]* ' "$work/out" | tr -d '| ' | tr '\n' ' ')
+if [ "$rc" -ne 0 ] || [ "$order" != "pp48 pp16 pp32 " ]; then
+    fail "mk bench -n 0 -p 48,16,32: exit $rc, rows '$order': $(cat "$work/out" "$work/err")"
+else
+    echo "ok: mk bench -p 48,16,32: rows $order"
+fi
+"$MK" bench -m "$stories" --backend cpu -n 4 -p 16,600 >"$work/out" 2>"$work/err"
+rc=$?
+if [ "$rc" -ne 0 ] || ! grep -q "| pp600 " "$work/out" || ! grep -q "| tg4 " "$work/out"; then
+    fail "mk bench -n 4 -p 16,600 (the context sized for the longest): exit $rc: $(cat "$work/out" "$work/err")"
+else
+    echo "ok: mk bench -p 16,600 sized its context for pp600"
+fi
+for bad in "16,0" "," "1,2,3,4,5,6,7,8,9" "16,x"; do
+    "$MK" bench -m "$stories" --backend cpu -n 4 -p "$bad" >"$work/out" 2>"$work/err"
+    rc=$?
+    if [ "$rc" -ne 2 ] || ! grep -q -- "-p" "$work/err"; then
+        fail "mk bench -p '$bad': want exit 2 and a reason naming -p, got $rc: $(cat "$work/err")"
+    else
+        echo "ok: mk bench -p '$bad' refused: $(head -1 "$work/err")"
+    fi
+done
 # --spec lookup: both tasks with and without speculation, the same output, and how many
 # verification steps ran (none tells that the cost model kept to plain steps).
 "$MK" bench -m "$stories" --backend cpu --spec lookup -n 48 -p 0 >"$work/out" 2>"$work/err"

@@ -20,6 +20,9 @@
 #include "tools/cmds.h"
 #include "tools/trace.h"
 
+/* Prompt lengths one -p may list (llama-bench's -p 512,256,128). */
+#define MK_BENCH_PROMPTS 8
+
 struct mk_bench_opts {
     const char *model;
     const char *latencies; /* --soak: each measured token's position, wall and device ms to this file */
@@ -34,10 +37,12 @@ struct mk_bench_opts {
     uint32_t soak; /* sessions of a soak run; 0 = the usual benchmark */
     float temp;
     uint64_t seed;
-    uint32_t n_prompt, ubatch, n_draft; /* pp<n_prompt> (0: none); chunk steps of up to ubatch */
-    int spec;                           /* nonzero (MK_SPEC_LOOKUP): also the speculative-decoding tests */
-    bool breakdown;                     /* per op kind time and bandwidth of one traced step */
-    bool host_loop;                     /* tg posts one step at a time even where the backend can generate */
+    uint32_t n_prompt, ubatch, n_draft; /* the longest pp<N> (0: none); chunk steps of up to ubatch */
+    uint32_t prompts[MK_BENCH_PROMPTS]; /* -p's list: a pp row each, in the order given */
+    uint32_t n_prompts;
+    int spec;       /* nonzero (MK_SPEC_LOOKUP): also the speculative-decoding tests */
+    bool breakdown; /* per op kind time and bandwidth of one traced step */
+    bool host_loop; /* tg posts one step at a time even where the backend can generate */
     enum mk_kv_type kv_type;
     int act_f32; /* --chunk-act f32 */
 };
@@ -85,7 +90,8 @@ static void mk_bench_usage(FILE *f) {
                "  the device or the host took it; --latencies FILE writes every measured token's position,\n"
                "  wall ms and device ms, one per line.\n\n"
                "  -p N (default 512; 0 = none) adds pp<N>: N prompt tokens from an empty context in chunk\n"
-               "  steps of up to --ubatch tokens, as tokens/s, with the time to first token (ttft).\n"
+               "  steps of up to --ubatch tokens, as tokens/s, with the time to first token (ttft). A comma\n"
+               "  list (-p 512,256,128, as llama-bench takes it) adds a row for each, on one loaded backend.\n"
                "  --spec lookup adds greedy decoding of -n tokens with and without prompt-lookup\n"
                "  speculation (--draft K) on a shipped repetitive task (rewrite a passage with small edits)\n"
                "  and on free text (a story), with the acceptance rate and whether the outputs agree.\n"
@@ -149,9 +155,11 @@ static bool mk_bench_on_token(void *user, uint32_t i, int32_t token, uint64_t st
     return false;
 }
 
-/* Times one backend on one model; 0 on success, else prints why and returns -1. */
+/* Times one backend on one model (row: tg, pp: a row per -p length); 0 on success, else prints why
+ * and returns -1. */
 static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_backend_kind kind,
-                        const struct mk_bench_opts *o, struct mk_bench_row *row, struct mk_bench_row *pp) {
+                        const struct mk_bench_opts *o, struct mk_bench_row *row,
+                        struct mk_bench_row pp[MK_BENCH_PROMPTS]) {
     struct mk_backend_params bp = { 0 };
     bp.kind = kind;
     bp.ubatch = o->ubatch;
@@ -245,23 +253,24 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
         else
             snprintf(row->test, sizeof row->test, "tg%u", o->n);
     }
-    if (o->n_prompt) {
+    for (uint32_t k = 0; k < o->n_prompts; k++) {
+        const uint32_t n_prompt = o->prompts[k];
         struct mk_bench_pp r;
         struct mk_cpu_span span = mk_cpu_span_start();
-        if (mk_bench_pp_run(b, m->cfg.n_vocab, o->n_prompt, o->depth, 3, &r, &err) != MK_OK) goto fail;
-        *pp = *row;
+        if (mk_bench_pp_run(b, m->cfg.n_vocab, n_prompt, o->depth, 3, &r, &err) != MK_OK) goto fail;
+        pp[k] = *row;
         /* Host CPU per prompt token over the repetitions (their untimed depth steps included). */
-        pp->cpu_ms = mk_cpu_span_ms_per(&span, 3u * o->n_prompt, NULL);
+        pp[k].cpu_ms = mk_cpu_span_ms_per(&span, 3u * n_prompt, NULL);
         if (o->depth)
-            snprintf(pp->test, sizeof pp->test, "pp%u@d%u", o->n_prompt, o->depth);
+            snprintf(pp[k].test, sizeof pp[k].test, "pp%u@d%u", n_prompt, o->depth);
         else
-            snprintf(pp->test, sizeof pp->test, "pp%u", o->n_prompt);
-        pp->p50_ms = pp->mean_ms = r.ms_per_token_p50;
-        pp->p99_ms = r.ms_per_token_max;
-        pp->dev_p50_ms = 0;
+            snprintf(pp[k].test, sizeof pp[k].test, "pp%u", n_prompt);
+        pp[k].p50_ms = pp[k].mean_ms = r.ms_per_token_p50;
+        pp[k].p99_ms = r.ms_per_token_max;
+        pp[k].dev_p50_ms = 0;
         /* A chunk step reads the weights once for all its tokens. */
-        pp->bw_gbs = (double)bytes * r.steps / (r.ttft_ms * 1e-3) / 1e9;
-        snprintf(pp->note, sizeof pp->note, "ttft %.1f ms, %u steps", r.ttft_ms, r.steps);
+        pp[k].bw_gbs = (double)bytes * r.steps / (r.ttft_ms * 1e-3) / 1e9;
+        snprintf(pp[k].note, sizeof pp[k].note, "ttft %.1f ms, %u steps", r.ttft_ms, r.steps);
     }
     rc = 0;
     goto done;
@@ -450,9 +459,9 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
             failed = 1;
             continue;
         }
-        struct mk_bench_row row = { .kv_type = o->kv_type }, pp = { .kv_type = o->kv_type };
+        struct mk_bench_row row = { .kv_type = o->kv_type }, pp[MK_BENCH_PROMPTS];
         snprintf(row.model, sizeof row.model, "%s", base);
-        if (mk_bench_one(m, base, kind, o, &row, &pp) != 0) {
+        if (mk_bench_one(m, base, kind, o, &row, pp) != 0) {
             failed = 1;
             continue;
         }
@@ -472,16 +481,45 @@ static int mk_bench_model(const char *path, const struct mk_bench_opts *o, bool 
         row.bw_ratio = *bw > 0 ? row.bw_gbs * 1e9 / *bw : 0;
         row.floor_ms = *bw > 0 ? row.size / *bw * 1e3 : 0;
         if (o->n) mk_bench_print(&row, o->json, first);
-        if (o->n_prompt) {
-            pp.device_bw_gbs = row.device_bw_gbs;
-            pp.bw_ratio = *bw > 0 ? pp.bw_gbs * 1e9 / *bw : 0;
-            mk_bench_print(&pp, o->json, first);
+        for (uint32_t k = 0; k < o->n_prompts; k++) {
+            pp[k].device_bw_gbs = row.device_bw_gbs;
+            pp[k].bw_ratio = *bw > 0 ? pp[k].bw_gbs * 1e9 / *bw : 0;
+            mk_bench_print(&pp[k], o->json, first);
         }
         if (o->spec) failed |= mk_bench_spec_rows(path, kind, o, &row, first);
         if (o->breakdown) failed |= mk_bench_breakdown(m, base, kind, o);
     }
     mk_model_free(m);
     return failed;
+}
+
+/* -p N or a comma list of up to MK_BENCH_PROMPTS lengths (0 alone: no prompt test); 0 when parsed. */
+static int mk_bench_parse_prompts(const char *v, struct mk_bench_opts *o) {
+    char buf[256];
+    if (strlen(v) >= sizeof buf) {
+        fprintf(stderr, "mk bench: -p '%.32s...' is too long\n", v);
+        return 2;
+    }
+    snprintf(buf, sizeof buf, "%s", v);
+    o->n_prompts = 0;
+    o->n_prompt = 0;
+    const bool list = strchr(v, ',') != NULL;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        uint32_t n;
+        if (mk_cli_uint("bench", "-p", tok, list ? 1 : 0, 1u << 24, &n)) return 2;
+        if (o->n_prompts == MK_BENCH_PROMPTS) {
+            fprintf(stderr, "mk bench: -p '%s' lists more than %d prompt lengths\n", v, MK_BENCH_PROMPTS);
+            return 2;
+        }
+        if (n) o->prompts[o->n_prompts++] = n;
+        if (n > o->n_prompt) o->n_prompt = n;
+    }
+    if (list && o->n_prompts == 0) {
+        fprintf(stderr, "mk bench: -p '%s' lists no prompt length\n", v);
+        return 2;
+    }
+    return 0;
 }
 
 int mk_cmd_bench(int argc, char **argv) {
@@ -492,6 +530,8 @@ int mk_cmd_bench(int argc, char **argv) {
                                .warmup = 8,
                                .gpu = mk_gpu_default_settings(),
                                .n_prompt = 512,
+                               .prompts = { 512 },
+                               .n_prompts = 1,
                                .temp = 0.8f,
                                .seed = 1000,
                                .kv_type = MK_KV_F16 };
@@ -540,7 +580,7 @@ int mk_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--dtype"))
             o.dtype = v;
         else if (!strcmp(a, "-p")) {
-            if (mk_cli_uint("bench", a, v, 0, 1u << 24, &o.n_prompt)) return 2;
+            if (mk_bench_parse_prompts(v, &o)) return 2;
         } else if (!strcmp(a, "-n")) {
             if (mk_cli_uint("bench", a, v, 0, 1u << 24, &o.n)) return 2;
             o.n_given = true;
@@ -583,8 +623,8 @@ int mk_cmd_bench(int argc, char **argv) {
     if (!o.ctx_given && o.depth + o.n > o.ctx) o.ctx = o.depth + o.n;
     if (!o.ctx_given && o.depth + o.n_prompt > o.ctx) o.ctx = o.depth + o.n_prompt;
     if (o.depth + o.n > o.ctx || o.warmup > o.ctx || o.depth + o.n_prompt > o.ctx) {
-        fprintf(stderr, "mk bench: -d %u plus -n %u, -p %u (and warm-up %u) must fit in --ctx %u\n", o.depth, o.n,
-                o.n_prompt, o.warmup, o.ctx);
+        fprintf(stderr, "mk bench: -d %u plus -n %u, the longest -p %u (and warm-up %u) must fit in --ctx %u\n",
+                o.depth, o.n, o.n_prompt, o.warmup, o.ctx);
         return 2;
     }
     bool first = true;
