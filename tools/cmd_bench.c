@@ -270,7 +270,8 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
         pp[k].dev_p50_ms = 0;
         /* A chunk step reads the weights once for all its tokens. */
         pp[k].bw_gbs = (double)bytes * r.steps / (r.ttft_ms * 1e-3) / 1e9;
-        snprintf(pp[k].note, sizeof pp[k].note, "ttft %.1f ms, %u steps", r.ttft_ms, r.steps);
+        snprintf(pp[k].note, sizeof pp[k].note, "ttft %.1f ms, %u step%s", r.ttft_ms, r.steps,
+                 r.steps == 1u ? "" : "s");
     }
     rc = 0;
     goto done;
