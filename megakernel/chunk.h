@@ -215,6 +215,52 @@ MK_ABI_FN uint32_t mk_chunk_qkv_rows(uint32_t rows_per_task) {
     return rows_per_task >= 4096u ? rows_per_task : 4096u / rows_per_task * rows_per_task;
 }
 
+/* The _WIDE_XB products' tile and column splits for gx token blocks over rows output rows (SILU:
+ * gate rows, half a tile each of gate and up) of K columns. One block a multiprocessor, so a grid a
+ * few blocks past whole waves costs a whole wave. Each (tile, splits) is costed as its waves of
+ * blocks, each block its products at about 3 TFLOP/s plus MK_CHUNK_XB_FIXED columns (the ring's
+ * fill, the epilogue), and a split's partials written and read back at 2.5 TB/s; the cheapest
+ * wins, the wider tile and the fewer splits on a tie. Against 256-row tiles split until two blocks
+ * a multiprocessor (run73): llama-8b's q/k/v over 512 tokens in one wave of 128 blocks of 192 rows
+ * (not 96 of 256) took 7 % less time, llama-1b's products over 128 tokens in fewer splits 20 %
+ * less. SILU takes 192 rows only in one wave without splits (which would add a launch to apply
+ * the SiLU): 512 blocks of 224 rows were no faster than 448 of 256 (both 4 waves; the blocks share
+ * L2's bandwidth, and narrower tiles load x more often). Other products take 128 rows only where
+ * they are split over their columns anyway: the cost counts a stage's time in proportion to its
+ * rows, but a 128-row stage took about 3/4 of a 256-row one's (H200, run90: llama-8b's output and
+ * down products over 512 tokens in 128 unsplit blocks of 128 rows took 7.69 ms, in 2 splits of
+ * 256 rows 5.09), while over 128 tokens the split 128-row plans made llama-8b pp128 6 % faster and
+ * llama-1b's 15 %. With each tile forced on the H200 (thirty-second session), the plan's tile was
+ * the fastest of the three for every product of llama-8b and llama-1b over 512 and 128 tokens
+ * (chunk_test holds those sixteen plans). sms: the multiprocessors; narrow: whether the 192- and
+ * 128-row tiles exist; forced: a tile's rows to take (0: the plan's); part_floats: the room for
+ * the splits' partial sums. Returns the tile's weight rows; *splits the column splits (1: none). */
+#define MK_CHUNK_XB_FIXED 256u
+MK_ABI_FN uint32_t mk_chunk_xb_plan(uint32_t sms, bool narrow, uint32_t forced, uint64_t part_floats, uint32_t gx,
+                                    uint32_t rows, bool silu, uint32_t K, uint32_t m, uint32_t *splits) {
+    const uint32_t tiles[3] = { MK_CHUNK_MM_WIDE_ROWS, 192u, 128u }, ldp = silu ? 2u * rows : rows;
+    const uint32_t most = K / (2u * MK_CHUNK_MM_K) > 16u ? 16u : K / (2u * MK_CHUNK_MM_K);
+    double best = -1.0;
+    uint32_t best_bn = MK_CHUNK_MM_WIDE_ROWS;
+    *splits = 1u;
+    for (uint32_t t = 0; t < (narrow ? 3u : 1u); t++) {
+        const uint32_t bn = tiles[t], tile_rows = silu ? bn / 2u : bn;
+        if (forced && bn != forced) continue;
+        const uint32_t gy = (rows + tile_rows - 1u) / tile_rows;
+        for (uint32_t s = 1; s <= (most ? most : 1u); s++) {
+            if (s > 1u && (uint64_t)s * m * ldp > part_floats) break;
+            const uint32_t kspan = (K + MK_CHUNK_MM_K * s - 1u) / (MK_CHUNK_MM_K * s) * MK_CHUNK_MM_K;
+            const uint32_t waves = (gx * gy * s + sms - 1u) / sms;
+            if (silu && bn != MK_CHUNK_MM_WIDE_ROWS && !forced && (s > 1u || waves > 1u)) continue;
+            if (!silu && bn == 128u && s == 1u && !forced) continue;
+            const double cost = (double)waves * 256.0 * bn * (kspan + MK_CHUNK_XB_FIXED) / 3000.0 +
+                                (s > 1u ? (double)s * m * ldp * 8.0 / 2500.0 : 0.0); /* ns */
+            if (best < 0.0 || cost < best) best = cost, best_bn = bn, *splits = s;
+        }
+    }
+    return best_bn;
+}
+
 /* ... and where it adds the split product's partial sums itself (splits > 1): whole tasks of at
  * least 256 rows, so that the partials' reads spread over many blocks (a block reads at a few tens
  * of GB/s: 4,096 rows a block measured slower than the reduce launch it saved). */

@@ -311,6 +311,55 @@ static void check_mv_plan(void) {
     MK_CHECK(s == 8 && bx == 33);
 }
 
+/* mk_chunk_xb_plan against the H200's per-kernel traces (BENCHMARKS.md, thirty-second session:
+ * each tile forced with MK_CUDA_XB_ROWS): for every product of llama-8b and llama-1b over 512 and
+ * 128 tokens, the plan takes the tile that measured fastest of 256, 192 and 128 rows, with the
+ * splits it ran with there. Forced rows are taken whatever they cost; without the narrow tiles the
+ * plan is 256 rows. */
+static void check_xb_plan(void) {
+    const uint64_t part = 4ull * 132u * MK_CHUNK_MM_TOKENS * 2u * MK_CHUNK_MM_ROWS;
+    static const struct {
+        uint32_t m, rows, silu, K, bn, splits;
+    } fastest[] = {
+        /* llama-8b: q/k/v, output, down, gate/up */
+        { 512, 6144, 0, 4096, 192, 1 },
+        { 512, 4096, 0, 4096, 256, 2 },
+        { 512, 4096, 0, 14336, 256, 2 },
+        { 512, 14336, 1, 4096, 256, 1 },
+        { 128, 6144, 0, 4096, 128, 2 },
+        { 128, 4096, 0, 4096, 128, 4 },
+        { 128, 4096, 0, 14336, 128, 4 },
+        { 128, 14336, 1, 4096, 256, 1 },
+        /* llama-1b */
+        { 512, 3072, 0, 2048, 192, 2 },
+        { 512, 2048, 0, 2048, 128, 2 },
+        { 512, 2048, 0, 8192, 128, 2 },
+        { 512, 8192, 1, 2048, 256, 1 },
+        { 128, 3072, 0, 2048, 128, 4 },
+        { 128, 2048, 0, 2048, 128, 5 },
+        { 128, 2048, 0, 8192, 128, 8 },
+        { 128, 8192, 1, 2048, 128, 1 },
+    };
+    for (size_t i = 0; i < sizeof fastest / sizeof fastest[0]; i++) {
+        uint32_t s = 0;
+        const uint32_t gx = fastest[i].m / MK_CHUNK_MM_XB_TOKENS;
+        const uint32_t bn =
+            mk_chunk_xb_plan(132, true, 0, part, gx, fastest[i].rows, fastest[i].silu, fastest[i].K, fastest[i].m, &s);
+        if (bn != fastest[i].bn || s != fastest[i].splits)
+            fprintf(stderr, "xb plan: %u tokens by %u rows of %u%s: %u rows x %u splits, measured fastest %u x %u\n",
+                    fastest[i].m, fastest[i].rows, fastest[i].K, fastest[i].silu ? " (silu)" : "", bn, s, fastest[i].bn,
+                    fastest[i].splits);
+        MK_CHECK(bn == fastest[i].bn && s == fastest[i].splits);
+        /* whatever the plan, its partials fit */
+        MK_CHECK(s == 1u || (uint64_t)s * fastest[i].m * (fastest[i].silu ? 2u : 1u) * fastest[i].rows <= part);
+    }
+    uint32_t s = 0;
+    /* forced: 128-row SILU tiles past one wave (the run91 trace's 4 x 224 blocks) */
+    MK_CHECK(mk_chunk_xb_plan(132, true, 128, part, 4, 14336, true, 4096, 512, &s) == 128 && s == 1);
+    MK_CHECK(mk_chunk_xb_plan(132, true, 192, part, 4, 4096, false, 14336, 512, &s) == 192);
+    MK_CHECK(mk_chunk_xb_plan(132, false, 0, part, 1, 3072, false, 2048, 128, &s) == 256 && s > 1);
+}
+
 static void check_lookup(void) {
     const int32_t ctx[] = { 5, 6, 7, 8, 9, 1, 2, 5, 6, 7 };
     int32_t d[8];
@@ -478,6 +527,7 @@ int main(void) {
     check_lookup();
     check_mv_span();
     check_mv_plan();
+    check_xb_plan();
     char tmp[1024], path[1200];
     if (!mk_test_make_tmp_dir(tmp, sizeof tmp, "chunk_test")) {
         fprintf(stderr, "FAIL: temp dir\n");
