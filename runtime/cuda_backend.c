@@ -180,6 +180,11 @@ static bool mk_cuda_ck_xt(int k) {
     return (k >= MK_CK_MM_STORE_WIDE_XT && k <= MK_CK_MM_SILU_WIDE_XT192) ||
            (k >= MK_CK_MM_STORE_WIDE_XT128 && k <= MK_CK_MM_SILU_WIDE_XT128);
 }
+/* The _WIDE_XB products' forms whose tiles come in by cp.async, of every tile's rows. */
+static bool mk_cuda_ck_xb(int k) {
+    return (k >= MK_CK_MM_STORE_WIDE_XB && k <= MK_CK_MM_SILU_WIDE_XB192) ||
+           (k >= MK_CK_MM_STORE_WIDE_XB128 && k <= MK_CK_MM_SILU_WIDE_XB128);
+}
 /* The kernels only the sm_90a code has: the _WIDE_XB products' 192- and 128-row tiles and the
  * copy engine's forms. */
 static bool mk_cuda_ck_sm90a(int k) {
@@ -2050,15 +2055,13 @@ static enum mk_status mk_cuda_build_chunk(struct mk_cuda_backend *b, const struc
         if (MK_CU(cu, err,
                   cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)MK_CHUNK_MM_WIDE_SMEM)))
             return MK_ERR_CUDA;
-    /* cc 9.0 runs the sm_90a code: its _wide_xb products take 128 token rows a block, by 256 or 192
-     * weight rows. */
+    /* cc 9.0 runs the sm_90a code: its _wide_xb products take 128 token rows a block, by 256, 192 or
+     * 128 weight rows (elsewhere only the 256-row kernels are loaded). */
     b->c_xb_tokens = kw ? MK_CHUNK_MM_XB_TOKENS : MK_CHUNK_MM_TOKENS;
     b->c_xb_smem = kw ? MK_CHUNK_MM_XB_SMEM : MK_CHUNK_MM_WIDE_SMEM;
-    for (int k = MK_CK_MM_STORE_WIDE_XB; k <= (kw ? MK_CK_MM_SILU_WIDE_XB192 : MK_CK_MM_SILU_WIDE_XB); k++)
-        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)b->c_xb_smem)))
-            return MK_ERR_CUDA;
-    for (int k = MK_CK_MM_STORE_WIDE_XB128; k <= MK_CK_MM_SILU_WIDE_XB128 && kw; k++)
-        if (MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)b->c_xb_smem)))
+    for (int k = 0; k < MK_CK_COUNT; k++)
+        if (mk_cuda_ck_xb(k) && b->ck[k] &&
+            MK_CU(cu, err, cuFuncSetAttribute(b->ck[k], MK_CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, (int)b->c_xb_smem)))
             return MK_ERR_CUDA;
     /* And their copy engine's form, where the driver makes tensor maps. */
     b->c_xt = kw && cu->cuTensorMapEncodeTiled && b->gpu.xb_load != MK_XB_LOAD_COPY;

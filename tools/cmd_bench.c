@@ -37,12 +37,12 @@ struct mk_bench_opts {
     uint32_t soak; /* sessions of a soak run; 0 = the usual benchmark */
     float temp;
     uint64_t seed;
-    uint32_t n_prompt, ubatch, n_draft; /* the longest pp<N> (0: none); chunk steps of up to ubatch */
-    uint32_t prompts[MK_BENCH_PROMPTS]; /* -p's list: a pp row each, in the order given */
-    uint32_t n_prompts;
-    int spec;       /* nonzero (MK_SPEC_LOOKUP): also the speculative-decoding tests */
-    bool breakdown; /* per op kind time and bandwidth of one traced step */
-    bool host_loop; /* tg posts one step at a time even where the backend can generate */
+    uint32_t ubatch, n_draft;           /* chunk steps of up to ubatch tokens */
+    uint32_t prompts[MK_BENCH_PROMPTS]; /* -p's list: a pp<N> row each, in the order given */
+    uint32_t n_prompts;                 /* 0: no prompt test */
+    int spec;                           /* nonzero (MK_SPEC_LOOKUP): also the speculative-decoding tests */
+    bool breakdown;                     /* per op kind time and bandwidth of one traced step */
+    bool host_loop;                     /* tg posts one step at a time even where the backend can generate */
     enum mk_kv_type kv_type;
     int act_f32; /* --chunk-act f32 */
 };
@@ -503,7 +503,6 @@ static int mk_bench_parse_prompts(const char *v, struct mk_bench_opts *o) {
     }
     snprintf(buf, sizeof buf, "%s", v);
     o->n_prompts = 0;
-    o->n_prompt = 0;
     const bool list = strchr(v, ',') != NULL;
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -514,7 +513,6 @@ static int mk_bench_parse_prompts(const char *v, struct mk_bench_opts *o) {
             return 2;
         }
         if (n) o->prompts[o->n_prompts++] = n;
-        if (n > o->n_prompt) o->n_prompt = n;
     }
     if (list && o->n_prompts == 0) {
         fprintf(stderr, "mk bench: -p '%s' lists no prompt length\n", v);
@@ -530,7 +528,6 @@ int mk_cmd_bench(int argc, char **argv) {
                                .ctx = 512,
                                .warmup = 8,
                                .gpu = mk_gpu_default_settings(),
-                               .n_prompt = 512,
                                .prompts = { 512 },
                                .n_prompts = 1,
                                .temp = 0.8f,
@@ -616,16 +613,18 @@ int mk_cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
-    if (o.n == 0 && (o.soak || o.spec || o.breakdown || !o.n_prompt)) {
+    uint32_t longest = 0; /* of the prompts, which the context must hold */
+    for (uint32_t k = 0; k < o.n_prompts; k++) longest = o.prompts[k] > longest ? o.prompts[k] : longest;
+    if (o.n == 0 && (o.soak || o.spec || o.breakdown || !o.n_prompts)) {
         fprintf(stderr, "mk bench: -n 0 leaves only the prompt test (-p N): not with --soak, --spec or --breakdown\n");
         return 2;
     }
     if (o.soak) return mk_bench_soak(&o);
     if (!o.ctx_given && o.depth + o.n > o.ctx) o.ctx = o.depth + o.n;
-    if (!o.ctx_given && o.depth + o.n_prompt > o.ctx) o.ctx = o.depth + o.n_prompt;
-    if (o.depth + o.n > o.ctx || o.warmup > o.ctx || o.depth + o.n_prompt > o.ctx) {
+    if (!o.ctx_given && o.depth + longest > o.ctx) o.ctx = o.depth + longest;
+    if (o.depth + o.n > o.ctx || o.warmup > o.ctx || o.depth + longest > o.ctx) {
         fprintf(stderr, "mk bench: -d %u plus -n %u, the longest -p %u (and warm-up %u) must fit in --ctx %u\n",
-                o.depth, o.n, o.n_prompt, o.warmup, o.ctx);
+                o.depth, o.n, longest, o.warmup, o.ctx);
         return 2;
     }
     bool first = true;
