@@ -61,7 +61,7 @@ struct mk_cpu_exec {
     float *scratch;          /* (n_threads, scratch_floats) */
     uint32_t scratch_floats; /* ... of which the last row_floats are the worker's dequantized row */
     uint32_t row_floats;
-    uint32_t *counters; /* (n_counters) only grow */
+    uint32_t *counters; /* (n_counters) signals only grow; ATTN_PARTIAL's arrivals go back to 0 */
     uint64_t work;      /* dynamic schedule: next global task index */
     uint64_t held0;     /* worker 0's task of a later step, taken while finishing this one */
     struct mk_step_state state;
@@ -247,6 +247,7 @@ static struct mk_cpu_ctx mk_cpu_ctx_of(struct mk_cpu_exec *e, uint32_t id) {
         .row = e->scratch + (size_t)id * e->scratch_floats + e->scratch_floats - e->row_floats,
         .ubatch = p->ubatch > 1 ? p->ubatch : 1,
         .act_bf16_min = p->act_bf16_min,
+        .counters = e->counters,
     };
 }
 

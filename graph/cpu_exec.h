@@ -25,6 +25,7 @@ struct mk_cpu_ctx {
     /* the program's: products over bf16 weights of this many token rows or more round their
      * inputs to bf16; 0 = never */
     uint32_t act_bf16_min;
+    uint32_t *counters; /* the executor's (n_counters): ATTN_PARTIAL counts itself in at its arrival counter */
 };
 
 /* Runs task t of one instruction; SAMPLE stores its token in *sampled. -1 on an unknown opcode. */

@@ -215,12 +215,23 @@ static void mk_cpu_attn_block(const struct mk_cpu_ctx *c, const struct mk_args_a
     }
 }
 
+static void mk_cpu_combine_head(const float *part, uint32_t nb, uint32_t hd, float *out);
+
 /* Task t: split t % nb for each query head of KV head t / nb. */
 static void mk_cpu_attn_partial(const struct mk_cpu_ctx *c, const struct mk_instr *in, uint32_t t) {
     const struct mk_args_attn *a = &in->args.attn;
     uint32_t nb = a->n_blocks, hd = a->head_dim, g = a->n_head / a->n_head_kv, kvh = t / nb, b = t % nb;
     mk_cpu_attn_block(c, a, c->arena + in->buf[0] + (uint64_t)kvh * g * hd, g, kvh, b, c->cmd->pos,
                       c->arena + in->buf[1] + ((uint64_t)kvh * g * nb + b) * (hd + 2), (uint64_t)nb * (hd + 2));
+    if (!a->arrive) return;
+    /* The KV head's last split merges its query heads (abi.h): the release orders this task's
+     * partials before its count, the acquire the others' before the merge. */
+    uint32_t *count = &c->counters[a->arrive + kvh];
+    if (__atomic_add_fetch(count, 1u, __ATOMIC_ACQ_REL) != nb) return;
+    __atomic_store_n(count, 0u, __ATOMIC_RELAXED);
+    for (uint32_t h = kvh * g; h < (kvh + 1) * g; h++)
+        mk_cpu_combine_head(c->arena + in->buf[1] + (uint64_t)h * nb * (hd + 2), nb, hd,
+                            c->arena + in->buf[2] + (uint64_t)h * hd);
 }
 
 /* Merges the first nb sequence blocks of head h's partials into out (hd floats). */

@@ -69,6 +69,7 @@ static void mk_dump_copies(const struct mk_instr *in, char *buf, size_t size) {
     case MK_OP_ATTN_OUTPUT: b = b3 ? "n8>" : ""; break;
     case MK_OP_NORM_GATE_UP_SILU: a = b3 ? "n8<" : "", b = b2 ? "i8>" : ""; break;
     case MK_OP_ATTN_COMBINE: b = b2 ? "i8>" : ""; break;
+    case MK_OP_ATTN_PARTIAL: b = b3 ? "i8>" : ""; break;
     case MK_OP_NORM_QKV_ROPE:
     case MK_OP_NORM_LM_HEAD: a = b3 ? "n8<" : ""; break;
     default: break;
@@ -104,8 +105,11 @@ static void mk_dump_args_json(FILE *f, const struct mk_instr *in) {
         break;
     case MK_OP_ATTN_PARTIAL:
     case MK_OP_ATTN_CHUNK:
-        fprintf(f, "{\"block\":%u,\"n_blocks\":%u,\"layer\":%u,\"n_head\":%u,\"n_head_kv\":%u,\"head_dim\":%u}",
-                a->attn.block, a->attn.n_blocks, a->attn.layer, a->attn.n_head, a->attn.n_head_kv, a->attn.head_dim);
+        fprintf(f,
+                "{\"block\":%u,\"n_blocks\":%u,\"layer\":%u,\"n_head\":%u,\"n_head_kv\":%u,\"head_dim\":%u,"
+                "\"arrive\":%u}",
+                a->attn.block, a->attn.n_blocks, a->attn.layer, a->attn.n_head, a->attn.n_head_kv, a->attn.head_dim,
+                a->attn.arrive);
         break;
     case MK_OP_ATTN_COMBINE:
         fprintf(f, "{\"n_blocks\":%u,\"n_head\":%u,\"head_dim\":%u}", a->combine.n_blocks, a->combine.n_head,
@@ -193,6 +197,9 @@ void mk_program_dump(const struct mk_program *p, FILE *f, bool json) {
                 in->n_tasks, mk_program_instr_weight_bytes(p, i) / in->n_tasks, in->signal, copies);
         for (int k = 0; k < 2; k++)
             if (in->wait[k].ctr != MK_NO_COUNTER) mk_dump_wait(f, &in->wait[k], false);
+        if (in->op == MK_OP_ATTN_PARTIAL && in->args.attn.arrive)
+            fprintf(f, "  (last split of a KV head merges it: arrivals c%u..c%u)", in->args.attn.arrive,
+                    in->args.attn.arrive + in->args.attn.n_head_kv - 1u);
         fputc('\n', f);
     }
     if (any_copy)

@@ -76,6 +76,22 @@ enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_err
     if ((v = getenv("MK_CUDA_FUSE_ATTN_OUTPUT")) &&
         mk_env_bool("MK_CUDA_FUSE_ATTN_OUTPUT", v, &s->fuse_attn_output, err))
         return MK_ERR_INVALID_ARG;
+    if ((v = getenv("MK_CUDA_PREFETCH_BYTES"))) {
+        if (mk_env_uint("MK_CUDA_PREFETCH_BYTES", v, 0, 1u << 26, &s->prefetch_bytes, err)) return MK_ERR_INVALID_ARG;
+        s->no_prefetch = s->prefetch_bytes == 0;
+    }
+    if ((v = getenv("MK_CUDA_PREFETCH_OPS")) &&
+        mk_env_uint("MK_CUDA_PREFETCH_OPS", v, 0, (1u << MK_OP_COUNT) - 1u, &s->prefetch_ops, err))
+        return MK_ERR_INVALID_ARG;
+    if ((v = getenv("MK_CUDA_PREFETCH_MIN"))) {
+        if (mk_env_uint("MK_CUDA_PREFETCH_MIN", v, 0, 1u << 30, &s->prefetch_min, err)) return MK_ERR_INVALID_ARG;
+        s->prefetch_all = s->prefetch_min == 0;
+    }
+    if ((v = getenv("MK_CUDA_ATTN_MERGE"))) {
+        if (strcmp(v, "auto") && strcmp(v, "split") && strcmp(v, "op"))
+            return mk_error_set(err, MK_ERR_INVALID_ARG, "MK_CUDA_ATTN_MERGE=%s: want auto, split or op", v);
+        s->attn_merge = !strcmp(v, "split") ? 1u : !strcmp(v, "op") ? 2u : 0u;
+    }
     if ((v = getenv("MK_CUDA_NO_ROPE_TABLE")) && mk_env_bool("MK_CUDA_NO_ROPE_TABLE", v, &s->no_rope_table, err))
         return MK_ERR_INVALID_ARG;
     if ((v = getenv("MK_CUDA_CHUNK_DEQUANT_MIN")) &&

@@ -73,6 +73,17 @@ struct mk_gpu_settings {
     uint32_t attn_block;        /* the unit of an attention split, in positions; 0 = the compiler's */
     uint32_t attn_splits;       /* attention splits of the sequence per KV head; 0 = the compiler's */
     bool fuse_attn_output;      /* fold the attention combine into the attention-output tasks */
+    uint32_t prefetch_bytes;    /* megakernel: bytes of a task's weights asked into L2 before its waits;
+                                 * 0 = the backend's default (MK_CUDA_PREFETCH_BYTES; its 0 sets no_prefetch) */
+    bool no_prefetch;           /* megakernel: no weights asked into L2 before a task's waits */
+    uint32_t prefetch_ops;      /* megakernel: the opcodes (bit 1 << op) whose tasks prefetch; 0 = the
+                                 * backend's choice (MK_CUDA_PREFETCH_OPS, a number) */
+    uint32_t prefetch_min;      /* megakernel: only tasks of at least this many bytes of weights
+                                 * prefetch; 0 = the backend's default (MK_CUDA_PREFETCH_MIN; its 0 sets
+                                 * prefetch_all) */
+    bool prefetch_all;          /* megakernel: tasks of every size prefetch */
+    uint32_t attn_merge;        /* enum mk_attn_merge (graph/program.h): who merges the attention
+                                 * splits; 0 = the compiler's choice (MK_CUDA_ATTN_MERGE=auto|split|op) */
     uint32_t blocks_per_sm;     /* cap on the occupancy API's blocks per SM; 0 = no cap */
     bool no_rope_table;         /* compute RoPE angles in the kernel instead of a host-made table */
     uint32_t chunk_dequant_min; /* chunk products of block-format weights over at least this many

@@ -27,6 +27,7 @@ struct mk_lower {
     uint32_t n_buf;                      /* buffer ids: values [0, n_values), then scratch, then KV */
     uint32_t ubatch;                     /* rows of every activation buffer (1: the one-token program) */
     uint32_t tokens_off, out_tokens_off; /* chunk programs' int32 (ubatch) token arrays, else MK_NO_BUF */
+    uint32_t n_arrive;                   /* ATTN_PARTIAL's arrival counters, placed after the signals */
 };
 
 static uint32_t mk_lower_alloc(struct mk_lower *L, uint64_t n) {
@@ -319,6 +320,21 @@ static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_l
                                               .n_head = c->n_head,
                                               .n_head_kv = c->n_head_kv,
                                               .head_dim = c->head_dim };
+    const uint64_t merge_floats = (uint64_t)(c->n_head / c->n_head_kv) * n_blocks * (c->head_dim + 2);
+    const bool in_split = p->attn_merge == MK_ATTN_MERGE_SPLITS ||
+                          (p->attn_merge == MK_ATTN_MERGE_AUTO && merge_floats <= MK_ATTN_MERGE_SPLIT_MAX);
+    if (n->op != MK_NODE_ATTN_OUTPUT && in_split) {
+        /* The last split of each KV head merges it. Until the depend pass has counted the
+         * signals, arrive holds 1 + the index among the arrival counters (0 means none). */
+        x->ins.args.attn.arrive = 1u + L->n_arrive;
+        L->n_arrive += c->n_head_kv;
+        x->ins.buf[2] = OFF(n->out);
+        const uint64_t n_attn = (uint64_t)c->n_head * c->head_dim;
+        if (c->head_dim % MK_XQ_GROUP == 0 && mk_lower_wants_xq(L, n->out, n_attn))
+            x->ins.buf[3] = mk_lower_xq_out(L, k, n->out, n_attn);
+        mk_lower_access(x, BUF(n->in[0]), k->kv_buf0 + (int)n->layer, part_buf, BUF(n->out));
+        return x;
+    }
     mk_lower_access(x, BUF(n->in[0]), k->kv_buf0 + (int)n->layer, part_buf, -1);
     if (n->op == MK_NODE_ATTN_OUTPUT) {
         uint32_t rows = (uint32_t)n->w[0]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
@@ -630,7 +646,10 @@ enum mk_status mk_graph_lower(const struct mk_graph *g, const struct mk_compile_
         prog->task_base[i + 1] = prog->task_base[i] + li[i].ins.n_tasks;
     }
     prog->n_tasks = prog->task_base[n];
-    prog->n_counters = n + 1;
+    prog->n_counters = n + 1 + L.n_arrive;
+    for (uint32_t i = 0; i < n; i++) /* the arrival counters follow the n + 1 of the signals */
+        if (prog->instrs[i].op == MK_OP_ATTN_PARTIAL && prog->instrs[i].args.attn.arrive)
+            prog->instrs[i].args.attn.arrive += n;
     prog->n_weights = L.n_wt;
     for (uint32_t i = 0; i < L.n_wt; i++) {
         const struct mk_weight *w = L.wt[i];

@@ -22,21 +22,34 @@ enum mk_schedule {
     MK_SCHED_STATIC = 1,  /* per-worker task lists fixed by the compiler */
 };
 
+/* Who merges the attention splits of a one-token program (fuse_attn_output aside). */
+enum mk_attn_merge {
+    /* each KV head's last split where its query heads' partials are at most
+     * MK_ATTN_MERGE_SPLIT_MAX floats, else an op: on the H200 the split's merge gained 0.3-1.2 % on
+     * llama-1b's token (2,112 floats) and lost 0.4 % on llama-8b's (4,160), where one block loads
+     * what an op spreads over the KV head's query heads (run99, BENCHMARKS.md) */
+    MK_ATTN_MERGE_AUTO = 0,
+    MK_ATTN_MERGE_SPLITS = 1, /* the last ATTN_PARTIAL task of each KV head (one dependent phase less) */
+    MK_ATTN_MERGE_OP = 2,     /* an ATTN_COMBINE op */
+};
+#define MK_ATTN_MERGE_SPLIT_MAX 3072u
+
 struct mk_compile_params {
     uint32_t n_workers; /* workers (GPU blocks or CPU threads) the tiling aims at */
     uint32_t n_ctx;     /* KV-cache length the program is built for */
     enum mk_schedule schedule;
-    uint32_t attn_block;       /* the unit of an attention split, in positions; 0 = auto (64) */
-    uint32_t attn_splits;      /* splits of the sequence per KV head (attention tasks n_head_kv x splits);
+    uint32_t attn_block;           /* the unit of an attention split, in positions; 0 = auto (64) */
+    uint32_t attn_splits;          /* splits of the sequence per KV head (attention tasks n_head_kv x splits);
                                 * 0 = auto: enough for one task per worker, at least 2 */
-    uint32_t tasks_per_worker; /* matvec tiling target; 0 = auto */
-    bool barriers;             /* join every dependency with a grid barrier (a baseline) */
-    bool fuse_attn_output;     /* fold ATTN_COMBINE into every attention-output task (one op and one
+    uint32_t tasks_per_worker;     /* matvec tiling target; 0 = auto */
+    bool barriers;                 /* join every dependency with a grid barrier (a baseline) */
+    bool fuse_attn_output;         /* fold ATTN_COMBINE into every attention-output task (one op and one
                               * wait less per layer, but each task redoes the combine; measured
                               * slower on the H100, see BENCHMARKS.md) */
-    uint32_t ubatch;           /* most tokens per step (a chunk program, see megakernel/abi.h); 0 or 1:
+    enum mk_attn_merge attn_merge; /* who merges a one-token program's attention splits */
+    uint32_t ubatch;               /* most tokens per step (a chunk program, see megakernel/abi.h); 0 or 1:
                                 * the one-token program; a chunk program ignores fuse_attn_output */
-    enum mk_kv_type kv_type;   /* the KV cache's elements; default MK_KV_F16 */
+    enum mk_kv_type kv_type;       /* the KV cache's elements; default MK_KV_F16 */
     /* Chunk programs: a product whose matrices are all bf16, over this many token rows or more,
      * takes its inputs rounded to bf16 (as llama.cpp's bf16 products do); below it, and over other
      * weight types, they keep fp32's precision (the GPU's bf16 hi + lo halves, twice the

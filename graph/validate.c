@@ -12,6 +12,9 @@ struct mk_range {
     uint64_t lo, hi;
 };
 
+/* A counter's owner in the validator's table: an instruction's arrival counter, not its signal. */
+#define MK_VAL_ARRIVAL 0x80000000u
+
 struct mk_access {
     struct mk_range r[3], w[3];
     int nr, nw;
@@ -72,6 +75,15 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
     const struct mk_weight_ref *w##k = mk_val_weight(p, in, k); \
     if (!w##k)                                                  \
         FAIL("instr %u (%s): weight slot %d = %u is not in the table of %u", i, lab, k, in->weight[k], p->n_weights);
+    /* The int8-level copy of the attention vector (nh heads of hd) that a merge of the splits may
+     * write at buf[k]: whole groups in every head. */
+#define ATTN_XQ_OUT(k_, nh_, hd_)                                                                                    \
+    if (in->buf[k_] != MK_NO_BUF) {                                                                                  \
+        if ((hd_) % MK_XQ_GROUP)                                                                                     \
+            FAIL("instr %u (%s): an int8-level output (buf%d = %u) needs heads of whole groups of %u (head_dim %u)", \
+                 i, lab, k_, in->buf[k_], MK_XQ_GROUP, hd_);                                                         \
+        WR(in->buf[k_], MK_XQ_FLOATS((uint64_t)(nh_) * (hd_)));                                                      \
+    }
     /* The normalized copy of the residual stream (abi.h, MK_XQN_*): read by a norm op of n inputs,
      * written by a residual add of w0->rows rows in tasks of rpt, with the f32 norm weight 1. */
 #define NORMQ_IN(n_)                                                                                              \
@@ -157,6 +169,17 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
         RD(in->buf[0], (uint64_t)nh * hd);
         a->r[a->nr++] = (struct mk_range){ MK_SPACE_KV, at->layer, at->layer + 1ull };
         WR(in->buf[1], (uint64_t)nh * nb * (hd + 2));
+        if (!at->arrive) {
+            if (in->buf[2] != MK_NO_BUF || in->buf[3] != MK_NO_BUF)
+                FAIL("instr %u (%s): attention outputs (buf2 = %u, buf3 = %u) without arrival counters (arrive = 0)", i,
+                     lab, in->buf[2], in->buf[3]);
+            break;
+        }
+        if (at->arrive >= p->n_counters || nkv > p->n_counters - at->arrive)
+            FAIL("instr %u (%s): arrival counters %u..%u are not among the program's %u", i, lab, at->arrive,
+                 at->arrive + nkv - 1u, p->n_counters);
+        WR(in->buf[2], (uint64_t)nh * hd);
+        ATTN_XQ_OUT(3, nh, hd);
         break;
     }
     case MK_OP_ATTN_CHUNK: {
@@ -178,13 +201,7 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
             FAIL("instr %u (%s): combine of %u heads has %llu tasks", i, lab, nh, (unsigned long long)T);
         RD(in->buf[0], (uint64_t)nh * nb * (hd + 2));
         WR(in->buf[1], (uint64_t)nh * hd);
-        if (in->buf[2] != MK_NO_BUF) {
-            if (hd % MK_XQ_GROUP)
-                FAIL("instr %u (%s): an int8-level output (buf2 = %u) needs heads of whole groups of %u (head_dim "
-                     "%u)",
-                     i, lab, in->buf[2], MK_XQ_GROUP, hd);
-            WR(in->buf[2], MK_XQ_FLOATS((uint64_t)nh * hd));
-        }
+        ATTN_XQ_OUT(2, nh, hd);
         break;
     }
     case MK_OP_ATTN_OUTPUT: {
@@ -274,6 +291,7 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
 #undef NEED_W
 #undef NORMQ_IN
 #undef NORMQ_OUT
+#undef ATTN_XQ_OUT
 }
 
 enum mk_status mk_program_validate(const struct mk_program *p, struct mk_error *err) {
@@ -312,6 +330,21 @@ enum mk_status mk_program_validate(const struct mk_program *p, struct mk_error *
         if (signaler[s] != UINT32_MAX) FAIL("counter %u is signaled by instr %u and %u", s, signaler[s], i);
         signaler[s] = i;
     }
+    /* ATTN_PARTIAL's arrival counters: counted by that instruction alone, never a signal or a wait. */
+    for (uint32_t i = 0; i < n; i++) {
+        const struct mk_instr *in = &p->instrs[i];
+        if (in->op != MK_OP_ATTN_PARTIAL || !in->args.attn.arrive) continue;
+        const uint32_t c0 = in->args.attn.arrive, nkv = in->args.attn.n_head_kv;
+        if (c0 >= p->n_counters || nkv > p->n_counters - c0)
+            FAIL("instr %u (%s): arrival counters %u..%u are not among the program's %u", i, p->labels[i], c0,
+                 c0 + nkv - 1u, p->n_counters);
+        for (uint32_t c = c0; c < c0 + nkv; c++) {
+            if (signaler[c] != UINT32_MAX)
+                FAIL("instr %u (%s) arrives at counter %u, which instr %u also %s", i, p->labels[i], c,
+                     signaler[c] & ~MK_VAL_ARRIVAL, signaler[c] & MK_VAL_ARRIVAL ? "arrives at" : "signals");
+            signaler[c] = MK_VAL_ARRIVAL | i;
+        }
+    }
     for (uint32_t i = 0; i < n; i++) {
         const struct mk_instr *in = &p->instrs[i];
         for (int k = 0; k < 2; k++) {
@@ -340,6 +373,9 @@ enum mk_status mk_program_validate(const struct mk_program *p, struct mk_error *
             if (j == UINT32_MAX)
                 FAIL("instr %u (%s) waits on counter %u, which nothing signals: the wait can never be met", i,
                      p->labels[i], w->ctr);
+            if (j & MK_VAL_ARRIVAL)
+                FAIL("instr %u (%s) waits on counter %u, an arrival counter of instr %u (it goes back to 0 each step)",
+                     i, p->labels[i], w->ctr, j & ~MK_VAL_ARRIVAL);
             if (j == i) FAIL("instr %u (%s) waits on its own counter %u", i, p->labels[i], w->ctr);
             if (j > i)
                 FAIL("instr %u (%s) waits on counter %u of the later instr %u (%s)", i, p->labels[i], w->ctr, j,

@@ -33,8 +33,11 @@
  *    (mk_args_qkv.v_rows_per_task, mk_qkv_task_rows), so that a wv of a costlier format (Q4_K_M's
  *    Q6_K) does not set the op's span.
  * 11: ATTN_COMBINE may write the int8-level copy of the attention vector (buf[2], MK_XQ_*), so that
- *    a block-format attention-output matvec reads it instead of quantizing the vector in every task. */
-#define MK_ABI_VERSION 11u
+ *    a block-format attention-output matvec reads it instead of quantizing the vector in every task.
+ * 12: ATTN_PARTIAL may merge the splits itself (mk_args_attn.arrive): the last task of each KV head
+ *    to finish combines that head's query heads as ATTN_COMBINE would, so that no combine op (and
+ *    no dependent phase) follows. A program of ABI 11 (arrive = 0) is the same in version 12. */
+#define MK_ABI_VERSION 12u
 
 #define MK_NO_COUNTER 0xffffffffu
 #define MK_NO_WEIGHT  0xffffffffu
@@ -91,7 +94,11 @@ enum mk_opcode {
      * n_head / n_head_kv query heads h of that KV head (the K and V rows are read once for all of
      * them). Writes (o[head_dim], m, l) to buf1 + (h*n_blocks + b)*(head_dim+2): m = max score,
      * l = sum exp(s - m), o = sum exp(s - m) v. An empty split writes m = -inf, l = 0, o = 0.
-     * q = buf0. scores = q.k / sqrt(head_dim). */
+     * q = buf0. scores = q.k / sqrt(head_dim). With args.attn.arrive (not 0), each task then counts
+     * itself in at counter arrive + its KV head; the one that makes it n_blocks sets it back to 0
+     * and, before it signals, merges the splits of that KV head's query heads into buf2 (and buf3,
+     * or MK_NO_BUF) exactly as ATTN_COMBINE's buf1 (and buf2) for the same partials. Those counters
+     * are no instruction's signal and are waited on by none; they are zero at launch. */
     MK_OP_ATTN_PARTIAL = 4,
     /* args.combine: merges the n_blocks blocks of head t: out[buf1 + t*head_dim ..] =
      * sum_b o_b e^(m_b-M) / sum_b l_b e^(m_b-M). buf0 = partials. One head per task. buf2 (or
@@ -214,6 +221,10 @@ struct mk_args_attn {
     uint32_t n_head;
     uint32_t n_head_kv;
     uint32_t head_dim;
+    /* Appended in ABI 12, ATTN_PARTIAL only: the first of n_head_kv arrival counters, one per KV
+     * head, with which the splits' last task merges them (see MK_OP_ATTN_PARTIAL); 0 = none (a
+     * separate ATTN_COMBINE merges them: counter 0 is MK_COUNTER_ALL, never an arrival counter). */
+    uint32_t arrive;
 };
 struct mk_args_combine {
     uint32_t n_blocks;
@@ -301,6 +312,7 @@ MK_ABI_FN void mk_qkv_task_rows(const struct mk_args_qkv *a, uint32_t t, uint32_
     *count = lo < end ? (uint32_t)(end - lo < n ? end - lo : n) : 0u;
 }
 MK_STATIC_ASSERT(offsetof(struct mk_args_attn, head_dim) == 20, "mk_args_attn.head_dim at 20");
+MK_STATIC_ASSERT(offsetof(struct mk_args_attn, arrive) == 24, "mk_args_attn.arrive at 24");
 MK_STATIC_ASSERT(offsetof(struct mk_args_attn_out, head_dim) == 16, "mk_args_attn_out.head_dim at 16");
 MK_STATIC_ASSERT(offsetof(struct mk_args_norm_matvec, eps) == 4, "mk_args_norm_matvec.eps at 4");
 
@@ -506,8 +518,15 @@ struct mk_kernel_args {
     uint32_t fault_kind; /* test only: enum mk_kernel_fault the megakernel injects; 0 = none */
     uint32_t fault_step; /* ... at the start of this step, in its last block */
     uint32_t kv_type;    /* elements of k_cache and v_cache: MK_KV_F32 or MK_KV_F16 */
+    /* Appended in ABI 12. The megakernel asks L2 for up to prefetch_bytes of a task's weights
+     * before its waits, for the opcodes whose bit (1 << op) is set in prefetch_ops and tasks of at
+     * least prefetch_min bytes of weights (rows_per_task x row bytes x matrices); 0: none. */
+    uint32_t prefetch_bytes;
+    uint32_t prefetch_ops;
+    uint32_t prefetch_min;
+    uint32_t reserved; /* 0 */
 };
-MK_STATIC_ASSERT(sizeof(struct mk_kernel_args) == 184, "mk_kernel_args is 184 bytes");
+MK_STATIC_ASSERT(sizeof(struct mk_kernel_args) == 200, "mk_kernel_args is 200 bytes");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, watch) == 104, "mk_kernel_args.watch at 104");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, rope_table) == 112, "mk_kernel_args.rope_table at 112");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, n_instr) == 120, "mk_kernel_args.n_instr at 120");
@@ -516,5 +535,8 @@ MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, trace_mode) == 160, "mk_kernel_
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, rope_freqs) == 168, "mk_kernel_args.rope_freqs at 168");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, fault_kind) == 172, "mk_kernel_args.fault_kind at 172");
 MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, kv_type) == 180, "mk_kernel_args.kv_type at 180");
+MK_STATIC_ASSERT(offsetof(struct mk_kernel_args, prefetch_ops) == 188 &&
+                     offsetof(struct mk_kernel_args, prefetch_min) == 192,
+                 "mk_kernel_args.prefetch_ops at 188, prefetch_min at 192");
 
 #endif

@@ -47,6 +47,14 @@ MK_LAYOUT_FN uint32_t mk_layout_attn_words(uint32_t head_dim, uint32_t group) {
            mk_layout_align4(group * tile) + 3u * mk_layout_align4(group);
 }
 
+/* Query heads whose partials (nb splits of head_dim + 2) a merge of the attention splits by the
+ * last ATTN_PARTIAL task loads in one round: all g of the KV head where they fit in the attention's
+ * own shared memory, else as many as fit, at least one. */
+MK_LAYOUT_FN uint32_t mk_layout_attn_merge_heads(uint32_t head_dim, uint32_t g, uint32_t nb) {
+    const uint32_t fit = mk_layout_attn_words(head_dim, g) / (nb * (head_dim + 2u));
+    return fit >= g ? g : fit ? fit : 1u;
+}
+
 /* Block-format (quantized) matrices are staged through shared memory: each warp streams its rows
  * in chunks of at most MK_QSTAGE_BYTES through MK_QSTAGES buffers, copies running ahead of the
  * decoding (megakernel/common.cuh, mk_qrows). */
@@ -86,8 +94,12 @@ MK_LAYOUT_FN uint32_t mk_layout_smem_words(const struct mk_instr *in, const stru
         return mk_layout_align4(w[in->weight[1]].cols) + mk_layout_align4(in->args.qkv.rows_per_task) +
                (blocks ? mk_layout_qextra_words(1, 0u, w[in->weight[1]].cols, blocks < 3) : 0u);
     }
-    case MK_OP_ATTN_PARTIAL:
-        return mk_layout_attn_words(in->args.attn.head_dim, in->args.attn.n_head / in->args.attn.n_head_kv);
+    case MK_OP_ATTN_PARTIAL: {
+        const uint32_t hd = in->args.attn.head_dim, g = in->args.attn.n_head / in->args.attn.n_head_kv,
+                       nb = in->args.attn.n_blocks, words = mk_layout_attn_words(hd, g);
+        const uint32_t merge = in->args.attn.arrive ? mk_layout_attn_merge_heads(hd, g, nb) * nb * (hd + 2u) : 0u;
+        return words > merge ? words : merge;
+    }
     case MK_OP_NORM_GATE_UP_SILU: {
         int blocks =
             mk_layout_is_block_format(w[in->weight[1]].dtype) + mk_layout_is_block_format(w[in->weight[2]].dtype);

@@ -180,14 +180,10 @@ __device__ __forceinline__ uint32_t mk_instr_of_task(const uint32_t *base, uint3
     return lo;
 }
 
-/* Bytes of a task's weights thread 0 asks L2 for before its waits. More would flood L2 with
- * lines evicted before use: the FFN and LM-head ops read more than L2 holds. */
-#ifndef MK_PREFETCH_TASK_MAX
-#define MK_PREFETCH_TASK_MAX 65536u
-#endif
-
 /* Thread 0, before the task's waits: the first weight rows it will stream, on their way into L2
- * while the inputs are still being computed elsewhere. */
+ * while the inputs are still being computed elsewhere (a->prefetch_bytes of them at most: more
+ * would flood L2 with lines evicted before use, as the FFN and LM-head ops read more than L2
+ * holds). */
 __device__ void mk_prefetch_task(const struct mk_kernel_args *a, const struct mk_instr *in, uint32_t t) {
     const struct mk_weight_ref *wt = (const struct mk_weight_ref *)a->weights;
     uint32_t first = 0, n_mats = 0, rpt = 0;
@@ -199,6 +195,7 @@ __device__ void mk_prefetch_task(const struct mk_kernel_args *a, const struct mk
     case MK_OP_NORM_LM_HEAD: first = 1, n_mats = 1, rpt = in->args.lm_head.rows_per_task; break;
     default: return;
     }
+    if (!a->prefetch_bytes || !((a->prefetch_ops >> in->op) & 1u)) return;
     const bool stacked = in->op == MK_OP_NORM_QKV_ROPE; /* rows of [wq; wk; wv] in one range */
     uint64_t r0 = (uint64_t)t * rpt, r1 = r0 + rpt;
     if (stacked) {
@@ -206,7 +203,11 @@ __device__ void mk_prefetch_task(const struct mk_kernel_args *a, const struct mk
         mk_qkv_task_rows(&in->args.qkv, t, &lo, &n);
         r0 = lo, r1 = (uint64_t)lo + n;
     }
-    uint64_t budget = MK_PREFETCH_TASK_MAX / (stacked ? 1u : n_mats), base = 0;
+    /* Small tasks go without: their ops are short, and what every block asks for at once slows the
+     * tail of the op still running (llama-1b's token, run97). */
+    const uint64_t task = (r1 - r0) * __ldg(&wt[in->weight[first]].row_bytes) * (stacked ? 1u : n_mats);
+    if (task < a->prefetch_min) return;
+    uint64_t budget = a->prefetch_bytes / (stacked ? 1u : n_mats), base = 0;
     for (uint32_t k = 0; k < n_mats && budget; k++) {
         const struct mk_weight_ref *w = wt + in->weight[first + k];
         const uint64_t rows = __ldg(&w->rows), rb = __ldg(&w->row_bytes);

@@ -68,6 +68,16 @@ __device__ __forceinline__ void mk_red_release_gpu_add(uint32_t *p, uint32_t v) 
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+/* Thread 0's count at *p, returning the value before: the release orders the block's writes (met
+ * at a __syncthreads before) ahead of the count, and the acquire the writes of those who counted
+ * before ahead of what the block reads next (after a __syncthreads). One round trip to L2, without
+ * the two sequentially consistent fences of mk_block_last_in. */
+__device__ __forceinline__ uint32_t mk_atom_acq_rel_gpu_add(uint32_t *p, uint32_t v) {
+    uint32_t old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+    return old;
+}
+
 /* Whether this block is the last of n to count itself in at *count (every thread gets the
  * answer). Thread 0's fence after the block barrier orders every thread's earlier writes before the
  * count (PTX fences are cumulative; a fence in every thread measured 1-2 % slower on llama-1b

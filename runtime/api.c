@@ -254,6 +254,7 @@ static struct mk_gpu_settings mk_api_gpu_settings(const struct mk_gpu_params *g)
     s.attn_block = g->attn_block;
     s.attn_splits = g->attn_splits;
     s.fuse_attn_output = g->fuse_attn_output != 0;
+    s.attn_merge = g->attn_merge == 1 || g->attn_merge == 2 ? (uint32_t)g->attn_merge : 0u;
     s.blocks_per_sm = g->blocks_per_sm;
     s.no_rope_table = g->no_rope_table != 0;
     s.chunk_dequant_min = g->chunk_dequant_min;

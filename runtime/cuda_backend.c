@@ -449,6 +449,7 @@ static enum mk_status mk_cuda_compile(const struct mk_model *m, const struct mk_
     if (b->gpu.attn_block) cp.attn_block = b->gpu.attn_block;
     if (b->gpu.attn_splits) cp.attn_splits = b->gpu.attn_splits;
     cp.fuse_attn_output = b->gpu.fuse_attn_output;
+    cp.attn_merge = (enum mk_attn_merge)b->gpu.attn_merge;
     cp.kv_type = b->kv_type;
     return mk_program_compile(m, &cp, out, err);
 }
@@ -638,6 +639,19 @@ done:
     return st;
 }
 
+/* The megakernel's L2 prefetch of a task's first weights before its waits (mk_kernel_args). On
+ * the H200 (run97, run98, BENCHMARKS.md) it pays on llama-8b BF16's token (16 GB of weights, every
+ * task: -0.5 to -1.1 %) and costs on llama-1b's (2.5 GB BF16, 0.8 GB Q4_K_M: +0.4 to +2.2 %, most of
+ * it from tasks under 768 KB, whose ops are a few microseconds long): so every task of a model of
+ * MK_CUDA_PREFETCH_ALL_BYTES or more per token prefetches, and in smaller ones tasks from
+ * MK_CUDA_PREFETCH_MIN up. */
+#define MK_CUDA_PREFETCH_BYTES     65536u
+#define MK_CUDA_PREFETCH_MIN       (768u << 10)
+#define MK_CUDA_PREFETCH_ALL_BYTES (8ull << 30)
+#define MK_CUDA_PREFETCH_OPS                                                                   \
+    ((1u << MK_OP_MATVEC_RESIDUAL) | (1u << MK_OP_ATTN_OUTPUT) | (1u << MK_OP_NORM_QKV_ROPE) | \
+     (1u << MK_OP_NORM_GATE_UP_SILU) | (1u << MK_OP_NORM_LM_HEAD))
+
 static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_error *err) {
     const struct mk_program *p = b->prog;
     enum mk_status st;
@@ -685,6 +699,14 @@ static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_
     a->n_ctx = p->n_ctx;
     a->kv_dim = p->kv_dim;
     a->kv_type = (uint32_t)p->kv_type;
+    a->prefetch_bytes = b->gpu.no_prefetch      ? 0u
+                        : b->gpu.prefetch_bytes ? b->gpu.prefetch_bytes
+                                                : MK_CUDA_PREFETCH_BYTES;
+    a->prefetch_ops = b->gpu.prefetch_ops ? b->gpu.prefetch_ops : MK_CUDA_PREFETCH_OPS;
+    a->prefetch_min = b->gpu.prefetch_all                                        ? 0u
+                      : b->gpu.prefetch_min                                      ? b->gpu.prefetch_min
+                      : mk_program_weight_bytes(p) >= MK_CUDA_PREFETCH_ALL_BYTES ? 0u
+                                                                                 : MK_CUDA_PREFETCH_MIN;
     a->n_layer = p->n_layer;
     a->vocab = p->vocab;
     a->fault_kind = (uint32_t)b->fault.kind;

@@ -243,6 +243,8 @@ struct mk_gpu_params {
                                  * inputs are rounded to bf16 (128, 192 or 256); 0 = the backend's plan */
     int xb_load;                /* how those tiles reach shared memory: 0 the backend's choice (the copy
                                  * engine where it can), 1 cp.async, 2 the copy engine */
+    int attn_merge;             /* who merges the attention splits: 0 the backend's choice, 1 each KV
+                                 * head's last split, 2 an op of their own */
 };
 
 /* Speculative decoding (mk_session_params.spec). */

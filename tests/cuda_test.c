@@ -989,6 +989,7 @@ static void trace_model(const struct mk_model *m, const char *name, uint32_t ste
         cp.attn_block = bp.gpu.attn_block;
         cp.attn_splits = bp.gpu.attn_splits;
         cp.fuse_attn_output = bp.gpu.fuse_attn_output;
+        cp.attn_merge = (enum mk_attn_merge)bp.gpu.attn_merge;
         cp.schedule = bp.gpu.dynamic_schedule ? MK_SCHED_DYNAMIC : MK_SCHED_STATIC;
         struct mk_program *p = NULL;
         if (mk_program_compile(m, &cp, &p, &err) == MK_OK && p->n_tasks == info.n_tasks) {

@@ -41,9 +41,17 @@ static int read_golden_ids(const char *dir, int32_t *ids, int cap) {
     return n;
 }
 
+/* How a one-token program merges the attention splits. */
+enum attn_merge {
+    MERGE_IN_SPLITS,  /* the default: each KV head's last ATTN_PARTIAL task */
+    MERGE_COMBINE_OP, /* an ATTN_COMBINE op */
+    MERGE_FUSED,      /* every ATTN_OUTPUT task */
+};
+static const char *const merge_names[] = { "in-split", "combine", "fused" };
+
 /* Greedy decode from BOS on the executor, checking ids against golden and logits against ref. */
 static void run_executor(const struct mk_model *m, struct mk_backend *ref, const int32_t *golden, int n_golden,
-                         uint32_t threads, enum mk_schedule sched, bool fuse, enum mk_kv_type kv) {
+                         uint32_t threads, enum mk_schedule sched, enum attn_merge merge, enum mk_kv_type kv) {
     struct mk_error err = { 0 };
     struct mk_compile_params cp = mk_compile_default_params();
     cp.kv_type = kv;
@@ -51,7 +59,8 @@ static void run_executor(const struct mk_model *m, struct mk_backend *ref, const
     cp.n_ctx = 128;
     cp.schedule = sched;
     cp.attn_block = 16; /* several attention blocks, so the combine step is exercised */
-    cp.fuse_attn_output = fuse;
+    cp.fuse_attn_output = merge == MERGE_FUSED;
+    cp.attn_merge = merge == MERGE_COMBINE_OP ? MK_ATTN_MERGE_OP : MK_ATTN_MERGE_SPLITS;
     struct mk_program *prog = NULL;
     enum mk_status st = mk_program_compile(m, &cp, &prog, &err);
     MK_CHECK_MSG(st == MK_OK, "compile for %u workers: %s", threads, err.msg);
@@ -90,8 +99,7 @@ static void run_executor(const struct mk_model *m, struct mk_backend *ref, const
     const double tol = kv == MK_KV_F16 ? 1e-3 : 1e-5;
     MK_CHECK_MSG(worst < tol, "%u threads: logits differ from the reference by %.3g (relative)", threads, worst);
     printf("executor %2u threads %-7s %-8s %s KV: %d golden ids, max logit error vs reference %.2e\n", threads,
-           sched == MK_SCHED_STATIC ? "static" : "dynamic", fuse ? "fused" : "split", mk_kv_type_name(kv), n_golden,
-           worst);
+           sched == MK_SCHED_STATIC ? "static" : "dynamic", merge_names[merge], mk_kv_type_name(kv), n_golden, worst);
     free(ref_logits);
     mk_cpu_exec_free(ex);
     mk_program_free(prog);
@@ -193,6 +201,111 @@ static void test_validator(const struct mk_model *m) {
     mk_program_free(p);
 }
 
+static struct mk_program *compile_merge(const struct mk_model *m, bool combine_op) {
+    struct mk_error err = { 0 };
+    struct mk_compile_params cp = mk_compile_default_params();
+    cp.n_workers = 4;
+    cp.n_ctx = 128;
+    cp.attn_block = 16; /* several splits by position 60 */
+    cp.attn_merge = combine_op ? MK_ATTN_MERGE_OP : MK_ATTN_MERGE_SPLITS;
+    struct mk_program *p = NULL;
+    MK_CHECK_MSG(mk_program_compile(m, &cp, &p, &err) == MK_OK, "compile (combine op %d): %s", combine_op, err.msg);
+    return p;
+}
+
+/* The attention splits merged by each KV head's last ATTN_PARTIAL task (the default) and by an
+ * ATTN_COMBINE op: the programs' shapes, the validator's rules for the arrival counters, and the
+ * same logits bit for bit on the CPU executor over 60 greedy steps on 4 threads. */
+static void test_merge_same(const struct mk_model *m) {
+    struct mk_program *a = compile_merge(m, false), *b = compile_merge(m, true);
+    struct mk_cpu_exec *ea = NULL, *eb = NULL;
+    struct mk_error err = { 0 };
+    if (!a || !b) goto done;
+    const uint32_t L = m->cfg.n_layer, nkv = m->cfg.n_head_kv;
+    MK_CHECK_MSG(find_op(a, MK_OP_ATTN_COMBINE, 0) == UINT32_MAX && find_op(b, MK_OP_ATTN_COMBINE, L - 1) != UINT32_MAX,
+                 "combine ops: in-split program %s, combine-op program %s",
+                 find_op(a, MK_OP_ATTN_COMBINE, 0) == UINT32_MAX ? "none" : "some",
+                 find_op(b, MK_OP_ATTN_COMBINE, L - 1) != UINT32_MAX ? "all" : "too few");
+    MK_CHECK_MSG(a->n_counters == a->n_instr + 1 + L * nkv && b->n_counters == b->n_instr + 1,
+                 "counters %u for %u instructions (in-split), %u for %u (combine op)", a->n_counters, a->n_instr,
+                 b->n_counters, b->n_instr);
+    for (uint32_t l = 0; l < L; l++) {
+        const uint32_t ia = find_op(a, MK_OP_ATTN_PARTIAL, l), ib = find_op(b, MK_OP_ATTN_PARTIAL, l);
+        if (ia == UINT32_MAX || ib == UINT32_MAX) {
+            MK_CHECK_MSG(0, "layer %u has no attention partials", l);
+            continue;
+        }
+        MK_CHECK_MSG(a->instrs[ia].args.attn.arrive == a->n_instr + 1 + l * nkv && b->instrs[ib].args.attn.arrive == 0,
+                     "layer %u: arrival counters at %u (in-split) and %u (combine op)", l,
+                     a->instrs[ia].args.attn.arrive, b->instrs[ib].args.attn.arrive);
+    }
+    /* The validator: each rule broken once on the in-split program. */
+    const uint32_t p0 = find_op(a, MK_OP_ATTN_PARTIAL, 0), p1 = find_op(a, MK_OP_ATTN_PARTIAL, 1);
+    const uint32_t wo = find_op(a, MK_OP_MATVEC_RESIDUAL, 0);
+    struct mk_instr s0 = a->instrs[p0], s1 = a->instrs[p1], sw = a->instrs[wo];
+    a->instrs[p0].args.attn.arrive = a->n_counters - nkv + 1;
+    expect_invalid(a, "arrivals past the counters", "not among");
+    a->instrs[p0].args.attn.arrive = a->instrs[p0].signal;
+    expect_invalid(a, "arrivals at a signal", "also signals");
+    a->instrs[p0] = s0;
+    a->instrs[p1].args.attn.arrive = s0.args.attn.arrive;
+    expect_invalid(a, "two ops' arrivals on one counter", "also arrives at");
+    a->instrs[p1] = s1;
+    a->instrs[wo].wait[0].ctr = s0.args.attn.arrive;
+    expect_invalid(a, "a wait on an arrival counter", "an arrival counter");
+    a->instrs[wo] = sw;
+    a->instrs[p0].args.attn.arrive = 0;
+    expect_invalid(a, "a merge's output without arrivals", "without arrival counters");
+    a->instrs[p0] = s0;
+    MK_CHECK_MSG(mk_program_validate(a, &err) == MK_OK, "restored in-split program rejected: %s", err.msg);
+
+    if (mk_cpu_exec_create(a, 4, &ea, &err) != MK_OK || mk_cpu_exec_create(b, 4, &eb, &err) != MK_OK) {
+        MK_CHECK_MSG(0, "executors: %s", err.msg);
+        goto done;
+    }
+    int32_t tok = 1;
+    uint32_t differ = 0;
+    for (int pos = 0; pos < 60; pos++) {
+        struct mk_step_cmd c = mk_test_step_cmd(tok, pos);
+        int32_t na = -1, nb = -1;
+        if (mk_cpu_exec_step(ea, &c, &na, &err) != MK_OK || mk_cpu_exec_step(eb, &c, &nb, &err) != MK_OK) {
+            MK_CHECK_MSG(0, "step %d: %s", pos, err.msg);
+            break;
+        }
+        differ += na != nb || memcmp(mk_cpu_exec_logits(ea), mk_cpu_exec_logits(eb), m->cfg.n_vocab * sizeof(float));
+        tok = na;
+    }
+    MK_CHECK_MSG(differ == 0, "%u of 60 steps' logits differ between the in-split merge and the combine op", differ);
+    printf("attention merge: in-split and combine-op programs agree bit for bit over 60 steps\n");
+    /* The default (auto) merges in the splits exactly where a KV head's partials are small. */
+    for (uint32_t splits = 0; splits <= 256; splits += 64) {
+        struct mk_compile_params cp = mk_compile_default_params();
+        cp.n_workers = 4;
+        cp.n_ctx = 512;
+        cp.attn_block = 1;
+        cp.attn_splits = splits;
+        struct mk_program *p = NULL;
+        if (mk_program_compile(m, &cp, &p, &err) != MK_OK) {
+            MK_CHECK_MSG(0, "compile with %u splits: %s", splits, err.msg);
+            continue;
+        }
+        const struct mk_args_attn *at = &p->instrs[find_op(p, MK_OP_ATTN_PARTIAL, 0)].args.attn;
+        const uint64_t floats = (uint64_t)(at->n_head / at->n_head_kv) * at->n_blocks * (at->head_dim + 2);
+        const bool in_split = at->arrive != 0, combine = find_op(p, MK_OP_ATTN_COMBINE, 0) != UINT32_MAX;
+        MK_CHECK_MSG(in_split == (floats <= MK_ATTN_MERGE_SPLIT_MAX) && combine == !in_split,
+                     "auto merge with %u splits (%llu floats a KV head): in the splits %d, combine op %d", at->n_blocks,
+                     (unsigned long long)floats, in_split, combine);
+        printf("attention merge auto: %u splits, %llu floats a KV head: %s\n", at->n_blocks, (unsigned long long)floats,
+               in_split ? "in the splits" : "an op");
+        mk_program_free(p);
+    }
+done:
+    mk_cpu_exec_free(ea);
+    mk_cpu_exec_free(eb);
+    mk_program_free(a);
+    mk_program_free(b);
+}
+
 /* Every worker count from 1 to 130 must validate (the compiler's tiling changes with it). */
 static void test_worker_counts(const struct mk_model *m) {
     struct mk_error err = { 0 };
@@ -286,10 +399,21 @@ static struct mk_program *compile_checked(const char *name, const struct mk_mode
     return p;
 }
 
+/* The attention vector an op merges the splits into, and its int8-level copy: ATTN_COMBINE's buf1
+ * and buf2, or a merging ATTN_PARTIAL's buf2 and buf3; MK_NO_BUF for other ops. */
+static uint32_t attn_vec(const struct mk_instr *in) {
+    return in->op == MK_OP_ATTN_COMBINE                           ? in->buf[1]
+           : in->op == MK_OP_ATTN_PARTIAL && in->args.attn.arrive ? in->buf[2]
+                                                                  : MK_NO_BUF;
+}
+static uint32_t attn_copy(const struct mk_instr *in) {
+    return in->op == MK_OP_ATTN_COMBINE ? in->buf[2] : attn_vec(in) != MK_NO_BUF ? in->buf[3] : MK_NO_BUF;
+}
+
 /* The int8-level copies (abi.h, MK_XQ_*) of the FFN hidden vector and of the attention vector: a
  * one-token program whose FFN-down is a block format has each gate/up task write the first, in whole
- * groups, and the FFN-down read it; one whose attention output is a block format has each combine
- * task write the second (heads of whole groups) and the attention output read it. Float formats and
+ * groups, and the FFN-down read it; one whose attention output is a block format has the merge of the
+ * attention splits write the second (heads of whole groups) and the attention output read it. Float formats and
  * chunk programs have none, and the validator refuses copies that break those rules. */
 static void check_xq_program(const char *name, const struct mk_model *m, uint32_t workers, uint32_t ubatch,
                              bool block) {
@@ -308,21 +432,24 @@ static void check_xq_program(const char *name, const struct mk_model *m, uint32_
             copies++;
             MK_CHECK_MSG(in->args.gate_up.rows_per_task % MK_XQ_GROUP == 0, "%s: instr %u tiles %u rows", name, i,
                          in->args.gate_up.rows_per_task);
-        } else if (in->op == MK_OP_ATTN_COMBINE) {
+        } else if (attn_vec(in) != MK_NO_BUF) {
             combine = i;
-            if (in->buf[2] != MK_NO_BUF) attn_copies++;
+            if (attn_copy(in) != MK_NO_BUF) attn_copies++;
         } else if (in->op == MK_OP_MATVEC_RESIDUAL) {
             /* The FFN-down reads what the last gate/up wrote, the attention output what the last
              * combine wrote; no other matvec reads a copy. */
             const bool ffn_down = gate_up != UINT32_MAX && in->buf[0] == p->instrs[gate_up].buf[1];
-            const bool attn_out = combine != UINT32_MAX && in->buf[0] == p->instrs[combine].buf[1];
+            const bool attn_out = combine != UINT32_MAX && in->buf[0] == attn_vec(&p->instrs[combine]);
             if (ffn_down) down = i;
             if (in->buf[2] == MK_NO_BUF) continue;
             readers++;
             const uint32_t w = ffn_down ? gate_up : attn_out ? combine : UINT32_MAX;
-            MK_CHECK_MSG(w != UINT32_MAX && in->buf[2] == p->instrs[w].buf[2],
+            const uint32_t wrote = w == gate_up      ? p->instrs[w].buf[2]
+                                   : w != UINT32_MAX ? attn_copy(&p->instrs[w])
+                                                     : MK_NO_BUF;
+            MK_CHECK_MSG(w != UINT32_MAX && in->buf[2] == wrote,
                          "%s: instr %u reads an int8 copy at %u that its producer (at %u) did not write", name, i,
-                         in->buf[2], w == UINT32_MAX ? MK_NO_BUF : p->instrs[w].buf[2]);
+                         in->buf[2], wrote);
         }
     }
     MK_CHECK_MSG(copies == (want ? m->cfg.n_layer : 0) && attn_copies == (want_attn ? m->cfg.n_layer : 0) &&
@@ -332,7 +459,7 @@ static void check_xq_program(const char *name, const struct mk_model *m, uint32_
                  want_attn ? m->cfg.n_layer : 0);
     if (want_attn && combine != UINT32_MAX) {
         struct mk_instr saved = p->instrs[combine];
-        p->instrs[combine].buf[2] = p->arena_floats - 8;
+        p->instrs[combine].buf[p->instrs[combine].op == MK_OP_ATTN_COMBINE ? 2 : 3] = p->arena_floats - 8;
         expect_invalid(p, "a combine's int8 copy past the arena", "past the arena");
         p->instrs[combine] = saved;
     }
@@ -578,16 +705,20 @@ int main(void) {
     if (ref && ref32 && n_golden == 60) {
         uint32_t counts[] = { 1, 2, 3, 7, 64 };
         for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
-            run_executor(m, ref, golden, n_golden, counts[i], MK_SCHED_DYNAMIC, false, MK_KV_F16);
-        run_executor(m, ref, golden, n_golden, 3, MK_SCHED_STATIC, false, MK_KV_F16);
-        run_executor(m, ref, golden, n_golden, 7, MK_SCHED_STATIC, false, MK_KV_F16);
-        /* The combine fused into the attention output must agree too. */
-        run_executor(m, ref, golden, n_golden, 2, MK_SCHED_DYNAMIC, true, MK_KV_F16);
-        run_executor(m, ref, golden, n_golden, 5, MK_SCHED_STATIC, true, MK_KV_F16);
-        /* And an f32 cache, on both schedules and both attention outputs. */
-        run_executor(m, ref32, golden, n_golden, 3, MK_SCHED_DYNAMIC, false, MK_KV_F32);
-        run_executor(m, ref32, golden, n_golden, 4, MK_SCHED_STATIC, true, MK_KV_F32);
+            run_executor(m, ref, golden, n_golden, counts[i], MK_SCHED_DYNAMIC, MERGE_IN_SPLITS, MK_KV_F16);
+        run_executor(m, ref, golden, n_golden, 3, MK_SCHED_STATIC, MERGE_IN_SPLITS, MK_KV_F16);
+        run_executor(m, ref, golden, n_golden, 7, MK_SCHED_STATIC, MERGE_IN_SPLITS, MK_KV_F16);
+        /* The splits merged by a combine op, or in the attention output, must agree too. */
+        run_executor(m, ref, golden, n_golden, 3, MK_SCHED_DYNAMIC, MERGE_COMBINE_OP, MK_KV_F16);
+        run_executor(m, ref, golden, n_golden, 7, MK_SCHED_STATIC, MERGE_COMBINE_OP, MK_KV_F16);
+        run_executor(m, ref, golden, n_golden, 2, MK_SCHED_DYNAMIC, MERGE_FUSED, MK_KV_F16);
+        run_executor(m, ref, golden, n_golden, 5, MK_SCHED_STATIC, MERGE_FUSED, MK_KV_F16);
+        /* And an f32 cache, on both schedules and each merge. */
+        run_executor(m, ref32, golden, n_golden, 3, MK_SCHED_DYNAMIC, MERGE_IN_SPLITS, MK_KV_F32);
+        run_executor(m, ref32, golden, n_golden, 2, MK_SCHED_STATIC, MERGE_COMBINE_OP, MK_KV_F32);
+        run_executor(m, ref32, golden, n_golden, 4, MK_SCHED_STATIC, MERGE_FUSED, MK_KV_F32);
     }
+    test_merge_same(m);
     test_validator(m);
     test_kv_types(m);
     test_worker_counts(m);

@@ -44,6 +44,8 @@ const char mk_cli_gpu_usage[] =
     "    --attn-block N             positions per unit of an attention split (0 = compiler default)\n"
     "    --attn-splits N            attention splits of the sequence per KV head (0 = compiler default)\n"
     "    --fuse-attn-output         fold the attention combine into the attention-output tasks\n"
+    "    --attn-merge auto|split|op who merges the attention splits: each KV head's last split, an op\n"
+    "                               of their own, or (auto) the split where the heads' partials are small\n"
     "    --blocks-per-sm N          cap on blocks per multiprocessor (0 = as many as fit)\n"
     "    --no-rope-table            compute RoPE angles in the kernel\n"
     "    --chunk-dequant-min N      chunk steps of at least N tokens decode block-format matrices once\n"
@@ -77,7 +79,8 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
     }
     if (strcmp(a, "--schedule") && strcmp(a, "--tasks-per-worker") && strcmp(a, "--attn-block") &&
         strcmp(a, "--attn-splits") && strcmp(a, "--blocks-per-sm") && strcmp(a, "--trace") &&
-        strcmp(a, "--kernel-image") && strcmp(a, "--chunk-dequant-min") && strcmp(a, "--mv-blocks"))
+        strcmp(a, "--kernel-image") && strcmp(a, "--chunk-dequant-min") && strcmp(a, "--mv-blocks") &&
+        strcmp(a, "--attn-merge"))
         return 0;
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!v) {
@@ -93,6 +96,14 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
     if (!strcmp(a, "--blocks-per-sm")) return mk_cli_uint(cmd, a, v, 0, 64, &s->blocks_per_sm) ? -1 : 1;
     if (!strcmp(a, "--kernel-image")) {
         s->kernel_image = v;
+        return 1;
+    }
+    if (!strcmp(a, "--attn-merge")) {
+        if (strcmp(v, "auto") && strcmp(v, "split") && strcmp(v, "op")) {
+            fprintf(stderr, "mk %s: --attn-merge is 'auto', 'split' or 'op', got '%s'\n", cmd, v);
+            return -1;
+        }
+        s->attn_merge = !strcmp(v, "split") ? 1u : !strcmp(v, "op") ? 2u : 0u;
         return 1;
     }
     if (!strcmp(a, "--schedule") && (!strcmp(v, "static") || !strcmp(v, "dynamic"))) {
@@ -124,6 +135,7 @@ void mk_cli_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *ou
     out->attn_block = s->attn_block;
     out->attn_splits = s->attn_splits;
     out->fuse_attn_output = s->fuse_attn_output;
+    out->attn_merge = (int)s->attn_merge;
     out->blocks_per_sm = s->blocks_per_sm;
     out->no_rope_table = s->no_rope_table;
     out->chunk_dequant_min = s->chunk_dequant_min;

@@ -9,23 +9,27 @@
 #include "tools/cmds.h"
 
 static void mk_dump_usage(FILE *f) {
-    fprintf(f, "usage: mk dump -m FILE [--workers N] [--ctx N] [--schedule dynamic|static] [--barriers]\n"
-               "               [--fuse-attn-output] [--tasks-per-worker N] [--attn-block N] [--attn-splits N]\n"
-               "               [--ubatch N] [--kv-type f16|f32] [--chunk-act bf16|f32] [--json]\n"
-               "  Compiles one decode step of FILE for N workers (default 132, an H100's SM count) and a\n"
-               "  KV cache of --ctx positions (default 512), validates it, and prints every instruction:\n"
-               "  tasks, weight bytes per task, the counter it signals, the int8-level copies of x it reads\n"
-               "  (<) and writes (>) (i8: its input or output, n8: the residual stream normalized for the\n"
-               "  next norm op) and the counters it waits on, then totals (instructions, barriers and\n"
-               "  weight bytes per token).\n"
-               "  --barriers joins every dependency with a grid barrier (a baseline for comparisons).\n"
-               "  --fuse-attn-output folds the attention combine into the attention-output matvec.\n"
-               "  --tasks-per-worker, --attn-block and --attn-splits tile as the GPU backends' flags of those\n"
-               "  names do.\n"
-               "  --ubatch N compiles the chunk program of up to N tokens per step (megakernel/abi.h).\n"
-               "  --kv-type f16|f32 sets the KV cache's elements (default f16).\n"
-               "  --chunk-act bf16|f32: a chunk program's products over bf16 weights round their inputs to\n"
-               "  bf16 from 64 token rows on (default), or never.\n");
+    fprintf(f,
+            "usage: mk dump -m FILE [--workers N] [--ctx N] [--schedule dynamic|static] [--barriers]\n"
+            "               [--fuse-attn-output] [--attn-merge auto|split|op] [--tasks-per-worker N] [--attn-block N] "
+            "[--attn-splits N]\n"
+            "               [--ubatch N] [--kv-type f16|f32] [--chunk-act bf16|f32] [--json]\n"
+            "  Compiles one decode step of FILE for N workers (default 132, an H100's SM count) and a\n"
+            "  KV cache of --ctx positions (default 512), validates it, and prints every instruction:\n"
+            "  tasks, weight bytes per task, the counter it signals, the int8-level copies of x it reads\n"
+            "  (<) and writes (>) (i8: its input or output, n8: the residual stream normalized for the\n"
+            "  next norm op) and the counters it waits on, then totals (instructions, barriers and\n"
+            "  weight bytes per token).\n"
+            "  --barriers joins every dependency with a grid barrier (a baseline for comparisons).\n"
+            "  --fuse-attn-output folds the attention combine into the attention-output matvec.\n"
+            "  --attn-merge: each KV head's last split merges the attention splits (split), an op of their\n"
+            "  own does (op), or (auto, the default) the split where the heads' partials are small.\n"
+            "  --tasks-per-worker, --attn-block and --attn-splits tile as the GPU backends' flags of those\n"
+            "  names do.\n"
+            "  --ubatch N compiles the chunk program of up to N tokens per step (megakernel/abi.h).\n"
+            "  --kv-type f16|f32 sets the KV cache's elements (default f16).\n"
+            "  --chunk-act bf16|f32: a chunk program's products over bf16 weights round their inputs to\n"
+            "  bf16 from 64 token rows on (default), or never.\n");
 }
 
 int mk_cmd_dump(int argc, char **argv) {
@@ -62,6 +66,16 @@ int mk_cmd_dump(int argc, char **argv) {
             cp.barriers = true;
         } else if (!strcmp(a, "--fuse-attn-output")) {
             cp.fuse_attn_output = true;
+        } else if (!strcmp(a, "--attn-merge")) {
+            if (v && (!strcmp(v, "auto") || !strcmp(v, "split") || !strcmp(v, "op"))) {
+                cp.attn_merge = !strcmp(v, "split") ? MK_ATTN_MERGE_SPLITS
+                                : !strcmp(v, "op")  ? MK_ATTN_MERGE_OP
+                                                    : MK_ATTN_MERGE_AUTO;
+            } else {
+                fprintf(stderr, "mk dump: --attn-merge is 'auto', 'split' or 'op', got '%s'\n", v ? v : "");
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--tasks-per-worker")) {
             if (mk_cli_uint("dump", a, v, 0, 1u << 16, &cp.tasks_per_worker)) return 2;
             i++;

@@ -198,6 +198,7 @@ static int mk_trace_run_gpu(const char *tool, const struct mk_model *m, struct m
     cp.attn_block = gs->attn_block;
     cp.attn_splits = gs->attn_splits;
     cp.fuse_attn_output = gs->fuse_attn_output;
+    cp.attn_merge = (enum mk_attn_merge)gs->attn_merge;
     cp.schedule = gs->dynamic_schedule ? MK_SCHED_DYNAMIC : MK_SCHED_STATIC;
     if (mk_program_compile(m, &cp, p, &err) != MK_OK) goto fail;
     if ((*p)->n_tasks != info.n_tasks || (*p)->n_instr != info.n_instr) {

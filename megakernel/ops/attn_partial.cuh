@@ -3,6 +3,7 @@
 #define MK_OP_ATTN_PARTIAL_CUH
 
 #include "megakernel/common.cuh"
+#include "megakernel/ops/attn_combine.cuh"
 
 /* The K and V rows of positions t0 .. t0 + n into stage buffers with asynchronous copies of four
  * elements (16 bytes of f32, 8 of f16); the caller commits the group. Rows n .. tile of the buffers
@@ -184,10 +185,11 @@ __device__ __forceinline__ void mk_attn_rows(const struct mk_task_ctx *c, uint32
 /* Heads of this many query heads per KV head and head_dim = 32 * VW take mk_attn_warps. */
 #define MK_ATTN_WARPS_MAX_G 8
 
-/* Positions per warp batch of mk_attn_warps: 16 / VW rows of f32, 32 / VW of f16 (the same bytes
- * in flight; 32 / VW rows of f32 spilled). */
+/* Positions per warp batch of mk_attn_warps: 16 / VW rows of f32 or f16 (32 / VW rows of f32
+ * spilled; 32 / VW of f16 measured 1.5 % slower on llama-1b Q4_K_M's H200 token, no faster on
+ * llama-1b or llama-8b BF16 at position 128 or 1500: run96, BENCHMARKS.md). */
 #ifndef MK_ATTN_F16_ROWS
-#define MK_ATTN_F16_ROWS 32
+#define MK_ATTN_F16_ROWS 16
 #endif
 
 /* The split with no shared-memory tiles and no block barriers until the end: warp w takes the
@@ -406,18 +408,13 @@ __device__ __forceinline__ void mk_attn_split(const struct mk_task_ctx *c, uint3
     __syncthreads(); /* os is read above by other threads than its writers */
 }
 
-__device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
+/* The split's partials for the g query heads of KV head kvh; an empty split writes m = -inf. */
+__device__ void mk_attn_partial_split(const struct mk_task_ctx *c, uint32_t kvh, uint32_t b) {
     const struct mk_instr *in = c->in;
     const struct mk_args_attn *at = &in->args.attn;
-    const uint32_t nb = at->n_blocks, hd = at->head_dim;
-    const uint32_t g = at->n_head / at->n_head_kv, kvh = c->t / nb, b = c->t % nb;
-    const int32_t pos = c->cmd->pos;
-    if (pos < 0 || (uint32_t)pos >= c->a->n_ctx) {
-        mk_device_fail(c->a, c->fail, MK_DEVERR_BAD_POS, (uint32_t)pos);
-        return;
-    }
+    const uint32_t nb = at->n_blocks, hd = at->head_dim, g = at->n_head / at->n_head_kv;
     uint32_t lo, hi;
-    mk_attn_span((uint32_t)pos, at->block, nb, b, &lo, &hi);
+    mk_attn_span((uint32_t)c->cmd->pos, at->block, nb, b, &lo, &hi);
     if (lo >= hi) {
         float *out = mk_arena(c) + in->buf[1]; /* (n_head, n_blocks, hd + 2) */
         for (uint32_t i = threadIdx.x; i < g * (hd + 2u); i += MK_BLOCK_THREADS) {
@@ -430,6 +427,42 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
         mk_attn_split<__half>(c, lo, hi);
     else
         mk_attn_split<float>(c, lo, hi);
+}
+
+__device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
+    const struct mk_instr *in = c->in;
+    const struct mk_args_attn *at = &in->args.attn;
+    const uint32_t nb = at->n_blocks, hd = at->head_dim;
+    const uint32_t g = at->n_head / at->n_head_kv, kvh = c->t / nb;
+    const int32_t pos = c->cmd->pos;
+    if (pos < 0 || (uint32_t)pos >= c->a->n_ctx) {
+        mk_device_fail(c->a, c->fail, MK_DEVERR_BAD_POS, (uint32_t)pos);
+        return;
+    }
+    mk_attn_partial_split(c, kvh, c->t % nb);
+    if (!at->arrive) return;
+    /* The merge by the KV head's last split: the blocks that ran the others are already on their next
+     * task, instead of every block meeting at a combine op's wait. The counter goes back to 0 before
+     * this task signals, so the next step's tasks of this layer (which wait, through the layers
+     * between, on that signal) count from 0 again; that also holds for mk_perop, whose steps are all 0. */
+    __shared__ uint32_t s_last;
+    __syncthreads(); /* the split's partials, written by every thread */
+    if (threadIdx.x == 0) {
+        uint32_t *count = (uint32_t *)c->a->counters + at->arrive + kvh;
+        s_last = mk_atom_acq_rel_gpu_add(count, 1u) == nb - 1u;
+        if (s_last) *count = 0u;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    float *part = mk_arena(c) + in->buf[1], *out = mk_arena(c) + in->buf[2];
+    float *xq = in->buf[3] != MK_NO_BUF ? mk_arena(c) + in->buf[3] : NULL;
+    /* As many of the KV head's query heads a round as the op's shared memory holds. */
+    const uint32_t per = mk_layout_attn_merge_heads(hd, g, nb);
+    for (uint32_t h = kvh * g; h < (kvh + 1u) * g; h += per) {
+        const uint32_t nh = (kvh + 1u) * g - h < per ? (kvh + 1u) * g - h : per;
+        mk_attn_combine_heads(c, part + (uint64_t)h * nb * (hd + 2u), nb, hd, h, nh, at->n_head, out + (uint64_t)h * hd,
+                              xq);
+    }
 }
 
 #endif
