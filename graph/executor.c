@@ -57,6 +57,10 @@ static int mk_env_bool(const char *name, const char *v, bool *out, struct mk_err
     return 0;
 }
 
+int mk_attn_merge_from_name(const char *name) {
+    return !name ? -1 : !strcmp(name, "auto") ? 0 : !strcmp(name, "split") ? 1 : !strcmp(name, "op") ? 2 : -1;
+}
+
 enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_error *err) {
     const char *v;
     if ((v = getenv("MK_CUDA_SCHEDULE"))) {
@@ -88,9 +92,9 @@ enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_err
         s->prefetch_all = s->prefetch_min == 0;
     }
     if ((v = getenv("MK_CUDA_ATTN_MERGE"))) {
-        if (strcmp(v, "auto") && strcmp(v, "split") && strcmp(v, "op"))
-            return mk_error_set(err, MK_ERR_INVALID_ARG, "MK_CUDA_ATTN_MERGE=%s: want auto, split or op", v);
-        s->attn_merge = !strcmp(v, "split") ? 1u : !strcmp(v, "op") ? 2u : 0u;
+        const int merge = mk_attn_merge_from_name(v);
+        if (merge < 0) return mk_error_set(err, MK_ERR_INVALID_ARG, "MK_CUDA_ATTN_MERGE=%s: want auto, split or op", v);
+        s->attn_merge = (uint32_t)merge;
     }
     if ((v = getenv("MK_CUDA_NO_ROPE_TABLE")) && mk_env_bool("MK_CUDA_NO_ROPE_TABLE", v, &s->no_rope_table, err))
         return MK_ERR_INVALID_ARG;

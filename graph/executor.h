@@ -113,6 +113,10 @@ struct mk_gpu_settings mk_gpu_default_settings(void);
 /* Whether rows is a bf16 product tile the sm_90a code has (xb_rows): 0 (the plan's), 128, 192 or 256. */
 bool mk_gpu_xb_rows_valid(uint32_t rows);
 
+/* "auto", "split" or "op" as the value of enum mk_attn_merge (graph/program.h) it names; -1 for
+ * anything else. */
+int mk_attn_merge_from_name(const char *name);
+
 /* Applies the environment overrides MK_CUDA_SCHEDULE=static|dynamic, MK_CUDA_TASKS_PER_WORKER=N,
  * MK_CUDA_ATTN_BLOCK=N, MK_CUDA_ATTN_SPLITS=N, MK_CUDA_FUSE_ATTN_OUTPUT=0|1, MK_CUDA_BLOCKS_PER_SM=N,
  * MK_CUDA_NO_ROPE_TABLE=0|1, MK_CUDA_CHUNK_DEQUANT_MIN=N, MK_CUDA_NO_PDL=0|1, MK_CUDA_NO_CHUNK_KQ=0|1, MK_CUDA_MV_KQ8=0|1, MK_CUDA_FOLD=0|1, MK_CUDA_ATTN_H16=0|1, MK_CUDA_MV_BLOCKS=N, MK_CUDA_XB_ROWS=0|128|192|256, MK_CUDA_XB_LOAD=auto|copy|tma, MK_CUDA_TRACE=0|1|fetch, MK_CUDA_CUBIN=FILE to *s (the one place

@@ -47,6 +47,9 @@
 _Static_assert((int)MK_KFAULT_ERROR == (int)MK_FAULT_ERROR && (int)MK_KFAULT_TRAP == (int)MK_FAULT_TRAP &&
                    (int)MK_KFAULT_HANG == (int)MK_FAULT_HANG && (int)MK_KFAULT_BAD_ADDRESS == (int)MK_FAULT_BAD_ADDRESS,
                "enum mk_kernel_fault matches enum mk_fault_kind");
+/* The settings' attn_merge (mk_attn_merge_from_name, mk_gpu_params) holds enum mk_attn_merge's values. */
+_Static_assert(MK_ATTN_MERGE_AUTO == 0 && MK_ATTN_MERGE_SPLITS == 1 && MK_ATTN_MERGE_OP == 2,
+               "enum mk_attn_merge is 0 auto, 1 split, 2 op");
 
 /* The kernels of megakernel/chunk.cu, in the order of mk_cuda_chunk_names. The product groups
  * (_MM_*, _WIDE, _SPLIT, _KQ, _KQ32, _KW) each list STORE, ADD, SILU in that order: mk_cuda_chunk_mm
@@ -648,9 +651,6 @@ done:
 #define MK_CUDA_PREFETCH_BYTES     65536u
 #define MK_CUDA_PREFETCH_MIN       (768u << 10)
 #define MK_CUDA_PREFETCH_ALL_BYTES (8ull << 30)
-#define MK_CUDA_PREFETCH_OPS                                                                   \
-    ((1u << MK_OP_MATVEC_RESIDUAL) | (1u << MK_OP_ATTN_OUTPUT) | (1u << MK_OP_NORM_QKV_ROPE) | \
-     (1u << MK_OP_NORM_GATE_UP_SILU) | (1u << MK_OP_NORM_LM_HEAD))
 
 static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_error *err) {
     const struct mk_program *p = b->prog;
@@ -702,7 +702,7 @@ static enum mk_status mk_cuda_setup_memory(struct mk_cuda_backend *b, struct mk_
     a->prefetch_bytes = b->gpu.no_prefetch      ? 0u
                         : b->gpu.prefetch_bytes ? b->gpu.prefetch_bytes
                                                 : MK_CUDA_PREFETCH_BYTES;
-    a->prefetch_ops = b->gpu.prefetch_ops ? b->gpu.prefetch_ops : MK_CUDA_PREFETCH_OPS;
+    a->prefetch_ops = b->gpu.prefetch_ops ? b->gpu.prefetch_ops : ~0u; /* every op mk_prefetch_task knows */
     a->prefetch_min = b->gpu.prefetch_all                                        ? 0u
                       : b->gpu.prefetch_min                                      ? b->gpu.prefetch_min
                       : mk_program_weight_bytes(p) >= MK_CUDA_PREFETCH_ALL_BYTES ? 0u

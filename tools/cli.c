@@ -99,11 +99,12 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
         return 1;
     }
     if (!strcmp(a, "--attn-merge")) {
-        if (strcmp(v, "auto") && strcmp(v, "split") && strcmp(v, "op")) {
+        const int merge = mk_attn_merge_from_name(v);
+        if (merge < 0) {
             fprintf(stderr, "mk %s: --attn-merge is 'auto', 'split' or 'op', got '%s'\n", cmd, v);
             return -1;
         }
-        s->attn_merge = !strcmp(v, "split") ? 1u : !strcmp(v, "op") ? 2u : 0u;
+        s->attn_merge = (uint32_t)merge;
         return 1;
     }
     if (!strcmp(a, "--schedule") && (!strcmp(v, "static") || !strcmp(v, "dynamic"))) {

@@ -67,14 +67,12 @@ int mk_cmd_dump(int argc, char **argv) {
         } else if (!strcmp(a, "--fuse-attn-output")) {
             cp.fuse_attn_output = true;
         } else if (!strcmp(a, "--attn-merge")) {
-            if (v && (!strcmp(v, "auto") || !strcmp(v, "split") || !strcmp(v, "op"))) {
-                cp.attn_merge = !strcmp(v, "split") ? MK_ATTN_MERGE_SPLITS
-                                : !strcmp(v, "op")  ? MK_ATTN_MERGE_OP
-                                                    : MK_ATTN_MERGE_AUTO;
-            } else {
+            const int merge = mk_attn_merge_from_name(v);
+            if (merge < 0) {
                 fprintf(stderr, "mk dump: --attn-merge is 'auto', 'split' or 'op', got '%s'\n", v ? v : "");
                 return 2;
             }
+            cp.attn_merge = (enum mk_attn_merge)merge;
             i++;
         } else if (!strcmp(a, "--tasks-per-worker")) {
             if (mk_cli_uint("dump", a, v, 0, 1u << 16, &cp.tasks_per_worker)) return 2;
