@@ -70,8 +70,7 @@ __device__ __forceinline__ void mk_red_release_gpu_add(uint32_t *p, uint32_t v) 
 
 /* Thread 0's count at *p, returning the value before: the release orders the block's writes (met
  * at a __syncthreads before) ahead of the count, and the acquire the writes of those who counted
- * before ahead of what the block reads next (after a __syncthreads). One round trip to L2, without
- * the two sequentially consistent fences of mk_block_last_in. */
+ * before ahead of what the block reads next (after a __syncthreads). */
 __device__ __forceinline__ uint32_t mk_atom_acq_rel_gpu_add(uint32_t *p, uint32_t v) {
     uint32_t old;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
@@ -79,20 +78,17 @@ __device__ __forceinline__ uint32_t mk_atom_acq_rel_gpu_add(uint32_t *p, uint32_
 }
 
 /* Whether this block is the last of n to count itself in at *count (every thread gets the
- * answer). Thread 0's fence after the block barrier orders every thread's earlier writes before the
- * count (PTX fences are cumulative; a fence in every thread measured 1-2 % slower on llama-1b
- * pp512), and the last block's fence orders the other blocks' writes before its reads after. */
+ * answer). Thread 0 counts with one acq_rel atomic after the block barrier: its release carries
+ * every thread's earlier writes (met at the barrier; PTX release is cumulative), and in the last
+ * block its acquire, then the barrier, carry the other blocks' writes to every thread's reads
+ * after. One round trip to L2, where two sequentially consistent fences and a relaxed atomic took
+ * three. */
 __device__ __forceinline__ bool mk_block_last_in(uint32_t *count, uint32_t n) {
     __shared__ bool s_last;
     __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        s_last = atomicAdd(count, 1u) == n - 1u;
-    }
+    if (threadIdx.x == 0) s_last = mk_atom_acq_rel_gpu_add(count, 1u) == n - 1u;
     __syncthreads();
-    const bool last = s_last;
-    if (last) __threadfence();
-    return last;
+    return s_last;
 }
 
 __device__ __forceinline__ uint64_t mk_globaltimer(void) {
