@@ -443,23 +443,18 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
     if (!at->arrive) return;
     /* The merge by the KV head's last split: the blocks that ran the others are already on their next
      * task, instead of every block meeting at a combine op's wait. The counter goes back to 0 before
-     * this task signals, so the next step's tasks of this layer (which wait, through the layers
-     * between, on that signal) count from 0 again; that also holds for mk_perop, whose steps are all 0. */
-    __shared__ uint32_t s_last;
-    __syncthreads(); /* the split's partials, written by every thread */
-    if (threadIdx.x == 0) {
-        uint32_t *count = (uint32_t *)c->a->counters + at->arrive + kvh;
-        s_last = mk_atom_acq_rel_gpu_add(count, 1u) == nb - 1u;
-        if (s_last) *count = 0u;
-    }
-    __syncthreads();
-    if (!s_last) return;
+     * this task signals (thread 0 does both, in that order), so the next step's tasks of this layer
+     * (which wait, through the layers between, on that signal) count from 0 again; that also holds
+     * for mk_perop, whose steps are all 0. */
+    uint32_t *count = (uint32_t *)c->a->counters + at->arrive + kvh;
+    if (!mk_block_last_in(count, nb)) return;
+    if (threadIdx.x == 0) *count = 0u;
     float *part = mk_arena(c) + in->buf[1], *out = mk_arena(c) + in->buf[2];
     float *xq = in->buf[3] != MK_NO_BUF ? mk_arena(c) + in->buf[3] : NULL;
     /* As many of the KV head's query heads a round as the op's shared memory holds. */
     const uint32_t per = mk_layout_attn_merge_heads(hd, g, nb);
     for (uint32_t h = kvh * g; h < (kvh + 1u) * g; h += per) {
-        const uint32_t nh = (kvh + 1u) * g - h < per ? (kvh + 1u) * g - h : per;
+        const uint32_t nh = min(per, (kvh + 1u) * g - h);
         mk_attn_combine_heads(c, part + (uint64_t)h * nb * (hd + 2u), nb, hd, h, nh, at->n_head, out + (uint64_t)h * hd,
                               xq);
     }
