@@ -13,12 +13,14 @@ PTX_ARCH = "80"
 def mk_cuda_module(name, src, hdrs = [], symbol = None, visibility = None, sass_archs = SASS_ARCHS, ptx_arch = PTX_ARCH, nvcc_flags = []):
     """cc_library `name` defining <symbol>_fatbin and <symbol>_fatbin_size.
 
-    src is the one .cu translation unit; hdrs are what it includes (from the workspace root)."""
+    src is the one .cu translation unit; hdrs are what it includes (from the workspace root);
+    ptx_arch None leaves the PTX out (the module then runs only on its SASS archs)."""
     symbol = symbol or name
     flags = " ".join(["-O3", "-std=c++17", "-I.", "-lineinfo"] + nvcc_flags)
+    ptx = [ptx_arch] if ptx_arch else []
     gencode = " ".join(
         ["-gencode arch=compute_%s,code=sm_%s" % (a, a) for a in sass_archs] +
-        ["-gencode arch=compute_%s,code=compute_%s" % (ptx_arch, ptx_arch)],
+        ["-gencode arch=compute_%s,code=compute_%s" % (a, a) for a in ptx],
     )
     native.genrule(
         name = name + "_fatbin",
@@ -39,7 +41,7 @@ def mk_cuda_module(name, src, hdrs = [], symbol = None, visibility = None, sass_
             "od -An -v -tx1 $(location :%s.fatbin) | %s" % (name, awk),
             "echo '};'",
             "echo 'const size_t %s_fatbin_size = sizeof %s_fatbin;'" % (symbol, symbol),
-            "echo 'const char %s_archs[] = \"%s\";') > $@" % (symbol, " ".join(["sm_" + a for a in sass_archs] + ["compute_" + ptx_arch])),
+            "echo 'const char %s_archs[] = \"%s\";') > $@" % (symbol, " ".join(["sm_" + a for a in sass_archs] + ["compute_" + a for a in ptx])),
         ]),
     )
     native.cc_library(

@@ -144,6 +144,11 @@ enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_err
             return mk_error_set(err, MK_ERR_INVALID_ARG, "MK_CUDA_TRACE=%s: want 0, 1 or fetch", v);
     }
     if ((v = getenv("MK_CUDA_CUBIN")) && *v) s->kernel_image = v;
+    if ((v = getenv("MK_CUDA_FLOAT_IMAGE"))) {
+        bool on;
+        if (mk_env_bool("MK_CUDA_FLOAT_IMAGE", v, &on, err)) return MK_ERR_INVALID_ARG;
+        s->no_float_image = !on;
+    }
     return MK_OK;
 }
 

@@ -108,6 +108,10 @@ struct mk_gpu_settings {
     enum mk_gpu_trace trace;    /* megakernel: per-task timestamps (mk_backend_cuda_trace) */
     const char *kernel_image;   /* cubin, fatbin or PTX file loaded instead of the embedded code;
                                 * NULL = embedded */
+    bool no_float_image;        /* megakernel, perop, graph: the embedded kernels with every weight
+                                 * format even where the model's are all f32, f16 or bf16 (by default
+                                 * those load the build without block formats where it has SASS for
+                                 * the GPU; MK_CUDA_FLOAT_IMAGE=0) */
 };
 struct mk_gpu_settings mk_gpu_default_settings(void);
 /* Whether rows is a bf16 product tile the sm_90a code has (xb_rows): 0 (the plan's), 128, 192 or 256. */
@@ -119,7 +123,7 @@ int mk_attn_merge_from_name(const char *name);
 
 /* Applies the environment overrides MK_CUDA_SCHEDULE=static|dynamic, MK_CUDA_TASKS_PER_WORKER=N,
  * MK_CUDA_ATTN_BLOCK=N, MK_CUDA_ATTN_SPLITS=N, MK_CUDA_FUSE_ATTN_OUTPUT=0|1, MK_CUDA_BLOCKS_PER_SM=N,
- * MK_CUDA_NO_ROPE_TABLE=0|1, MK_CUDA_CHUNK_DEQUANT_MIN=N, MK_CUDA_NO_PDL=0|1, MK_CUDA_NO_CHUNK_KQ=0|1, MK_CUDA_MV_KQ8=0|1, MK_CUDA_FOLD=0|1, MK_CUDA_ATTN_H16=0|1, MK_CUDA_MV_BLOCKS=N, MK_CUDA_XB_ROWS=0|128|192|256, MK_CUDA_XB_LOAD=auto|copy|tma, MK_CUDA_TRACE=0|1|fetch, MK_CUDA_CUBIN=FILE to *s (the one place
+ * MK_CUDA_NO_ROPE_TABLE=0|1, MK_CUDA_CHUNK_DEQUANT_MIN=N, MK_CUDA_NO_PDL=0|1, MK_CUDA_NO_CHUNK_KQ=0|1, MK_CUDA_MV_KQ8=0|1, MK_CUDA_FOLD=0|1, MK_CUDA_ATTN_H16=0|1, MK_CUDA_MV_BLOCKS=N, MK_CUDA_XB_ROWS=0|128|192|256, MK_CUDA_XB_LOAD=auto|copy|tma, MK_CUDA_TRACE=0|1|fetch, MK_CUDA_CUBIN=FILE, MK_CUDA_FLOAT_IMAGE=0|1 to *s (the one place
  * they are read). MK_ERR_INVALID_ARG naming the variable and value when one is malformed. */
 enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_error *err);
 

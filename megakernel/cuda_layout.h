@@ -62,8 +62,17 @@ MK_LAYOUT_FN uint32_t mk_layout_attn_merge_heads(uint32_t head_dim, uint32_t g, 
 #define MK_QSTAGES      3u
 MK_LAYOUT_FN uint32_t mk_layout_qstage_words(void) { return MK_BLOCK_WARPS * MK_QSTAGES * MK_QSTAGE_BYTES / 4u; }
 
-/* A ggml block format rather than f32 (0), f16 (1) or bf16 (30). */
+/* A ggml block format rather than f32 (0), f16 (1) or bf16 (30). The device code built with
+ * MK_FLOAT_ONLY (//megakernel:megakernel_float_module) has none: every block-format path folds away,
+ * and the host loads that build only for programs without block formats. */
+#if defined(MK_FLOAT_ONLY) && defined(__CUDA_ARCH__)
+MK_LAYOUT_FN int mk_layout_is_block_format(uint32_t dtype) {
+    (void)dtype;
+    return 0;
+}
+#else
 MK_LAYOUT_FN int mk_layout_is_block_format(uint32_t dtype) { return dtype != 0u && dtype != 1u && dtype != 30u; }
+#endif
 
 /* The block-format path's extra words (megakernel/common.cuh, mk_qrows): `res` results (rows of the
  * task, 4-aligned); with `keep` (float formats in the same op, which still read the floats and are

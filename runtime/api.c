@@ -268,6 +268,7 @@ static struct mk_gpu_settings mk_api_gpu_settings(const struct mk_gpu_params *g)
     s.xb_load = (enum mk_xb_load)g->xb_load;
     s.trace = (enum mk_gpu_trace)g->trace;
     s.kernel_image = g->kernel_image;
+    s.no_float_image = g->no_float_image != 0;
     return s;
 }
 

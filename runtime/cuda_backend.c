@@ -491,33 +491,61 @@ done:
     return st;
 }
 
-/* Whether the embedded fatbin holds machine code this device runs: SASS of the same major
- * version and a minor version no higher (sm_80 code runs on sm_87, not on sm_90). */
-static bool mk_cuda_fatbin_has_sass(int major, int minor) {
-    for (const char *a = strstr(mk_megakernel_archs, "sm_"); a; a = strstr(a + 3, "sm_")) {
+/* Whether a fatbin of these archs ("sm_80 ... compute_80") holds machine code this device runs:
+ * SASS of the same major version and a minor version no higher (sm_80 code runs on sm_87, not on
+ * sm_90). */
+static bool mk_cuda_fatbin_has_sass(const char *archs, int major, int minor) {
+    for (const char *a = strstr(archs, "sm_"); a; a = strstr(a + 3, "sm_")) {
         int v = atoi(a + 3);
         if (v / 10 == major && v % 10 <= minor) return true;
     }
     return false;
 }
 
-/* The embedded fatbin: the driver takes its SASS for this device, else compiles its PTX. */
-static enum mk_status mk_cuda_load_module(struct mk_cuda_backend *b, struct mk_error *err) {
+static bool mk_cuda_weight_is_float(const struct mk_weight *w) {
+    return !w->data || w->type == MK_DTYPE_F32 || w->type == MK_DTYPE_F16 || w->type == MK_DTYPE_BF16;
+}
+
+/* Whether every weight of m is f32, f16 or bf16, so that its programs can run the kernels built
+ * without the block formats (mk_megakernel_float_fatbin). */
+static bool mk_cuda_model_is_float(const struct mk_model *m) {
+    if (!mk_cuda_weight_is_float(&m->token_embd) || !mk_cuda_weight_is_float(&m->output_norm) ||
+        !mk_cuda_weight_is_float(&m->output) || !mk_cuda_weight_is_float(&m->rope_freqs))
+        return false;
+    for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+        const struct mk_layer_weights *y = &m->layers[l];
+        const struct mk_weight *w[] = { &y->attn_norm, &y->wq,     &y->wk, &y->wv, &y->wo, &y->ffn_norm, &y->w_gate,
+                                        &y->w_up,      &y->w_down, &y->bq, &y->bk, &y->bv, &y->q_norm,   &y->k_norm };
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+            if (!mk_cuda_weight_is_float(w[i])) return false;
+    }
+    return true;
+}
+
+/* The embedded fatbin: the driver takes its SASS for this device, else compiles its PTX. A model
+ * of float weights takes the build without block formats where that has SASS for the device. */
+static enum mk_status mk_cuda_load_module(struct mk_cuda_backend *b, bool float_model, struct mk_error *err) {
+    b->info.float_image = 0;
     if (b->gpu.kernel_image) return mk_cuda_load_file_module(b, b->gpu.kernel_image, err);
+    const bool flt = float_model && !b->gpu.no_float_image &&
+                     mk_cuda_fatbin_has_sass(mk_megakernel_float_archs, b->info.cc_major, b->info.cc_minor);
+    const char *archs = flt ? mk_megakernel_float_archs : mk_megakernel_archs;
     char log[4096];
     log[0] = '\0';
     int opts[2] = { MK_CU_JIT_ERROR_LOG_BUFFER, MK_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES };
     void *vals[2] = { log, (void *)(uintptr_t)sizeof log };
-    if (MK_CU(b->cu, err, cuModuleLoadDataEx(&b->mod, mk_megakernel_fatbin, 2, opts, vals))) {
+    if (MK_CU(b->cu, err,
+              cuModuleLoadDataEx(&b->mod, flt ? mk_megakernel_float_fatbin : mk_megakernel_fatbin, 2, opts, vals))) {
         if (log[0]) mk_error_prefix(err, "PTX JIT log: %.300s", log);
-        mk_error_prefix(err, "loading the kernels (%s) on %s (cc %d.%d)", mk_megakernel_archs, b->info.device,
-                        b->info.cc_major, b->info.cc_minor);
+        mk_error_prefix(err, "loading the kernels (%s%s) on %s (cc %d.%d)", flt ? "float formats only, " : "", archs,
+                        b->info.device, b->info.cc_major, b->info.cc_minor);
         return MK_ERR_CUDA;
     }
-    bool sass = mk_cuda_fatbin_has_sass(b->info.cc_major, b->info.cc_minor);
+    bool sass = mk_cuda_fatbin_has_sass(archs, b->info.cc_major, b->info.cc_minor);
+    b->info.float_image = flt;
     b->info.from_cubin = sass ? 1 : 0;
-    snprintf(b->info.image, sizeof b->info.image, "%s from the fatbin (%s)", sass ? "SASS" : "PTX JIT",
-             mk_megakernel_archs);
+    snprintf(b->info.image, sizeof b->info.image, "%s from the %sfatbin (%s)", sass ? "SASS" : "PTX JIT",
+             flt ? "float-formats " : "", archs);
     return MK_OK;
 }
 
@@ -1926,7 +1954,7 @@ static enum mk_status mk_cuda_max_grid(struct mk_cuda_backend *b, uint32_t *grid
  * compiled again for the smaller grid (whose bigger tiles may need more, so until the grid holds). */
 static enum mk_status mk_cuda_build_program(struct mk_cuda_backend *b, const struct mk_model *m, struct mk_error *err) {
     uint32_t grid = 0;
-    enum mk_status st = mk_cuda_load_module(b, err);
+    enum mk_status st = mk_cuda_load_module(b, mk_cuda_model_is_float(m), err);
     if (st == MK_OK) st = mk_cuda_max_grid(b, &grid, err);
     for (int round = 0; st == MK_OK; round++) {
         mk_program_free(b->prog);
@@ -1941,6 +1969,12 @@ static enum mk_status mk_cuda_build_program(struct mk_cuda_backend *b, const str
         grid = b->info.grid;
     }
     if (st != MK_OK) return st;
+    /* The float-formats build reads every weight as f32, f16 or bf16. */
+    for (uint32_t i = 0; b->info.float_image && i < b->prog->n_weights; i++)
+        if (mk_layout_is_block_format(b->prog->weights[i].dtype))
+            return mk_error_set(err, MK_ERR_INTERNAL,
+                                "weight %u of the program is %s, but the float-formats kernels run it", i,
+                                mk_dtype_ggml_name(b->prog->weights[i].dtype));
     b->info.grid = grid; /* the program's static schedule is for exactly this many blocks */
     b->info.blocks_per_sm = (int)(grid / (uint32_t)b->info.sm_count);
     b->info.smem_bytes = mk_cuda_program_smem(b->prog);

@@ -29,6 +29,7 @@ struct mk_cuda_backend_info {
     int from_cubin;        /* 1: machine code (SASS) of the embedded fatbin; 0: its PTX, compiled
                               * by the driver; 2: the file of settings.kernel_image */
     char image[160];       /* what was loaded, in words, e.g. "SASS from the fatbin (sm_80 ...)" */
+    int float_image;       /* 1: the embedded build without block formats (every weight f32, f16 or bf16) */
     uint32_t n_instr, n_tasks;
     uint64_t weight_bytes; /* uploaded */
 };

@@ -245,6 +245,9 @@ struct mk_gpu_params {
                                  * engine where it can), 1 cp.async, 2 the copy engine */
     int attn_merge;             /* who merges the attention splits: 0 the backend's choice, 1 each KV
                                  * head's last split, 2 an op of their own */
+    int no_float_image;         /* nonzero: the built-in kernels with every weight format even for a
+                                 * model whose weights are all f32, f16 or bf16 (by default those run
+                                 * a build without the block formats where it has the GPU's SASS) */
 };
 
 /* Speculative decoding (mk_session_params.spec). */

@@ -162,6 +162,8 @@ static double compare_backend(struct mk_backend *b, const struct trace *t, int *
     return worst;
 }
 
+static int float_dtype(enum mk_dtype t) { return t == MK_DTYPE_F32 || t == MK_DTYPE_F16 || t == MK_DTYPE_BF16; }
+
 static struct mk_backend *create_gpu_with(const struct mk_model *m, const struct mk_backend_params *pp) {
     const struct mk_backend_params p = *pp;
     const enum mk_backend_kind kind = p.kind;
@@ -181,6 +183,12 @@ static struct mk_backend *create_gpu_with(const struct mk_model *m, const struct
                b->vt->name, info.device, info.grid, info.blocks_per_sm, info.sm_count, info.threads, info.smem_bytes,
                info.regs, info.local_bytes, info.image, info.n_instr, info.n_tasks, info.weight_bytes / 1e6,
                now_ms() - t0);
+    /* Hopper runs the build without block formats for models of float matrices, unless told not to. */
+    const int float_model = float_dtype(m->token_embd.type) && float_dtype(m->output.type) &&
+                            float_dtype(m->layers[0].wq.type) && float_dtype(m->layers[0].w_down.type);
+    const int want = float_model && info.cc_major == 9 && !p.gpu.kernel_image && !p.gpu.no_float_image;
+    MK_CHECK_MSG(info.float_image == want, "%s: float-formats kernels %d, want %d (%s)", b->vt->name, info.float_image,
+                 want, info.image);
     return b;
 }
 

@@ -211,6 +211,7 @@ MK_CUDA_ATTN_H16=on trace_fail "bad MK_CUDA_ATTN_H16" 2 "MK_CUDA_ATTN_H16=on: wa
 MK_CUDA_MV_BLOCKS=many trace_fail "bad MK_CUDA_MV_BLOCKS" 2 "MK_CUDA_MV_BLOCKS=many: want a whole number" -m "$stories"
 MK_CUDA_XB_ROWS=200 trace_fail "bad MK_CUDA_XB_ROWS" 2 "MK_CUDA_XB_ROWS=200: want 0, 128, 192 or 256" -m "$stories"
 MK_CUDA_XB_LOAD=tmx trace_fail "bad MK_CUDA_XB_LOAD" 2 "MK_CUDA_XB_LOAD=tmx: want auto, copy or tma" -m "$stories"
+MK_CUDA_FLOAT_IMAGE=yes trace_fail "bad MK_CUDA_FLOAT_IMAGE" 2 "MK_CUDA_FLOAT_IMAGE=yes: want 0 or 1" -m "$stories"
 trace_fail "missing file" 1 "/nonexistent/model.gguf" -m /nonexistent/model.gguf
 MK_CUDA_LIB=libcuda-absent.so.1 trace_fail "without a driver" 1 "libcuda-absent.so.1 not found" -m "$stories" -o "$work/t.json"
 [ -e "$work/t.json" ] && fail "mk trace without a driver wrote $work/t.json"

@@ -150,6 +150,7 @@ void mk_cli_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *ou
     out->xb_load = (int)s->xb_load;
     out->trace = (int)s->trace;
     out->kernel_image = s->kernel_image;
+    out->no_float_image = s->no_float_image;
 }
 
 const char mk_cli_chunk_usage[] =

@@ -88,6 +88,8 @@ for w in $WHAT; do
         run "cuda_test chunk, one block per split" 300 env MK_CUDA_MV_BLOCKS=1 "$BIN/cuda_test" chunk
         # Split products' partials added by mk_chunk_mm_reduce launches (default: by the launch after).
         run "cuda_test chunk, partials added by their own launch" 300 env MK_CUDA_FOLD=0 "$BIN/cuda_test" chunk
+        # Float models on Hopper run the kernels built without block formats: the full build must agree too.
+        run "cuda_test stories, kernels with every format" 300 env MK_CUDA_FLOAT_IMAGE=0 "$BIN/cuda_test" stories
         # The optional ATTN_OUTPUT op (combine fused into the attention output) must agree too.
         run "cuda_test stories, fused attention output" 300 env MK_CUDA_FUSE_ATTN_OUTPUT=1 "$BIN/cuda_test" stories
         ;;
