@@ -558,16 +558,37 @@ void mk_model_free(struct mk_model *m) {
     free(mi);
 }
 
+/* Every weight of a layer, the optional ones included (their data is NULL when absent). */
+#define MK_LAYER_WEIGHTS 14
+static void mk_layer_weight_list(const struct mk_layer_weights *L, const struct mk_weight *ws[MK_LAYER_WEIGHTS]) {
+    const struct mk_weight *all[MK_LAYER_WEIGHTS] = { &L->attn_norm, &L->wq,     &L->wk,     &L->wv,     &L->wo,
+                                                      &L->ffn_norm,  &L->w_gate, &L->w_up,   &L->w_down, &L->bq,
+                                                      &L->bk,        &L->bv,     &L->q_norm, &L->k_norm };
+    memcpy(ws, all, sizeof all);
+}
+
 static uint64_t mk_model_layer_sum(const struct mk_model *m, bool bytes) {
     uint64_t s = 0;
     for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
-        const struct mk_layer_weights *L = &m->layers[l];
-        const struct mk_weight *ws[] = { &L->attn_norm, &L->wq,     &L->wk, &L->wv, &L->wo, &L->ffn_norm, &L->w_gate,
-                                         &L->w_up,      &L->w_down, &L->bq, &L->bk, &L->bv, &L->q_norm,   &L->k_norm };
-        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        const struct mk_weight *ws[MK_LAYER_WEIGHTS];
+        mk_layer_weight_list(&m->layers[l], ws);
+        for (size_t i = 0; i < MK_LAYER_WEIGHTS; i++)
             if (ws[i]->data) s += bytes ? ws[i]->n_bytes : (uint64_t)(ws[i]->rows * ws[i]->cols);
     }
     return s;
+}
+
+bool mk_model_has_block_weights(const struct mk_model *m) {
+    const struct mk_weight *top[] = { &m->token_embd, &m->output_norm, &m->output, &m->rope_freqs };
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (top[i]->data && mk_dtype_is_block(top[i]->type)) return true;
+    for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
+        const struct mk_weight *ws[MK_LAYER_WEIGHTS];
+        mk_layer_weight_list(&m->layers[l], ws);
+        for (size_t i = 0; i < MK_LAYER_WEIGHTS; i++)
+            if (ws[i]->data && mk_dtype_is_block(ws[i]->type)) return true;
+    }
+    return false;
 }
 
 uint64_t mk_model_param_count(const struct mk_model *m) {

@@ -101,6 +101,8 @@ void mk_model_free(struct mk_model *m);
  * row, the norms, the LM head). */
 uint64_t mk_model_param_count(const struct mk_model *m);
 uint64_t mk_model_bytes_per_token(const struct mk_model *m);
+/* Whether any weight of m is in a block format (quantized), rather than all f32, f16 or bf16. */
+bool mk_model_has_block_weights(const struct mk_model *m);
 
 #ifdef __cplusplus
 }

@@ -502,28 +502,9 @@ static bool mk_cuda_fatbin_has_sass(const char *archs, int major, int minor) {
     return false;
 }
 
-static bool mk_cuda_weight_is_float(const struct mk_weight *w) {
-    return !w->data || w->type == MK_DTYPE_F32 || w->type == MK_DTYPE_F16 || w->type == MK_DTYPE_BF16;
-}
-
-/* Whether every weight of m is f32, f16 or bf16, so that its programs can run the kernels built
- * without the block formats (mk_megakernel_float_fatbin). */
-static bool mk_cuda_model_is_float(const struct mk_model *m) {
-    if (!mk_cuda_weight_is_float(&m->token_embd) || !mk_cuda_weight_is_float(&m->output_norm) ||
-        !mk_cuda_weight_is_float(&m->output) || !mk_cuda_weight_is_float(&m->rope_freqs))
-        return false;
-    for (uint32_t l = 0; l < m->cfg.n_layer; l++) {
-        const struct mk_layer_weights *y = &m->layers[l];
-        const struct mk_weight *w[] = { &y->attn_norm, &y->wq,     &y->wk, &y->wv, &y->wo, &y->ffn_norm, &y->w_gate,
-                                        &y->w_up,      &y->w_down, &y->bq, &y->bk, &y->bv, &y->q_norm,   &y->k_norm };
-        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-            if (!mk_cuda_weight_is_float(w[i])) return false;
-    }
-    return true;
-}
-
 /* The embedded fatbin: the driver takes its SASS for this device, else compiles its PTX. A model
- * of float weights takes the build without block formats where that has SASS for the device. */
+ * of float weights takes the build without block formats (mk_megakernel_float_fatbin) where that
+ * has SASS for the device. */
 static enum mk_status mk_cuda_load_module(struct mk_cuda_backend *b, bool float_model, struct mk_error *err) {
     b->info.float_image = 0;
     if (b->gpu.kernel_image) return mk_cuda_load_file_module(b, b->gpu.kernel_image, err);
@@ -1954,7 +1935,7 @@ static enum mk_status mk_cuda_max_grid(struct mk_cuda_backend *b, uint32_t *grid
  * compiled again for the smaller grid (whose bigger tiles may need more, so until the grid holds). */
 static enum mk_status mk_cuda_build_program(struct mk_cuda_backend *b, const struct mk_model *m, struct mk_error *err) {
     uint32_t grid = 0;
-    enum mk_status st = mk_cuda_load_module(b, mk_cuda_model_is_float(m), err);
+    enum mk_status st = mk_cuda_load_module(b, !mk_model_has_block_weights(m), err);
     if (st == MK_OK) st = mk_cuda_max_grid(b, &grid, err);
     for (int round = 0; st == MK_OK; round++) {
         mk_program_free(b->prog);

@@ -407,6 +407,7 @@ static void test_synthetic(void) {
         uint64_t embd = 40 * 32 * 4, layer = 4 * (2 * 32 + 2 * 32 * 32 + 2 * 16 * 32 + 3 * 64 * 32);
         MK_CHECK(mk_model_param_count(m) == 40 * 32 + 32 + 2 * (layer / 4));
         MK_CHECK(mk_model_bytes_per_token(m) == 2 * layer + 128 + 128 + embd);
+        MK_CHECK(!mk_model_has_block_weights(m));
         mk_model_free(m);
     }
 
@@ -417,6 +418,7 @@ static void test_synthetic(void) {
     if (st == MK_OK) {
         MK_CHECK(m->layers[1].wq.type == MK_DTYPE_Q8_0 && m->layers[1].wq.row_bytes == 34);
         MK_CHECK(m->layers[1].wq.n_bytes == 34 * 32);
+        MK_CHECK(mk_model_has_block_weights(m)); /* one matrix of the last layer is enough */
         mk_model_free(m);
     }
 
