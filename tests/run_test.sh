@@ -243,11 +243,14 @@ MK_CUDA_LIB=libcuda-absent.so.1 trace_fail "--ubatch on the GPU without a driver
     -m "$stories" --ubatch 4 -o "$work/tg.json"
 [ -e "$work/tg.json" ] && fail "mk trace --ubatch without a driver wrote $work/tg.json"
 
-# mk bench --breakdown: the same per-op table after the cpu backend's row; none for ref.
+# mk bench --breakdown: the same per-op table after the cpu backend's row; none for ref. Each row has
+# the median and slowest task and the idle time before a task: tasks take time, and none is negative.
 "$MK" bench -m "$stories" --backend cpu,ref -n 8 -p 0 --breakdown >"$work/out" 2>"$work/err"
 rc=$?
 if [ "$rc" -ne 0 ] || ! grep -q "^breakdown stories260K-f32.gguf cpu: step 8 on the cpu executor" "$work/out" ||
-    ! grep -q "^norm_gate_up_silu  *5 " "$work/out" || ! grep -q "^breakdown stories260K-f32.gguf ref: only" "$work/out"; then
+    ! grep -q "^op .*task us  *slowest us  *idle us$" "$work/out" ||
+    ! awk '$1 == "norm_gate_up_silu" && $2 == 5 && NF == 8 && $6 > 0 && $7 >= $6 / 100 && $8 >= 0 { ok = 1 } END { exit !ok }' "$work/out" ||
+    ! grep -q "^breakdown stories260K-f32.gguf ref: only" "$work/out"; then
     fail "mk bench --breakdown: exit $rc: $(cat "$work/out" "$work/err")"
 else
     echo "ok: mk bench --breakdown: $(grep -c '^breakdown' "$work/out") breakdown headers"

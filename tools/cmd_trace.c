@@ -18,8 +18,9 @@ static void mk_trace_usage(FILE *f) {
             "  per task named by its instruction (blk.3.ffn_down, ...) with its op, task index, weight\n"
             "  bytes and the idle time on its track before it (waiting for its inputs, fetching).\n"
             "  Then prints per op kind\n"
-            "  the tasks, the summed time of its instructions (first start to last end of each) and\n"
-            "  the weight bandwidth over that time. Timestamps cost nothing when not asked for.\n"
+            "  the tasks, the summed time of its instructions (first start to last end of each), the\n"
+            "  weight bandwidth over that time, the median task, each instruction's slowest task\n"
+            "  (averaged) and the idle time before a task. Timestamps cost nothing when not asked for.\n"
             "  --ubatch N  chunk steps of N tokens: the trace shows the last one (cpu: its tasks per\n"
             "            worker; megakernel: its kernel launches on the stream, timed by events)\n"
             "  --fetch   slices start when the block takes the task, before its waits (default: after\n"
@@ -113,7 +114,8 @@ int mk_cmd_trace(int argc, char **argv) {
     printf("mk trace: step %u of %s on %s, %u tasks, step span %.1f us -> %s\n", steps, path, where, p->n_tasks,
            span_us, out);
     mk_trace_print_ops(stdout, ops);
-    printf("(time: first start to last end of each instruction of the kind, summed; %s)\n",
+    printf("(time: first start to last end of each instruction of the kind, summed; task: the median task; slowest:\n"
+           " each instruction's slowest task, averaged; idle: its track's idle time before a task, averaged; %s)\n",
            fetch && !cpu ? "slices start at fetch" : "slices start after their waits");
     rc = 0;
 done:

@@ -16,33 +16,83 @@ static int mk_trace_cmp(const void *a, const void *b) {
     return x->s < y->s ? -1 : x->s > y->s;
 }
 
+static double mk_trace_dur_us(const struct mk_trace_task *t) { return t->e > t->s ? (double)(t->e - t->s) / 1e3 : 0.0; }
+
+static int mk_trace_cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The tasks' median duration and mean idle time before them, per op kind: a copy of the tasks in
+ * track order gives each one's predecessor (the first of a track follows the step's start t0). */
+static void mk_trace_task_stats(const struct mk_program *p, const struct mk_trace_task *tk, uint64_t t0,
+                                struct mk_trace_op *ops) {
+    const uint32_t n = p->n_tasks;
+    struct mk_trace_task *byt = malloc((size_t)(n ? n : 1) * sizeof *byt);
+    double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
+    uint32_t *op = malloc((size_t)(n ? n : 1) * sizeof *op);
+    if (!byt || !d || !op) goto done;
+    for (uint32_t t = 0; t < n; t++) op[t] = p->instrs[mk_program_instr_of_task(p, t)].op;
+    memcpy(byt, tk, (size_t)n * sizeof *byt);
+    qsort(byt, n, sizeof *byt, mk_trace_cmp);
+    for (uint32_t c = 0; c < n; c++) {
+        const uint64_t prev = c && byt[c - 1].track == byt[c].track ? byt[c - 1].e : t0;
+        const uint32_t o = op[byt[c].t];
+        if (o < MK_OP_COUNT && byt[c].s > prev) ops[o].idle_us += (double)(byt[c].s - prev) / 1e3;
+    }
+    for (uint32_t o = 0; o < MK_OP_COUNT; o++) {
+        uint32_t m = 0;
+        for (uint32_t t = 0; t < n; t++)
+            if (op[t] == o) d[m++] = mk_trace_dur_us(&tk[t]);
+        if (!m) continue;
+        qsort(d, m, sizeof *d, mk_trace_cmp_double);
+        ops[o].task_med_us = m % 2 ? d[m / 2] : (d[m / 2 - 1] + d[m / 2]) / 2.0;
+        ops[o].idle_us /= m;
+    }
+done:
+    free(op);
+    free(d);
+    free(byt);
+}
+
 double mk_trace_ops(const struct mk_program *p, const struct mk_trace_task *tk, struct mk_trace_op *ops) {
     memset(ops, 0, MK_OP_COUNT * sizeof *ops);
     uint64_t step_lo = UINT64_MAX, step_hi = 0;
+    uint32_t instrs[MK_OP_COUNT] = { 0 };
     for (uint32_t i = 0; i < p->n_instr; i++) {
         const uint32_t lo = p->task_base[i], hi = p->task_base[i + 1], op = p->instrs[i].op;
         uint64_t first = UINT64_MAX, last = 0;
+        double slowest = 0.0;
         for (uint32_t t = lo; t < hi; t++) {
             if (tk[t].s < first) first = tk[t].s;
             if (tk[t].e > last) last = tk[t].e;
+            if (mk_trace_dur_us(&tk[t]) > slowest) slowest = mk_trace_dur_us(&tk[t]);
         }
         if (op < MK_OP_COUNT && hi > lo) {
             ops[op].tasks += hi - lo;
             ops[op].span_us += last > first ? (double)(last - first) / 1e3 : 0.0;
             ops[op].bytes += mk_program_instr_weight_bytes(p, i);
+            ops[op].slowest_us += slowest;
+            instrs[op]++;
             if (first < step_lo) step_lo = first;
             if (last > step_hi) step_hi = last;
         }
     }
+    for (uint32_t o = 0; o < MK_OP_COUNT; o++)
+        if (instrs[o]) ops[o].slowest_us /= instrs[o];
+    if (step_hi > step_lo) mk_trace_task_stats(p, tk, step_lo, ops);
     return step_hi > step_lo ? (double)(step_hi - step_lo) / 1e3 : 0.0;
 }
 
 void mk_trace_print_ops(FILE *f, const struct mk_trace_op *ops) {
-    fprintf(f, "%-18s %6s %10s %10s %9s\n", "op", "tasks", "time us", "MB", "GB/s");
+    fprintf(f, "%-18s %6s %10s %10s %9s %10s %10s %10s\n", "op", "tasks", "time us", "MB", "GB/s", "task us",
+            "slowest us", "idle us");
     for (uint32_t o = 0; o < MK_OP_COUNT; o++) {
         if (!ops[o].tasks) continue;
-        fprintf(f, "%-18s %6u %10.1f %10.2f %9.1f\n", mk_opcode_name(o), ops[o].tasks, ops[o].span_us,
-                (double)ops[o].bytes / 1e6, ops[o].span_us > 0 ? (double)ops[o].bytes / (ops[o].span_us * 1e3) : 0.0);
+        fprintf(f, "%-18s %6u %10.1f %10.2f %9.1f %10.2f %10.2f %10.2f\n", mk_opcode_name(o), ops[o].tasks,
+                ops[o].span_us, (double)ops[o].bytes / 1e6,
+                ops[o].span_us > 0 ? (double)ops[o].bytes / (ops[o].span_us * 1e3) : 0.0, ops[o].task_med_us,
+                ops[o].slowest_us, ops[o].idle_us);
     }
 }
 

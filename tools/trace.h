@@ -14,6 +14,9 @@ struct mk_trace_op {
     uint32_t tasks;
     double span_us; /* sum over instructions of last end - first start */
     uint64_t bytes;
+    double task_med_us; /* the median task's duration */
+    double slowest_us;  /* the slowest task of each instruction, averaged over the instructions */
+    double idle_us;     /* the time on a task's track before it (its waits, or the fetch), averaged */
 };
 
 /* One task as traced: start, end (ns, any origin) and its track. */
@@ -39,15 +42,16 @@ int mk_trace_run(const char *cmd, const struct mk_model *m, bool cpu, uint32_t t
 int mk_trace_chunk_gpu(const char *tool, const struct mk_model *m, uint32_t ubatch, uint32_t steps, uint32_t ctx,
                        enum mk_kv_type kv, const struct mk_gpu_settings *gs, const char *path);
 
-/* Per op kind of p: tasks, summed instruction spans and weight bytes (ops has MK_OP_COUNT entries);
- * returns the step's span (first start to last end) in us. */
+/* Per op kind of p: tasks, summed instruction spans, weight bytes and the tasks' durations and
+ * idle time before them (ops has MK_OP_COUNT entries; the durations stay 0 when their scratch
+ * cannot be allocated); returns the step's span (first start to last end) in us. */
 double mk_trace_ops(const struct mk_program *p, const struct mk_trace_task *tk, struct mk_trace_op *ops);
 
 /* The tasks as Chrome trace JSON into path (tk is reordered); 0, or -1 after printing why. */
 int mk_trace_write(const char *path, const struct mk_program *p, struct mk_trace_task *tk, uint32_t n_tracks,
                    const char *track_name);
 
-/* The per-op table: op, tasks, time, MB, GB/s. */
+/* The per-op table: op, tasks, time, MB, GB/s, median and slowest task, idle before a task. */
 void mk_trace_print_ops(FILE *f, const struct mk_trace_op *ops);
 
 #endif
