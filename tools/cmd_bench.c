@@ -430,7 +430,7 @@ static int mk_bench_breakdown(const struct mk_model *m, const char *name, enum m
     const double span_us = mk_trace_ops(p, tk, ops);
     fprintf(f, "breakdown %s %s: step %u on %s, step span %.1f us\n", name, mk_backend_kind_name(kind), steps, where,
             span_us);
-    mk_trace_print_ops(f, ops);
+    mk_trace_print_ops(f, ops, true);
     free(tk);
     mk_program_free(p);
     return 0;

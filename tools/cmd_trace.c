@@ -113,7 +113,7 @@ int mk_cmd_trace(int argc, char **argv) {
     if (mk_trace_write(out, p, tk, n_tracks, cpu ? "worker" : "block") != 0) goto done;
     printf("mk trace: step %u of %s on %s, %u tasks, step span %.1f us -> %s\n", steps, path, where, p->n_tasks,
            span_us, out);
-    mk_trace_print_ops(stdout, ops);
+    mk_trace_print_ops(stdout, ops, true);
     printf("(time: first start to last end of each instruction of the kind, summed; task: the median task; slowest:\n"
            " each instruction's slowest task, averaged; idle: its track's idle time before a task, averaged; %s)\n",
            fetch && !cpu ? "slices start at fetch" : "slices start after their waits");

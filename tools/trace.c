@@ -84,15 +84,16 @@ double mk_trace_ops(const struct mk_program *p, const struct mk_trace_task *tk, 
     return step_hi > step_lo ? (double)(step_hi - step_lo) / 1e3 : 0.0;
 }
 
-void mk_trace_print_ops(FILE *f, const struct mk_trace_op *ops) {
-    fprintf(f, "%-18s %6s %10s %10s %9s %10s %10s %10s\n", "op", "tasks", "time us", "MB", "GB/s", "task us",
-            "slowest us", "idle us");
+void mk_trace_print_ops(FILE *f, const struct mk_trace_op *ops, bool per_task) {
+    fprintf(f, "%-18s %6s %10s %10s %9s", "op", "tasks", "time us", "MB", "GB/s");
+    if (per_task) fprintf(f, " %10s %10s %10s", "task us", "slowest us", "idle us");
+    fputc('\n', f);
     for (uint32_t o = 0; o < MK_OP_COUNT; o++) {
         if (!ops[o].tasks) continue;
-        fprintf(f, "%-18s %6u %10.1f %10.2f %9.1f %10.2f %10.2f %10.2f\n", mk_opcode_name(o), ops[o].tasks,
-                ops[o].span_us, (double)ops[o].bytes / 1e6,
-                ops[o].span_us > 0 ? (double)ops[o].bytes / (ops[o].span_us * 1e3) : 0.0, ops[o].task_med_us,
-                ops[o].slowest_us, ops[o].idle_us);
+        fprintf(f, "%-18s %6u %10.1f %10.2f %9.1f", mk_opcode_name(o), ops[o].tasks, ops[o].span_us,
+                (double)ops[o].bytes / 1e6, ops[o].span_us > 0 ? (double)ops[o].bytes / (ops[o].span_us * 1e3) : 0.0);
+        if (per_task) fprintf(f, " %10.2f %10.2f %10.2f", ops[o].task_med_us, ops[o].slowest_us, ops[o].idle_us);
+        fputc('\n', f);
     }
 }
 
@@ -385,7 +386,7 @@ int mk_trace_chunk_gpu(const char *tool, const struct mk_model *m, uint32_t ubat
            "%s\n",
            tool, steps, ubatch, (steps - 1u) * ubatch, steps * ubatch - 1u, b->vt->name, n, n ? lt[n - 1].end_us : 0.0,
            path);
-    mk_trace_print_ops(stdout, ops);
+    mk_trace_print_ops(stdout, ops, false);
     printf("(time: each instruction's launches, first start to last end, summed; tasks are the chunk program's)\n");
     rc = 0;
 done:

@@ -51,7 +51,8 @@ double mk_trace_ops(const struct mk_program *p, const struct mk_trace_task *tk, 
 int mk_trace_write(const char *path, const struct mk_program *p, struct mk_trace_task *tk, uint32_t n_tracks,
                    const char *track_name);
 
-/* The per-op table: op, tasks, time, MB, GB/s, median and slowest task, idle before a task. */
-void mk_trace_print_ops(FILE *f, const struct mk_trace_op *ops);
+/* The per-op table: op, tasks, time, MB, GB/s, and with per_task (ops from mk_trace_ops) the median
+ * and slowest task and the idle time before a task. */
+void mk_trace_print_ops(FILE *f, const struct mk_trace_op *ops, bool per_task);
 
 #endif
