@@ -1,6 +1,7 @@
 /* Per-task timestamps of one decode step: runs it traced, aggregates per op kind, writes Chrome trace JSON. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +24,15 @@ static int mk_trace_cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The tasks' median duration and mean idle time before them, per op kind: a copy of the tasks in
- * track order gives each one's predecessor (the first of a track follows the step's start t0). */
+/* The idle time (ns) before task c of tasks sorted by mk_trace_cmp: since the end of the task before
+ * it on its track, or for a track's first since the step's start t0. */
+static uint64_t mk_trace_idle_ns(const struct mk_trace_task *sorted, uint32_t c, uint64_t t0) {
+    const uint64_t prev = c && sorted[c - 1].track == sorted[c].track ? sorted[c - 1].e : t0;
+    return sorted[c].s > prev ? sorted[c].s - prev : 0;
+}
+
+/* The tasks' median duration and mean idle time before them, per op kind (a copy of the tasks in
+ * track order gives each one's idle time). */
 static void mk_trace_task_stats(const struct mk_program *p, const struct mk_trace_task *tk, uint64_t t0,
                                 struct mk_trace_op *ops) {
     const uint32_t n = p->n_tasks;
@@ -32,14 +40,12 @@ static void mk_trace_task_stats(const struct mk_program *p, const struct mk_trac
     double *d = malloc((size_t)(n ? n : 1) * sizeof *d);
     uint32_t *op = malloc((size_t)(n ? n : 1) * sizeof *op);
     if (!byt || !d || !op) goto done;
-    for (uint32_t t = 0; t < n; t++) op[t] = p->instrs[mk_program_instr_of_task(p, t)].op;
+    for (uint32_t i = 0; i < p->n_instr; i++)
+        for (uint32_t t = p->task_base[i]; t < p->task_base[i + 1]; t++) op[t] = p->instrs[i].op;
     memcpy(byt, tk, (size_t)n * sizeof *byt);
     qsort(byt, n, sizeof *byt, mk_trace_cmp);
-    for (uint32_t c = 0; c < n; c++) {
-        const uint64_t prev = c && byt[c - 1].track == byt[c].track ? byt[c - 1].e : t0;
-        const uint32_t o = op[byt[c].t];
-        if (o < MK_OP_COUNT && byt[c].s > prev) ops[o].idle_us += (double)(byt[c].s - prev) / 1e3;
-    }
+    for (uint32_t c = 0; c < n; c++)
+        if (op[byt[c].t] < MK_OP_COUNT) ops[op[byt[c].t]].idle_us += (double)mk_trace_idle_ns(byt, c, t0) / 1e3;
     for (uint32_t o = 0; o < MK_OP_COUNT; o++) {
         uint32_t m = 0;
         for (uint32_t t = 0; t < n; t++)
@@ -66,7 +72,7 @@ double mk_trace_ops(const struct mk_program *p, const struct mk_trace_task *tk, 
         for (uint32_t t = lo; t < hi; t++) {
             if (tk[t].s < first) first = tk[t].s;
             if (tk[t].e > last) last = tk[t].e;
-            if (mk_trace_dur_us(&tk[t]) > slowest) slowest = mk_trace_dur_us(&tk[t]);
+            slowest = fmax(slowest, mk_trace_dur_us(&tk[t]));
         }
         if (op < MK_OP_COUNT && hi > lo) {
             ops[op].tasks += hi - lo;
@@ -118,15 +124,13 @@ int mk_trace_write(const char *path, const struct mk_program *p, struct mk_trace
     for (uint32_t c = 0; c < n; c++) {
         const uint32_t t = tk[c].t, i = mk_program_instr_of_task(p, t);
         const uint32_t nt = p->task_base[i + 1] - p->task_base[i];
-        const uint64_t prev = c && tk[c - 1].track == tk[c].track ? tk[c - 1].e : t0;
         const char *op = mk_opcode_name(p->instrs[i].op);
         fprintf(f,
                 ",\n{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,"
                 "\"args\":{\"op\":\"%s\",\"task\":%u,\"weight_bytes\":%" PRIu64 ",\"idle_before_us\":%.3f}}",
                 p->labels[i], op, tk[c].track, (double)(tk[c].s - t0) / 1e3,
                 (double)(tk[c].e > tk[c].s ? tk[c].e - tk[c].s : 0) / 1e3, op, t - p->task_base[i],
-                nt ? mk_program_instr_weight_bytes(p, i) / nt : 0,
-                tk[c].s > prev ? (double)(tk[c].s - prev) / 1e3 : 0.0);
+                nt ? mk_program_instr_weight_bytes(p, i) / nt : 0, (double)mk_trace_idle_ns(tk, c, t0) / 1e3);
     }
     fprintf(f, "\n]}\n");
     if (fclose(f) != 0) {
