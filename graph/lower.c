@@ -448,7 +448,9 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
     struct mk_lower_ops_ctx k = { .c = c };
     k.q_dim = c->n_head * c->head_dim;
     k.kv_dim = c->n_head_kv * c->head_dim;
-    k.attn_block = L->p->attn_block ? L->p->attn_block : 64;
+    /* 128, not 64: up to position 127 split 0 alone holds positions, and the megakernel's split
+     * then writes the output itself with no merge (mk_attn_solo; BENCHMARKS.md, run129). */
+    k.attn_block = L->p->attn_block ? L->p->attn_block : 128;
     if (k.attn_block > L->p->n_ctx) k.attn_block = L->p->n_ctx;
     /* Splits per KV head: as many as make one attention task per worker; each split lengthens with
      * the position (mk_attn_span), so a step's attention costs what its positions cost. */

@@ -38,7 +38,7 @@ struct mk_compile_params {
     uint32_t n_workers; /* workers (GPU blocks or CPU threads) the tiling aims at */
     uint32_t n_ctx;     /* KV-cache length the program is built for */
     enum mk_schedule schedule;
-    uint32_t attn_block;           /* the unit of an attention split, in positions; 0 = auto (64) */
+    uint32_t attn_block;           /* the unit of an attention split, in positions; 0 = auto (128) */
     uint32_t attn_splits;          /* splits of the sequence per KV head (attention tasks n_head_kv x splits);
                                 * 0 = auto: enough for one task per worker, at least 2 */
     uint32_t tasks_per_worker;     /* matvec tiling target; 0 = auto */

@@ -25,12 +25,57 @@ __device__ __forceinline__ void mk_attn_issue(KV *ks, KV *vs, const KV *kb, cons
     }
 }
 
+/* Where a split's result goes: its (o, m, l) row per query head for the merge, or, when it is the
+ * only split holding positions (mk_attn_solo), the attention output itself and its int8-level copy. */
+struct mk_attn_dst {
+    float *part;  /* (n_head, n_blocks, hd + 2) */
+    float *final; /* (n_head, hd), or NULL: write part */
+    float *xq;    /* int8-level copy of the n_head * hd output, or NULL */
+    uint32_t h0, b, nb, n_head;
+};
+
+/* A solo split's output from each warp's (o, m, l) rows in ws (warps, g, hd + 2): the same sums in
+ * the same order as the merge of its partial gives (an empty split's weight is skipped there, a
+ * warp without positions adds 0 here), so the output is that merge's bit for bit. Out of line:
+ * one copy for the four paths that end here, run once a layer; inlined, it made every attention
+ * task's code longer, and those cost more than the merge saves (run128, BENCHMARKS.md). */
+__device__ __noinline__ void mk_attn_solo_out(float *ws, uint32_t g, uint32_t hd, float *final, float *xq, uint32_t h0,
+                                              uint32_t n_head) {
+    const uint32_t w2 = hd + 2u;
+    float *fac = ws + MK_BLOCK_WARPS * g * w2; /* (warps, g): exp(m_w - max) */
+    if (threadIdx.x < MK_BLOCK_WARPS * g) {
+        const uint32_t h = threadIdx.x % g, w = threadIdx.x / g;
+        float mx = -INFINITY;
+        for (uint32_t v = 0; v < MK_BLOCK_WARPS; v++) mx = fmaxf(mx, ws[(v * g + h) * w2 + hd]);
+        const float m = ws[(w * g + h) * w2 + hd];
+        fac[threadIdx.x] = m == -INFINITY ? 0.0f : expf(m - mx);
+    }
+    __syncthreads();
+    /* Whole warps a pass (g * hd is a multiple of 32): a warp's 32 elements are one group of the copy. */
+    for (uint32_t i = threadIdx.x; i < g * hd; i += MK_BLOCK_THREADS) {
+        const uint32_t h = i / hd, e = i % hd;
+        float num = 0.0f, den = 0.0f;
+        for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) {
+            const float f = fac[w * g + h], *row = ws + (w * g + h) * w2;
+            num += row[e] * f;
+            den += row[hd + 1u] * f;
+        }
+        const float v = num / den;
+        final[(uint64_t)h0 * hd + i] = v;
+        if (xq) mk_warp_store_xq(v, (h0 * hd + i) / 32u, n_head * hd, xq);
+    }
+}
+
 /* The block's partial from each warp's (o, m, l) rows in ws (warps, g, hd + 2): out row (h, b)
- * as the tiled path writes it. */
-__device__ __forceinline__ void mk_attn_merge_warps(float *ws, uint32_t g, uint32_t hd, float *out, uint32_t h0,
-                                                    uint32_t b, uint32_t nb) {
+ * as the tiled path writes it; or a solo split's output. */
+__device__ __forceinline__ void mk_attn_merge_warps(float *ws, uint32_t g, uint32_t hd, const struct mk_attn_dst *d) {
     const uint32_t w2 = hd + 2u;
     __syncthreads();
+    if (d->final) {
+        mk_attn_solo_out(ws, g, hd, d->final, d->xq, d->h0, d->n_head); /* scalars: d stays in registers */
+        __syncthreads(); /* ws and its weights are read above by other threads than their writers */
+        return;
+    }
     for (uint32_t i = threadIdx.x; i < g * w2; i += MK_BLOCK_THREADS) {
         const uint32_t h = i / w2, e = i % w2;
         float mx = -INFINITY;
@@ -41,7 +86,7 @@ __device__ __forceinline__ void mk_attn_merge_warps(float *ws, uint32_t g, uint3
             if (row[hd] == -INFINITY) continue; /* a warp with no positions */
             acc += row[e] * expf(row[hd] - mx); /* o, or at hd + 1 the sum l */
         }
-        out[((uint64_t)(h0 + h) * nb + b) * w2 + e] = e == hd ? mx : acc;
+        d->part[((uint64_t)(d->h0 + h) * d->nb + d->b) * w2 + e] = e == hd ? mx : acc;
     }
     __syncthreads(); /* ws is read above by other threads than its writers */
 }
@@ -67,8 +112,8 @@ __device__ __forceinline__ void mk_attn_merge_warps(float *ws, uint32_t g, uint3
  * merge across the warp's row groups by shuffles, then across warps in shared memory. */
 template <int HD>
 __device__ __forceinline__ void mk_attn_rows(const struct mk_task_ctx *c, uint32_t g, uint32_t lo, uint32_t hi,
-                                             const float *q, const __half *kb, const __half *vb, float *out,
-                                             uint32_t h0, uint32_t b, uint32_t nb) {
+                                             const float *q, const __half *kb, const __half *vb,
+                                             const struct mk_attn_dst *d) {
     constexpr int G = MK_ATTN_ROWS_MAX_G, U = MK_ATTN_ROWS_U;
     constexpr uint32_t LPR = HD / 8u, R = 32u / LPR; /* lanes per row, rows per load */
     const uint32_t kv_dim = c->a->kv_dim, warp = threadIdx.x / 32u, lane = threadIdx.x % 32u;
@@ -179,7 +224,7 @@ __device__ __forceinline__ void mk_attn_rows(const struct mk_task_ctx *c, uint32
             row[HD + 1u] = l[h];
         }
     }
-    mk_attn_merge_warps(ws, g, HD, out, h0, b, nb);
+    mk_attn_merge_warps(ws, g, HD, d);
 }
 
 /* Heads of this many query heads per KV head and head_dim = 32 * VW take mk_attn_warps. */
@@ -200,8 +245,7 @@ __device__ __forceinline__ void mk_attn_rows(const struct mk_task_ctx *c, uint32
  * at position 4000 about 2.5 us a tile, a third of the read bandwidth. */
 template <int VW, typename KV>
 __device__ __forceinline__ void mk_attn_warps(const struct mk_task_ctx *c, uint32_t g, uint32_t lo, uint32_t hi,
-                                              const float *q, const KV *kb, const KV *vb, float *out, uint32_t h0,
-                                              uint32_t b, uint32_t nb) {
+                                              const float *q, const KV *kb, const KV *vb, const struct mk_attn_dst *d) {
     constexpr int U = (sizeof(KV) == 4u ? 16 : MK_ATTN_F16_ROWS) / VW;
     constexpr int G = MK_ATTN_WARPS_MAX_G;
     constexpr uint32_t hd = 32u * VW;
@@ -277,7 +321,7 @@ __device__ __forceinline__ void mk_attn_warps(const struct mk_task_ctx *c, uint3
             row[hd + 1u] = l[h];
         }
     }
-    mk_attn_merge_warps(ws, g, hd, out, h0, b, nb);
+    mk_attn_merge_warps(ws, g, hd, d);
 }
 
 /* The K and V rows of the split are read once for all g query heads of the KV head and stream
@@ -285,12 +329,19 @@ __device__ __forceinline__ void mk_attn_warps(const struct mk_task_ctx *c, uint3
  * split keeps its loads in flight instead of waiting a round trip per tile. Inlined like every
  * op: as a call (no spills in ptxas) it made the matvec tasks 25 % slower on the H100. */
 template <typename KV>
-__device__ __forceinline__ void mk_attn_split(const struct mk_task_ctx *c, uint32_t lo, uint32_t hi) {
+__device__ __forceinline__ void mk_attn_split(const struct mk_task_ctx *c, uint32_t lo, uint32_t hi, bool solo) {
     const struct mk_instr *in = c->in;
     const struct mk_args_attn *at = &in->args.attn;
     const uint32_t nb = at->n_blocks, layer = at->layer, hd = at->head_dim;
     const uint32_t g = at->n_head / at->n_head_kv, kvh = c->t / nb, b = c->t % nb;
     float *out = mk_arena(c) + in->buf[1]; /* (n_head, n_blocks, hd + 2) */
+    const struct mk_attn_dst d = { out,
+                                   solo ? mk_arena(c) + in->buf[2] : NULL,
+                                   solo && in->buf[3] != MK_NO_BUF ? mk_arena(c) + in->buf[3] : NULL,
+                                   kvh * g,
+                                   b,
+                                   nb,
+                                   at->n_head };
     const float *q = mk_arena(c) + in->buf[0] + (uint64_t)kvh * g * hd;
     const uint32_t kv_dim = c->a->kv_dim;
     const uint64_t base = (uint64_t)layer * c->a->n_ctx * kv_dim + (uint64_t)kvh * hd;
@@ -298,16 +349,16 @@ __device__ __forceinline__ void mk_attn_split(const struct mk_task_ctx *c, uint3
     const KV *vb = (const KV *)c->a->v_cache + base;
     if (sizeof(KV) == 2u && g <= MK_ATTN_ROWS_MAX_G && (hd == 64u || hd == 128u)) {
         if (hd == 64u)
-            mk_attn_rows<64>(c, g, lo, hi, q, (const __half *)kb, (const __half *)vb, out, kvh * g, b, nb);
+            mk_attn_rows<64>(c, g, lo, hi, q, (const __half *)kb, (const __half *)vb, &d);
         else
-            mk_attn_rows<128>(c, g, lo, hi, q, (const __half *)kb, (const __half *)vb, out, kvh * g, b, nb);
+            mk_attn_rows<128>(c, g, lo, hi, q, (const __half *)kb, (const __half *)vb, &d);
         return;
     }
     if (g <= MK_ATTN_WARPS_MAX_G && (hd == 64u || hd == 128u)) {
         if (hd == 64u)
-            mk_attn_warps<2>(c, g, lo, hi, q, kb, vb, out, kvh * g, b, nb);
+            mk_attn_warps<2>(c, g, lo, hi, q, kb, vb, &d);
         else
-            mk_attn_warps<4>(c, g, lo, hi, q, kb, vb, out, kvh * g, b, nb);
+            mk_attn_warps<4>(c, g, lo, hi, q, kb, vb, &d);
         return;
     }
     const uint32_t tile = mk_layout_attn_tile(hd), stride = hd + 4u, stage = 2u * tile * stride;
@@ -408,8 +459,9 @@ __device__ __forceinline__ void mk_attn_split(const struct mk_task_ctx *c, uint3
     __syncthreads(); /* os is read above by other threads than its writers */
 }
 
-/* The split's partials for the g query heads of KV head kvh; an empty split writes m = -inf. */
-__device__ void mk_attn_partial_split(const struct mk_task_ctx *c, uint32_t kvh, uint32_t b) {
+/* The split's partials for the g query heads of KV head kvh (an empty split writes m = -inf), or
+ * with solo its output. */
+__device__ void mk_attn_partial_split(const struct mk_task_ctx *c, uint32_t kvh, uint32_t b, bool solo) {
     const struct mk_instr *in = c->in;
     const struct mk_args_attn *at = &in->args.attn;
     const uint32_t nb = at->n_blocks, hd = at->head_dim, g = at->n_head / at->n_head_kv;
@@ -424,9 +476,19 @@ __device__ void mk_attn_partial_split(const struct mk_task_ctx *c, uint32_t kvh,
         return;
     }
     if (c->a->kv_type == MK_KV_F16)
-        mk_attn_split<__half>(c, lo, hi);
+        mk_attn_split<__half>(c, lo, hi, solo);
     else
-        mk_attn_split<float>(c, lo, hi);
+        mk_attn_split<float>(c, lo, hi, solo);
+}
+
+/* Whether split 0 alone holds positions and writes the output itself: no partials, no count and no
+ * merge, a chain of L2 round trips (the count, then the partials) that took about 2.4 us a layer on
+ * the H200, as long as the split. Only where a split would merge (arrive) and on the paths that end
+ * in mk_attn_merge_warps. */
+__device__ __forceinline__ bool mk_attn_solo(const struct mk_args_attn *at, uint32_t pos) {
+    const uint32_t hd = at->head_dim;
+    return at->arrive && at->n_head <= MK_ATTN_WARPS_MAX_G * at->n_head_kv && (hd == 64u || hd == 128u) &&
+           mk_attn_live(pos, at->block, at->n_blocks) == 1u;
 }
 
 __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
@@ -439,8 +501,10 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
         mk_device_fail(c->a, c->fail, MK_DEVERR_BAD_POS, (uint32_t)pos);
         return;
     }
-    mk_attn_partial_split(c, kvh, c->t % nb);
-    if (!at->arrive) return;
+    const bool solo = mk_attn_solo(at, (uint32_t)pos);
+    if (solo && c->t % nb != 0u) return; /* an empty split, whose partial nothing reads */
+    mk_attn_partial_split(c, kvh, c->t % nb, solo);
+    if (!at->arrive || solo) return;
     /* The merge by the KV head's last split: the blocks that ran the others are already on their next
      * task, instead of every block meeting at a combine op's wait. The counter goes back to 0 before
      * this task signals (thread 0 does both, in that order), so the next step's tasks of this layer
