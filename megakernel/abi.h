@@ -176,6 +176,9 @@ MK_ABI_FN uint32_t mk_attn_live(uint32_t pos, uint32_t block, uint32_t n_blocks)
     const uint32_t units = pos / block + 1u, per = (units + n_blocks - 1u) / n_blocks;
     return (units + per - 1u) / per;
 }
+/* Whether split 0 alone holds positions at pos (mk_attn_live = 1): with two splits or more, only
+ * while pos is in the first block. No divisions, for the attention's per-task path. */
+MK_ABI_FN int mk_attn_solo_at(uint32_t pos, uint32_t block, uint32_t n_blocks) { return n_blocks <= 1u || pos < block; }
 
 /* wait until counter[ctr] >= step * mul + add (compared wrap-safe as int32 of the difference). */
 struct mk_wait {

@@ -47,11 +47,17 @@ MK_LAYOUT_FN uint32_t mk_layout_attn_words(uint32_t head_dim, uint32_t group) {
            mk_layout_align4(group * tile) + 3u * mk_layout_align4(group);
 }
 
-/* Query heads whose partials (nb splits of head_dim + 2) a merge of the attention splits by the
- * last ATTN_PARTIAL task loads in one round: all g of the KV head where they fit in the attention's
- * own shared memory, else as many as fit, at least one. */
+/* A merge of the nb splits of nh heads (megakernel/ops/attn_combine.cuh): their (o, m, l) rows of
+ * head_dim + 2, then a weight for each. */
+MK_LAYOUT_FN uint32_t mk_layout_attn_merge_words(uint32_t nh, uint32_t nb, uint32_t head_dim) {
+    return nh * nb * (head_dim + 3u);
+}
+
+/* Query heads whose partials a merge of the attention splits by the last ATTN_PARTIAL task loads in
+ * one round: all g of the KV head where they fit in the attention's own shared memory, else as many
+ * as fit, at least one. */
 MK_LAYOUT_FN uint32_t mk_layout_attn_merge_heads(uint32_t head_dim, uint32_t g, uint32_t nb) {
-    const uint32_t fit = mk_layout_attn_words(head_dim, g) / (nb * (head_dim + 2u));
+    const uint32_t fit = mk_layout_attn_words(head_dim, g) / mk_layout_attn_merge_words(1u, nb, head_dim);
     return fit >= g ? g : fit ? fit : 1u;
 }
 
@@ -106,7 +112,8 @@ MK_LAYOUT_FN uint32_t mk_layout_smem_words(const struct mk_instr *in, const stru
     case MK_OP_ATTN_PARTIAL: {
         const uint32_t hd = in->args.attn.head_dim, g = in->args.attn.n_head / in->args.attn.n_head_kv,
                        nb = in->args.attn.n_blocks, words = mk_layout_attn_words(hd, g);
-        const uint32_t merge = in->args.attn.arrive ? mk_layout_attn_merge_heads(hd, g, nb) * nb * (hd + 2u) : 0u;
+        const uint32_t merge =
+            in->args.attn.arrive ? mk_layout_attn_merge_words(mk_layout_attn_merge_heads(hd, g, nb), nb, hd) : 0u;
         return words > merge ? words : merge;
     }
     case MK_OP_NORM_GATE_UP_SILU: {
@@ -123,7 +130,8 @@ MK_LAYOUT_FN uint32_t mk_layout_smem_words(const struct mk_instr *in, const stru
                mk_layout_qextra_words(mk_layout_is_block_format(w[in->weight[1]].dtype), in->args.lm_head.rows_per_task,
                                       w[in->weight[1]].cols, 0);
     case MK_OP_SAMPLE: return MK_SAMPLE_SMEM_WORDS;
-    case MK_OP_ATTN_COMBINE: return in->args.combine.n_blocks * (in->args.combine.head_dim + 2u);
+    case MK_OP_ATTN_COMBINE:
+        return mk_layout_attn_merge_words(1u, in->args.combine.n_blocks, in->args.combine.head_dim);
     default: return 0;
     }
 }

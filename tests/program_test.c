@@ -324,10 +324,10 @@ static void test_worker_counts(const struct mk_model *m) {
 }
 
 /* The attention's splits (mk_attn_span) cover positions 0..pos once each, in order, whole blocks
- * each but the last non-empty one, with the non-empty ones first and as many as mk_attn_live says;
- * when the blocks of the positions fit the splits, split b is block b. */
+ * each but the last non-empty one, with the non-empty ones first and as many as mk_attn_live says
+ * (one exactly where mk_attn_solo_at says so); when the blocks of the positions fit the splits, split b is block b. */
 static void test_attn_span(void) {
-    static const uint32_t blocks[] = { 1, 3, 16, 64 }, splits[] = { 1, 2, 5, 16, 128 };
+    static const uint32_t blocks[] = { 1, 3, 16, 64, 128 }, splits[] = { 1, 2, 5, 16, 128 };
     uint32_t bad = 0, checked = 0;
     for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
         for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++)
@@ -349,6 +349,9 @@ static void test_attn_span(void) {
                                 b, lo, hi, live);
                     checked++;
                 }
+                if (mk_attn_solo_at(pos, bs, nb) != (live == 1) && bad++ < 5)
+                    fprintf(stderr, "span pos %u block %u splits %u: solo %d, live %u\n", pos, bs, nb,
+                            mk_attn_solo_at(pos, bs, nb), live);
                 if (next != pos + 1 && bad++ < 5)
                     fprintf(stderr, "span pos %u block %u splits %u: covers [0, %u)\n", pos, bs, nb, next);
             }

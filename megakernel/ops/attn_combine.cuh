@@ -4,38 +4,55 @@
 
 #include "megakernel/common.cuh"
 
+/* Merges, for each of nh heads, ns (o, m, l) rows of hd + 2 floats in shared memory (head h's row of
+ * split s at rows + h * hs + s * ss) into out (nh * hd floats) and, with xq, into the int8-level
+ * copy of the n_head * hd attention vector, whose head h0 is out's first (nh * hd then a multiple of
+ * 32: whole warps run each pass, a warp's 32 elements one group of the copy). A row of no positions
+ * (m = -inf, o = l = 0) weighs 0. fac: ns * nh floats of shared memory for the rows' weights,
+ * computed once rather than per element. The splits of an ATTN_COMBINE and the warps of a split
+ * that writes the output itself (attn_partial.cuh) both end here: the same sums in the same order.
+ * Out of line and its loops over the splits not unrolled: one copy for every path that merges, 7 KB.
+ * Unrolled it was 14 KB and llama-1b's token 2-3 % slower (run135, BENCHMARKS.md, thirty-eighth
+ * session). */
+__device__ __noinline__ void mk_attn_merge_rows(const float *rows, uint32_t ns, uint32_t ss, uint32_t hs, uint32_t nh,
+                                                uint32_t hd, float *fac, float *out, float *xq, uint32_t h0,
+                                                uint32_t n_head) {
+    for (uint32_t i = threadIdx.x; i < ns * nh; i += MK_BLOCK_THREADS) {
+        const uint32_t h = i % nh, s = i / nh;
+        float mx = -INFINITY;
+#pragma unroll 1
+        for (uint32_t k = 0; k < ns; k++) mx = fmaxf(mx, rows[h * hs + k * ss + hd]);
+        const float m = rows[h * hs + s * ss + hd];
+        fac[i] = m == -INFINITY ? 0.0f : expf(m - mx);
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < nh * hd; i += MK_BLOCK_THREADS) {
+        const uint32_t h = i / hd, e = i % hd;
+        float num = 0.0f, den = 0.0f;
+#pragma unroll 1
+        for (uint32_t s = 0; s < ns; s++) {
+            const float f = fac[s * nh + h], *row = rows + h * hs + s * ss;
+            num += row[e] * f;
+            den += row[hd + 1u] * f;
+        }
+        const float v = num / den;
+        out[i] = v;
+        if (xq) mk_warp_store_xq(v, (h0 * hd + i) / 32u, n_head * hd, xq);
+    }
+}
+
 /* Merges the nb splits of heads h .. h + nh (partials at part, (nh, nb, hd + 2), contiguous) into
  * out (nh * hd floats) and, with xq (head_dim a multiple of 32), into the int8-level copy of the
  * n_head * hd attention vector. The heads' partials come into shared memory in one round of
  * independent loads: read split by split (or head by head), each a dependent L2 round trip, they
- * cost microseconds per layer. */
+ * cost microseconds per layer. Shared memory: mk_layout_attn_merge_words(nh, nb, hd). */
 __device__ void mk_attn_combine_heads(const struct mk_task_ctx *c, const float *part, uint32_t nb, uint32_t hd,
                                       uint32_t h, uint32_t nh, uint32_t n_head, float *out, float *xq) {
-    const uint32_t w = hd + 2u, n = nh * hd;
-    float *ps = c->smem; /* (nh, nb, hd + 2) */
+    const uint32_t w = hd + 2u;
+    float *ps = c->smem; /* (nh, nb, hd + 2), then the weights (nb, nh) */
     for (uint32_t i = threadIdx.x; i < nh * nb * w; i += MK_BLOCK_THREADS) ps[i] = __ldcg(part + i);
     __syncthreads();
-    /* With a copy to write, whole warps run each pass: a warp's 32 elements are one group of it
-     * (one head's, as head_dim is a multiple of 32). */
-    for (uint32_t i0 = 0; i0 < n; i0 += MK_BLOCK_THREADS) {
-        const uint32_t i = i0 + threadIdx.x;
-        if (xq ? i0 + (threadIdx.x & ~31u) >= n : i >= n) break;
-        const float *ph = ps + (i / hd) * nb * w;
-        const uint32_t d = i % hd;
-        float mx = -INFINITY;
-        for (uint32_t b = 0; b < nb; b++) mx = fmaxf(mx, ph[b * w + hd]);
-        float num = 0.0f, den = 0.0f;
-        for (uint32_t b = 0; b < nb; b++) {
-            const float *pb = ph + b * w;
-            if (pb[hd] == -INFINITY) continue; /* an empty split */
-            const float e = expf(pb[hd] - mx);
-            num += pb[d] * e;
-            den += pb[hd + 1u] * e;
-        }
-        const float v = num / den;
-        out[i] = v;
-        if (xq) mk_warp_store_xq(v, (h * hd + i0) / 32u + (threadIdx.x >> 5), n_head * hd, xq);
-    }
+    mk_attn_merge_rows(ps, nb, w, nb * w, nh, hd, ps + nh * nb * w, out, xq, h, n_head);
     __syncthreads(); /* ps is read above by every thread */
 }
 

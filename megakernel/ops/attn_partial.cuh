@@ -34,45 +34,14 @@ struct mk_attn_dst {
     uint32_t h0, b, nb, n_head;
 };
 
-/* A solo split's output from each warp's (o, m, l) rows in ws (warps, g, hd + 2): the same sums in
- * the same order as the merge of its partial gives (an empty split's weight is skipped there, a
- * warp without positions adds 0 here), so the output is that merge's bit for bit. Out of line:
- * one copy for the four paths that end here, run once a layer; inlined, it made every attention
- * task's code longer, and those cost more than the merge saves (run128, BENCHMARKS.md). */
-__device__ __noinline__ void mk_attn_solo_out(float *ws, uint32_t g, uint32_t hd, float *final, float *xq, uint32_t h0,
-                                              uint32_t n_head) {
-    const uint32_t w2 = hd + 2u;
-    float *fac = ws + MK_BLOCK_WARPS * g * w2; /* (warps, g): exp(m_w - max) */
-    if (threadIdx.x < MK_BLOCK_WARPS * g) {
-        const uint32_t h = threadIdx.x % g, w = threadIdx.x / g;
-        float mx = -INFINITY;
-        for (uint32_t v = 0; v < MK_BLOCK_WARPS; v++) mx = fmaxf(mx, ws[(v * g + h) * w2 + hd]);
-        const float m = ws[(w * g + h) * w2 + hd];
-        fac[threadIdx.x] = m == -INFINITY ? 0.0f : expf(m - mx);
-    }
-    __syncthreads();
-    /* Whole warps a pass (g * hd is a multiple of 32): a warp's 32 elements are one group of the copy. */
-    for (uint32_t i = threadIdx.x; i < g * hd; i += MK_BLOCK_THREADS) {
-        const uint32_t h = i / hd, e = i % hd;
-        float num = 0.0f, den = 0.0f;
-        for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) {
-            const float f = fac[w * g + h], *row = ws + (w * g + h) * w2;
-            num += row[e] * f;
-            den += row[hd + 1u] * f;
-        }
-        const float v = num / den;
-        final[(uint64_t)h0 * hd + i] = v;
-        if (xq) mk_warp_store_xq(v, (h0 * hd + i) / 32u, n_head * hd, xq);
-    }
-}
-
 /* The block's partial from each warp's (o, m, l) rows in ws (warps, g, hd + 2): out row (h, b)
  * as the tiled path writes it; or a solo split's output. */
 __device__ __forceinline__ void mk_attn_merge_warps(float *ws, uint32_t g, uint32_t hd, const struct mk_attn_dst *d) {
     const uint32_t w2 = hd + 2u;
     __syncthreads();
-    if (d->final) {
-        mk_attn_solo_out(ws, g, hd, d->final, d->xq, d->h0, d->n_head); /* scalars: d stays in registers */
+    if (d->final) { /* a solo split: its warps merge as a merge's splits do, into the output */
+        mk_attn_merge_rows(ws, MK_BLOCK_WARPS, g * w2, w2, g, hd, ws + MK_BLOCK_WARPS * g * w2,
+                           d->final + (uint64_t)d->h0 * hd, d->xq, d->h0, d->n_head);
         __syncthreads(); /* ws and its weights are read above by other threads than their writers */
         return;
     }
@@ -488,7 +457,7 @@ __device__ void mk_attn_partial_split(const struct mk_task_ctx *c, uint32_t kvh,
 __device__ __forceinline__ bool mk_attn_solo(const struct mk_args_attn *at, uint32_t pos) {
     const uint32_t hd = at->head_dim;
     return at->arrive && at->n_head <= MK_ATTN_WARPS_MAX_G * at->n_head_kv && (hd == 64u || hd == 128u) &&
-           mk_attn_live(pos, at->block, at->n_blocks) == 1u;
+           mk_attn_solo_at(pos, at->block, at->n_blocks);
 }
 
 __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
