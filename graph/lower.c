@@ -448,8 +448,10 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
     struct mk_lower_ops_ctx k = { .c = c };
     k.q_dim = c->n_head * c->head_dim;
     k.kv_dim = c->n_head_kv * c->head_dim;
-    /* 128, not 64: up to position 127 split 0 alone holds positions, and the megakernel's split
-     * then writes the output itself with no merge (mk_attn_solo; BENCHMARKS.md, run129). */
+    /* 128, not 64: up to position 127 split 0 alone holds positions, and the megakernel's tasks of
+     * a KV head then share its query heads and write the output themselves, with no merge
+     * (mk_attn_solo; BENCHMARKS.md, run129, run137). 256 keeps that up to position 255 but is
+     * slower at depth, where each split holds more positions (run138). */
     k.attn_block = L->p->attn_block ? L->p->attn_block : 128;
     if (k.attn_block > L->p->n_ctx) k.attn_block = L->p->n_ctx;
     /* Splits per KV head: as many as make one attention task per worker; each split lengthens with

@@ -99,9 +99,9 @@ enum mk_opcode {
      * and, before it signals, merges the splits of that KV head's query heads into buf2 (and buf3,
      * or MK_NO_BUF) exactly as ATTN_COMBINE's buf1 (and buf2) for the same partials. Those counters
      * are no instruction's signal and are waited on by none; they are zero at launch. Where only
-     * split 0 holds positions (mk_attn_live = 1), an executor may instead have split 0 write buf2
-     * (and buf3) itself, the same values, and the other splits write nothing and not count: with
-     * arrive, buf1 is the executor's scratch. */
+     * split 0 holds positions (mk_attn_live = 1), an executor may instead have the KV head's tasks
+     * write buf2 (and buf3) themselves, each for some of its query heads over split 0's positions,
+     * the same values, with no partials and no count: with arrive, buf1 is the executor's scratch. */
     MK_OP_ATTN_PARTIAL = 4,
     /* args.combine: merges the n_blocks blocks of head t: out[buf1 + t*head_dim ..] =
      * sum_b o_b e^(m_b-M) / sum_b l_b e^(m_b-M). buf0 = partials. One head per task. buf2 (or

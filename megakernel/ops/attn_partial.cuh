@@ -25,8 +25,9 @@ __device__ __forceinline__ void mk_attn_issue(KV *ks, KV *vs, const KV *kb, cons
     }
 }
 
-/* Where a split's result goes: its (o, m, l) row per query head for the merge, or, when it is the
- * only split holding positions (mk_attn_solo), the attention output itself and its int8-level copy. */
+/* Where a split's result goes: its (o, m, l) row per query head for the merge, or, while split 0
+ * alone holds positions (mk_attn_solo), the attention output of the task's query heads itself and
+ * its int8-level copy. */
 struct mk_attn_dst {
     float *part;  /* (n_head, n_blocks, hd + 2) */
     float *final; /* (n_head, hd), or NULL: write part */
@@ -35,11 +36,11 @@ struct mk_attn_dst {
 };
 
 /* The block's partial from each warp's (o, m, l) rows in ws (warps, g, hd + 2): out row (h, b)
- * as the tiled path writes it; or a solo split's output. */
+ * as the tiled path writes it; or a solo task's output. */
 __device__ __forceinline__ void mk_attn_merge_warps(float *ws, uint32_t g, uint32_t hd, const struct mk_attn_dst *d) {
     const uint32_t w2 = hd + 2u;
     __syncthreads();
-    if (d->final) { /* a solo split: its warps merge as a merge's splits do, into the output */
+    if (d->final) { /* a solo task: its warps merge as a merge's splits do, into the output */
         mk_attn_merge_rows(ws, MK_BLOCK_WARPS, g * w2, w2, g, hd, ws + MK_BLOCK_WARPS * g * w2,
                            d->final + (uint64_t)d->h0 * hd, d->xq, d->h0, d->n_head);
         __syncthreads(); /* ws and its weights are read above by other threads than their writers */
@@ -298,7 +299,8 @@ __device__ __forceinline__ void mk_attn_warps(const struct mk_task_ctx *c, uint3
  * split keeps its loads in flight instead of waiting a round trip per tile. Inlined like every
  * op: as a call (no spills in ptxas) it made the matvec tasks 25 % slower on the H100. */
 template <typename KV>
-__device__ __forceinline__ void mk_attn_split(const struct mk_task_ctx *c, uint32_t lo, uint32_t hi, bool solo) {
+__device__ __forceinline__ void mk_attn_split(const struct mk_task_ctx *c, uint32_t lo, uint32_t hi, bool solo,
+                                              uint32_t h0, uint32_t gs) {
     const struct mk_instr *in = c->in;
     const struct mk_args_attn *at = &in->args.attn;
     const uint32_t nb = at->n_blocks, layer = at->layer, hd = at->head_dim;
@@ -307,27 +309,27 @@ __device__ __forceinline__ void mk_attn_split(const struct mk_task_ctx *c, uint3
     const struct mk_attn_dst d = { out,
                                    solo ? mk_arena(c) + in->buf[2] : NULL,
                                    solo && in->buf[3] != MK_NO_BUF ? mk_arena(c) + in->buf[3] : NULL,
-                                   kvh * g,
+                                   kvh * g + h0,
                                    b,
                                    nb,
                                    at->n_head };
-    const float *q = mk_arena(c) + in->buf[0] + (uint64_t)kvh * g * hd;
+    const float *q = mk_arena(c) + in->buf[0] + (uint64_t)(kvh * g + h0) * hd;
     const uint32_t kv_dim = c->a->kv_dim;
     const uint64_t base = (uint64_t)layer * c->a->n_ctx * kv_dim + (uint64_t)kvh * hd;
     const KV *kb = (const KV *)c->a->k_cache + base;
     const KV *vb = (const KV *)c->a->v_cache + base;
     if (sizeof(KV) == 2u && g <= MK_ATTN_ROWS_MAX_G && (hd == 64u || hd == 128u)) {
         if (hd == 64u)
-            mk_attn_rows<64>(c, g, lo, hi, q, (const __half *)kb, (const __half *)vb, &d);
+            mk_attn_rows<64>(c, gs, lo, hi, q, (const __half *)kb, (const __half *)vb, &d);
         else
-            mk_attn_rows<128>(c, g, lo, hi, q, (const __half *)kb, (const __half *)vb, &d);
+            mk_attn_rows<128>(c, gs, lo, hi, q, (const __half *)kb, (const __half *)vb, &d);
         return;
     }
     if (g <= MK_ATTN_WARPS_MAX_G && (hd == 64u || hd == 128u)) {
         if (hd == 64u)
-            mk_attn_warps<2>(c, g, lo, hi, q, kb, vb, &d);
+            mk_attn_warps<2>(c, gs, lo, hi, q, kb, vb, &d);
         else
-            mk_attn_warps<4>(c, g, lo, hi, q, kb, vb, &d);
+            mk_attn_warps<4>(c, gs, lo, hi, q, kb, vb, &d);
         return;
     }
     const uint32_t tile = mk_layout_attn_tile(hd), stride = hd + 4u, stage = 2u * tile * stride;
@@ -429,13 +431,14 @@ __device__ __forceinline__ void mk_attn_split(const struct mk_task_ctx *c, uint3
 }
 
 /* The split's partials for the g query heads of KV head kvh (an empty split writes m = -inf), or
- * with solo its output. */
-__device__ void mk_attn_partial_split(const struct mk_task_ctx *c, uint32_t kvh, uint32_t b, bool solo) {
+ * with solo the output of query heads h0 .. h0 + gs of the KV head over split 0's positions. */
+__device__ void mk_attn_partial_split(const struct mk_task_ctx *c, uint32_t kvh, uint32_t b, bool solo, uint32_t h0,
+                                      uint32_t gs) {
     const struct mk_instr *in = c->in;
     const struct mk_args_attn *at = &in->args.attn;
     const uint32_t nb = at->n_blocks, hd = at->head_dim, g = at->n_head / at->n_head_kv;
     uint32_t lo, hi;
-    mk_attn_span((uint32_t)c->cmd->pos, at->block, nb, b, &lo, &hi);
+    mk_attn_span((uint32_t)c->cmd->pos, at->block, nb, solo ? 0u : b, &lo, &hi);
     if (lo >= hi) {
         float *out = mk_arena(c) + in->buf[1]; /* (n_head, n_blocks, hd + 2) */
         for (uint32_t i = threadIdx.x; i < g * (hd + 2u); i += MK_BLOCK_THREADS) {
@@ -445,15 +448,15 @@ __device__ void mk_attn_partial_split(const struct mk_task_ctx *c, uint32_t kvh,
         return;
     }
     if (c->a->kv_type == MK_KV_F16)
-        mk_attn_split<__half>(c, lo, hi, solo);
+        mk_attn_split<__half>(c, lo, hi, solo, h0, gs);
     else
-        mk_attn_split<float>(c, lo, hi, solo);
+        mk_attn_split<float>(c, lo, hi, solo, h0, gs);
 }
 
-/* Whether split 0 alone holds positions and writes the output itself: no partials, no count and no
- * merge, a chain of L2 round trips (the count, then the partials) that took about 2.4 us a layer on
- * the H200, as long as the split. Only where a split would merge (arrive) and on the paths that end
- * in mk_attn_merge_warps. */
+/* Whether split 0 alone holds positions, so that the KV head's tasks write the output themselves: no
+ * partials, no count and no merge, a chain of L2 round trips (the count, then the partials) that
+ * took about 2.4 us a layer on the H200, as long as the split. Only where a split would merge
+ * (arrive) and on the paths that end in mk_attn_merge_warps. */
 __device__ __forceinline__ bool mk_attn_solo(const struct mk_args_attn *at, uint32_t pos) {
     const uint32_t hd = at->head_dim;
     return at->arrive && at->n_head <= MK_ATTN_WARPS_MAX_G * at->n_head_kv && (hd == 64u || hd == 128u) &&
@@ -471,9 +474,16 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
         return;
     }
     const bool solo = mk_attn_solo(at, (uint32_t)pos);
-    if (solo && c->t % nb != 0u) return; /* an empty split, whose partial nothing reads */
-    mk_attn_partial_split(c, kvh, c->t % nb, solo);
-    if (!at->arrive || solo) return;
+    if (solo) {
+        /* Split 0 holds every position, so the KV head's nb tasks share its query heads instead:
+         * task b writes the output of heads b * per .. (b + 1) * per, each alone as the whole
+         * split would (a head's sums do not depend on the others'). */
+        const uint32_t per = (g + nb - 1u) / nb, b = c->t % nb, h0 = b * per;
+        if (h0 < g) mk_attn_partial_split(c, kvh, b, true, h0, min(per, g - h0));
+        return;
+    }
+    mk_attn_partial_split(c, kvh, c->t % nb, false, 0u, g);
+    if (!at->arrive) return;
     /* The merge by the KV head's last split: the blocks that ran the others are already on their next
      * task, instead of every block meeting at a combine op's wait. The counter goes back to 0 before
      * this task signals (thread 0 does both, in that order), so the next step's tasks of this layer
