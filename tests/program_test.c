@@ -325,7 +325,8 @@ static void test_worker_counts(const struct mk_model *m) {
 
 /* The attention's splits (mk_attn_span) cover positions 0..pos once each, in order, whole blocks
  * each but the last non-empty one, with the non-empty ones first and as many as mk_attn_live says
- * (one exactly where mk_attn_solo_at says so); when the blocks of the positions fit the splits, split b is block b. */
+ * (one exactly where mk_attn_solo_at says so); when the blocks of the positions fit the splits,
+ * split b is block b. */
 static void test_attn_span(void) {
     static const uint32_t blocks[] = { 1, 3, 16, 64, 128 }, splits[] = { 1, 2, 5, 16, 128 };
     uint32_t bad = 0, checked = 0;
