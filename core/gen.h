@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 struct mk_gen_params {
-    const char *preset; /* "tiny", "llama-1b", "llama-8b", "tiny-hd128" */
+    const char *preset; /* "tiny", "llama-1b", "llama-8b", "tiny-hd128", "tiny-gqa4" */
     const char *dtype;  /* a type name ("f32", "q4_0", ...) or a llama.cpp mix ("Q4_K_M"); see mk_gen_format */
     uint64_t seed;
     bool progress;      /* progress bar on stderr, only when stderr is a terminal */

@@ -855,6 +855,13 @@ static void check_generated(const char *preset, const char *format, uint32_t n_c
     mk_model_free(m);
 }
 
+/* 1100 steps of four query heads a KV head (the other tiny presets have two) at 16 splits a KV head
+ * (n_ctx 2048, unit 128; 132 workers give 66): each GPU backend's attention shares a KV head's
+ * query heads over its split tasks while split 0 holds every position (up to 127), then merges
+ * two to nine live splits of 16 in the KV head's last task; the logits and tokens must follow the
+ * CPU executor's. */
+static void test_attn_gqa4(void) { check_generated("tiny-gqa4", "bf16", 2048, 1100, (const uint32_t[]){ 0 }); }
+
 /* Every weight type and llama.cpp mix on the tiny preset: each GPU backend against the CPU
  * executor, which the CPU tests tie to ggml's dequantization. */
 static void test_quant(void) {
@@ -1406,6 +1413,7 @@ int main(int argc, char **argv) {
     mk_model_free(m);
     if (all || !strcmp(only, "quant")) test_quant();
     if (all || !strcmp(only, "chunk")) test_chunk_hd128();
+    if (all || !strcmp(only, "attn")) test_attn_gqa4();
     if (all || !strcmp(only, "llama1b")) test_llama1b();
     if (!strcmp(only, "bench")) test_bench(dir);
     if (!strcmp(only, "bench8b")) test_bench8b();

@@ -329,6 +329,8 @@ static void test_formats_api(void) {
     MK_CHECK(b8 && b8->n_embd == 4096 && b8->n_layer == 32 && b8->n_ff == 14336 && !b8->tied_output);
     const struct mk_gen_preset *h = mk_gen_find_preset("tiny-hd128");
     MK_CHECK(h && h->n_embd / h->n_head == 128 && h->n_head / h->n_head_kv == 2 && !h->tied_output);
+    const struct mk_gen_preset *q4 = mk_gen_find_preset("tiny-gqa4");
+    MK_CHECK(q4 && q4->n_embd / q4->n_head == 64 && q4->n_head / q4->n_head_kv == 4 && q4->n_ctx >= 2048);
 }
 
 static void test_generated(void) {

@@ -22,7 +22,9 @@ static void mk_gen_usage(FILE *f) {
                "                 FFN 8192, 128256 tokens, tied head), llama-8b (Llama-3-8B shape: 4096\n"
                "                 wide, 32 layers, 32/8 heads, FFN 14336, 128256 tokens, separate head),\n"
                "                 tiny-hd128 (512 wide, 2 layers, 4/2 heads of 128, FFN 1024, 512\n"
-               "                 tokens, separate head: the 8B head size, tiny)\n"
+               "                 tokens, separate head: the 8B head size, tiny), tiny-gqa4 (512 wide,\n"
+               "                 2 layers, 8/2 heads of 64, FFN 1024, 512 tokens, tied head: Llama-3's\n"
+               "                 4 query heads a KV head, tiny)\n"
                "  --dtype TYPE   a weight type for every matrix: f32 (default), f16, bf16, q4_0, q4_1,\n"
                "                 q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_nl, iq4_xs; or\n"
                "                 llama.cpp's mix of that name, in capitals, as llama-quantize makes it\n"
@@ -117,7 +119,7 @@ int mk_cmd_gen(int argc, char **argv) {
     }
     struct mk_gen_format fmt;
     if (!mk_gen_find_preset(p.preset)) {
-        fprintf(stderr, "mk gen: unknown preset '%s' (tiny, llama-1b, llama-8b, tiny-hd128)\n", p.preset);
+        fprintf(stderr, "mk gen: unknown preset '%s' (tiny, llama-1b, llama-8b, tiny-hd128, tiny-gqa4)\n", p.preset);
         return 2;
     }
     if (mk_gen_parse_format(p.dtype, &fmt) != 0) {
