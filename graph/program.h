@@ -27,12 +27,15 @@ enum mk_attn_merge {
     /* each KV head's last split where its query heads' partials are at most
      * MK_ATTN_MERGE_SPLIT_MAX floats, else an op: on the H200 the split's merge gained 0.3-1.2 % on
      * llama-1b's token (2,112 floats) and lost 0.4 % on llama-8b's (4,160), where one block loads
-     * what an op spreads over the KV head's query heads (run99, BENCHMARKS.md) */
+     * what an op spreads over the KV head's query heads (run99, BENCHMARKS.md). Since the solo step
+     * (which only the split's merge has) llama-1b at n_ctx 4096 (16 splits, 4,224 floats) gains
+     * 9-10 % at tg128 in the splits and is level at depth 1500 (run144); llama-8b's 16 splits (8,320)
+     * are unmeasured and keep the op. */
     MK_ATTN_MERGE_AUTO = 0,
     MK_ATTN_MERGE_SPLITS = 1, /* the last ATTN_PARTIAL task of each KV head (one dependent phase less) */
     MK_ATTN_MERGE_OP = 2,     /* an ATTN_COMBINE op */
 };
-#define MK_ATTN_MERGE_SPLIT_MAX 3072u
+#define MK_ATTN_MERGE_SPLIT_MAX 4224u
 
 struct mk_compile_params {
     uint32_t n_workers; /* workers (GPU blocks or CPU threads) the tiling aims at */

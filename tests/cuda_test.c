@@ -38,6 +38,10 @@ static enum mk_kv_type test_kv_type(void) {
     return kv && !strcmp(kv, "f32") ? MK_KV_F32 : MK_KV_F16;
 }
 
+/* Who merges the attention splits (enum mk_attn_merge) where a test sets it; -1: the settings'
+ * (MK_CUDA_ATTN_MERGE, else the backend's choice). */
+static int g_attn_merge = -1;
+
 static struct mk_backend_params params(enum mk_backend_kind kind, uint32_t n_ctx) {
     struct mk_backend_params p;
     memset(&p, 0, sizeof p);
@@ -55,6 +59,7 @@ static struct mk_backend_params params(enum mk_backend_kind kind, uint32_t n_ctx
         fprintf(stderr, "%s\n", err.msg);
         exit(2);
     }
+    if (g_attn_merge >= 0) p.gpu.attn_merge = g_attn_merge;
     return p;
 }
 
@@ -856,11 +861,19 @@ static void check_generated(const char *preset, const char *format, uint32_t n_c
 }
 
 /* 1100 steps of four query heads a KV head (the other tiny presets have two) at 16 splits a KV head
- * (n_ctx 2048, unit 128; 132 workers give 66): each GPU backend's attention shares a KV head's
- * query heads over its split tasks while split 0 holds every position (up to 127), then merges
- * two to nine live splits of 16 in the KV head's last task; the logits and tokens must follow the
- * CPU executor's. */
-static void test_attn_gqa4(void) { check_generated("tiny-gqa4", "bf16", 2048, 1100, (const uint32_t[]){ 0 }); }
+ * (n_ctx 2048, unit 128; 132 workers give 66), on each GPU executor against the CPU executor's
+ * logits: once merged by an ATTN_COMBINE op, once by each KV head's last split (auto's choice here),
+ * where the split tasks share the query heads while split 0 holds every position (up to 127) and
+ * the last one merges two to nine live splits. */
+static void test_attn_gqa4(void) {
+    static const int merge[] = { MK_ATTN_MERGE_OP, MK_ATTN_MERGE_SPLITS };
+    for (int i = 0; i < 2; i++) {
+        printf("INFO tiny-gqa4: the attention merged by %s\n", i ? "each KV head's last split" : "an op");
+        g_attn_merge = merge[i];
+        check_generated("tiny-gqa4", "bf16", 2048, 1100, (const uint32_t[]){ 0 });
+    }
+    g_attn_merge = -1;
+}
 
 /* Every weight type and llama.cpp mix on the tiny preset: each GPU backend against the CPU
  * executor, which the CPU tests tie to ggml's dequantization. */
