@@ -54,7 +54,7 @@ static const struct mk_gen_preset mk_gen_presets[] = {
     /* Llama-3-8B's head size (128, the common one of 7-8B models) and its separate head, tiny */
     { "tiny-hd128", 512, 1024, 2, 4, 2, 512, 2048, 10000.0f, false },
     /* Llama-3's four query heads a KV head (head size 64), tiny: the GPU attention's sharing of a KV
-     * head's query heads over its split tasks at g = 4, which the presets above with two miss */
+     * head's query heads over its split tasks at g = 4, which the other tiny presets (two) miss */
     { "tiny-gqa4", 512, 1024, 2, 8, 2, 512, 2048, 10000.0f, true },
 };
 
