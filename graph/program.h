@@ -25,17 +25,18 @@ enum mk_schedule {
 /* Who merges the attention splits of a one-token program (fuse_attn_output aside). */
 enum mk_attn_merge {
     /* each KV head's last split where its query heads' partials are at most
-     * MK_ATTN_MERGE_SPLIT_MAX floats, else an op: on the H200 the split's merge gained 0.3-1.2 % on
-     * llama-1b's token (2,112 floats) and lost 0.4 % on llama-8b's (4,160), where one block loads
-     * what an op spreads over the KV head's query heads (run99, BENCHMARKS.md). Since the solo step
-     * (which only the split's merge has) llama-1b at n_ctx 4096 (16 splits, 4,224 floats) gains
-     * 9-10 % at tg128 in the splits and is level at depth 1500 (run144); llama-8b's 16 splits (8,320)
-     * are unmeasured and keep the op. */
+     * MK_ATTN_MERGE_SPLIT_MAX floats, else an op. The split's merge has the solo step (split 0
+     * alone holds positions: no partials, no merge), and it merges only the splits that hold
+     * positions; the op spreads the merge over the query heads. On the H200 at n_ctx 4096 (16
+     * splits a KV head, run147, run148, BENCHMARKS.md) the split's merge is 7-10 % faster up to
+     * position 127, 1-2.5 % faster at depth 128-384 and 0-1.2 % slower at 1500 on llama-1b
+     * (4,224 floats) and llama-8b (8,320) Q4_K_M: so up to llama-8b's 16 splits; larger is
+     * unmeasured and keeps the op. */
     MK_ATTN_MERGE_AUTO = 0,
     MK_ATTN_MERGE_SPLITS = 1, /* the last ATTN_PARTIAL task of each KV head (one dependent phase less) */
     MK_ATTN_MERGE_OP = 2,     /* an ATTN_COMBINE op */
 };
-#define MK_ATTN_MERGE_SPLIT_MAX 4224u
+#define MK_ATTN_MERGE_SPLIT_MAX 8320u
 
 struct mk_compile_params {
     uint32_t n_workers; /* workers (GPU blocks or CPU threads) the tiling aims at */

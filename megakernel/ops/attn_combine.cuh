@@ -41,25 +41,26 @@ __device__ __noinline__ void mk_attn_merge_rows(const float *rows, uint32_t ns, 
     }
 }
 
-/* Merges the nb splits of heads h .. h + nh (partials at part, (nh, nb, hd + 2), contiguous) into
- * out (nh * hd floats) and, with xq (head_dim a multiple of 32), into the int8-level copy of the
- * n_head * hd attention vector. The heads' partials come into shared memory in one round of
- * independent loads: read split by split (or head by head), each a dependent L2 round trip, they
- * cost microseconds per layer. Shared memory: mk_layout_attn_merge_words(nh, nb, hd). */
-__device__ void mk_attn_combine_heads(const struct mk_task_ctx *c, const float *part, uint32_t nb, uint32_t hd,
-                                      uint32_t h, uint32_t nh, uint32_t n_head, float *out, float *xq) {
-    const uint32_t w = hd + 2u;
-    float *ps = c->smem; /* (nh, nb, hd + 2), then the weights (nb, nh) */
-    for (uint32_t i = threadIdx.x; i < nh * nb * w; i += MK_BLOCK_THREADS) ps[i] = __ldcg(part + i);
+/* Merges splits 0 .. ns of heads h .. h + nh (partials at part, (nh, nb, hd + 2), contiguous; the
+ * splits from ns on hold no positions) into out (nh * hd floats) and, with xq (head_dim a multiple
+ * of 32), into the int8-level copy of the n_head * hd attention vector. The heads' partials come
+ * into shared memory in one round of independent loads: read split by split (or head by head),
+ * each a dependent L2 round trip, they cost microseconds per layer. Shared memory:
+ * mk_layout_attn_merge_words(nh, nb, hd). */
+__device__ void mk_attn_combine_heads(const struct mk_task_ctx *c, const float *part, uint32_t nb, uint32_t ns,
+                                      uint32_t hd, uint32_t h, uint32_t nh, uint32_t n_head, float *out, float *xq) {
+    const uint32_t w = hd + 2u, rw = ns * w, skip = (nb - ns) * w;
+    float *ps = c->smem; /* (nh, ns, hd + 2), then the weights (ns, nh) */
+    for (uint32_t i = threadIdx.x; i < nh * rw; i += MK_BLOCK_THREADS) ps[i] = __ldcg(part + i + i / rw * skip);
     __syncthreads();
-    mk_attn_merge_rows(ps, nb, w, nb * w, nh, hd, ps + nh * nb * w, out, xq, h, n_head);
+    mk_attn_merge_rows(ps, ns, w, rw, nh, hd, ps + nh * rw, out, xq, h, n_head);
     __syncthreads(); /* ps is read above by every thread */
 }
 
 __device__ void mk_op_attn_combine(const struct mk_task_ctx *c) {
     const struct mk_instr *in = c->in;
     const uint32_t nb = in->args.combine.n_blocks, hd = in->args.combine.head_dim, h = c->t;
-    mk_attn_combine_heads(c, mk_arena(c) + in->buf[0] + (uint64_t)h * nb * (hd + 2u), nb, hd, h, 1u,
+    mk_attn_combine_heads(c, mk_arena(c) + in->buf[0] + (uint64_t)h * nb * (hd + 2u), nb, nb, hd, h, 1u,
                           in->args.combine.n_head, mk_arena(c) + in->buf[1] + (uint64_t)h * hd,
                           in->buf[2] != MK_NO_BUF ? mk_arena(c) + in->buf[2] : NULL);
 }

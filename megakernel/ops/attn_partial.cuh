@@ -494,12 +494,13 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
     if (threadIdx.x == 0) *count = 0u;
     float *part = mk_arena(c) + in->buf[1], *out = mk_arena(c) + in->buf[2];
     float *xq = in->buf[3] != MK_NO_BUF ? mk_arena(c) + in->buf[3] : NULL;
-    /* As many of the KV head's query heads a round as the op's shared memory holds. */
-    const uint32_t per = mk_layout_attn_merge_heads(hd, g, nb);
+    /* As many of the KV head's query heads a round as the op's shared memory holds; only the splits
+     * that hold positions, which at depth 128 are 2 of llama-1b's 16 at n_ctx 4096. */
+    const uint32_t per = mk_layout_attn_merge_heads(hd, g, nb), live = mk_attn_live((uint32_t)pos, at->block, nb);
     for (uint32_t h = kvh * g; h < (kvh + 1u) * g; h += per) {
         const uint32_t nh = min(per, (kvh + 1u) * g - h);
-        mk_attn_combine_heads(c, part + (uint64_t)h * nb * (hd + 2u), nb, hd, h, nh, at->n_head, out + (uint64_t)h * hd,
-                              xq);
+        mk_attn_combine_heads(c, part + (uint64_t)h * nb * (hd + 2u), nb, live, hd, h, nh, at->n_head,
+                              out + (uint64_t)h * hd, xq);
     }
 }
 
