@@ -277,8 +277,10 @@ static void test_merge_same(const struct mk_model *m) {
     }
     MK_CHECK_MSG(differ == 0, "%u of 60 steps' logits differ between the in-split merge and the combine op", differ);
     printf("attention merge: in-split and combine-op programs agree bit for bit over 60 steps\n");
-    /* The default (auto) merges in the splits exactly where a KV head's partials are small. */
-    for (uint32_t splits = 0; splits <= 256; splits += 64) {
+    /* The default (auto) merges in the splits exactly where a KV head's partials are small: up to
+     * 512 splits of this model's 20 floats, so that both sides of MK_ATTN_MERGE_SPLIT_MAX come. */
+    unsigned n_in_split = 0, n_op = 0;
+    for (uint32_t splits = 0; splits <= 512; splits += 64) {
         struct mk_compile_params cp = mk_compile_default_params();
         cp.n_workers = 4;
         cp.n_ctx = 512;
@@ -297,8 +299,12 @@ static void test_merge_same(const struct mk_model *m) {
                      (unsigned long long)floats, in_split, combine);
         printf("attention merge auto: %u splits, %llu floats a KV head: %s\n", at->n_blocks, (unsigned long long)floats,
                in_split ? "in the splits" : "an op");
+        n_in_split += in_split;
+        n_op += !in_split;
         mk_program_free(p);
     }
+    MK_CHECK_MSG(n_in_split && n_op, "auto merge: %u programs in the splits, %u by an op; the sweep must reach both",
+                 n_in_split, n_op);
 done:
     mk_cpu_exec_free(ea);
     mk_cpu_exec_free(eb);
