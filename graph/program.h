@@ -28,10 +28,10 @@ enum mk_attn_merge {
      * MK_ATTN_MERGE_SPLIT_MAX floats, else an op. The split's merge has the solo step (split 0
      * alone holds positions: no partials, no merge), and it merges only the splits that hold
      * positions; the op spreads the merge over the query heads. On the H200 at n_ctx 4096 (16
-     * splits a KV head, run147, run148, BENCHMARKS.md) the split's merge is 7-10 % faster up to
-     * position 127, 1-2.5 % faster at depth 128-384 and 0-1.2 % slower at 1500 on llama-1b
-     * (4,224 floats) and llama-8b (8,320) Q4_K_M: so up to llama-8b's 16 splits; larger is
-     * unmeasured and keeps the op. */
+     * splits a KV head, run147-run149, BENCHMARKS.md) the split's merge is 7-10 % faster than the
+     * op up to position 127, 0.2-2 % faster at depths 128-384 and level to 1.2 % slower at 1500 on
+     * llama-1b (4,224 floats) and llama-8b (8,320) Q4_K_M: so up to llama-8b's 16 splits; larger
+     * is unmeasured and keeps the op. */
     MK_ATTN_MERGE_AUTO = 0,
     MK_ATTN_MERGE_SPLITS = 1, /* the last ATTN_PARTIAL task of each KV head (one dependent phase less) */
     MK_ATTN_MERGE_OP = 2,     /* an ATTN_COMBINE op */
