@@ -64,6 +64,8 @@ struct mk_gen_params mk_gen_default_params(void) {
     };
 }
 
+const char mk_gen_preset_names[] = "tiny, llama-1b, llama-8b, tiny-hd128, tiny-gqa4";
+
 const struct mk_gen_preset *mk_gen_find_preset(const char *name) {
     for (size_t i = 0; name && i < sizeof mk_gen_presets / sizeof mk_gen_presets[0]; i++)
         if (!strcmp(mk_gen_presets[i].name, name)) return &mk_gen_presets[i];
@@ -573,7 +575,7 @@ enum mk_status mk_gen_write(const char *path, const struct mk_gen_params *p, str
     struct mk_gen_params def = mk_gen_default_params();
     if (!p) p = &def;
     const struct mk_gen_preset *pr = mk_gen_find_preset(p->preset ? p->preset : def.preset);
-    if (!pr) return mk_error_set(err, MK_ERR_INVALID_ARG, "unknown preset '%s' (tiny, llama-1b, llama-8b)", p->preset);
+    if (!pr) return mk_error_set(err, MK_ERR_INVALID_ARG, "unknown preset '%s' (%s)", p->preset, mk_gen_preset_names);
     struct mk_gen_format fmt;
     const char *dtype = p->dtype ? p->dtype : def.dtype;
     if (mk_gen_parse_format(dtype, &fmt) != 0)

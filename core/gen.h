@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 struct mk_gen_params {
-    const char *preset; /* "tiny", "llama-1b", "llama-8b", "tiny-hd128", "tiny-gqa4" */
+    const char *preset; /* one of mk_gen_preset_names */
     const char *dtype;  /* a type name ("f32", "q4_0", ...) or a llama.cpp mix ("Q4_K_M"); see mk_gen_format */
     uint64_t seed;
     bool progress;      /* progress bar on stderr, only when stderr is a terminal */
@@ -45,6 +45,8 @@ struct mk_gen_preset {
 
 /* The preset called name, or NULL. */
 const struct mk_gen_preset *mk_gen_find_preset(const char *name);
+/* The presets' names, for help and error messages. */
+extern const char mk_gen_preset_names[];
 
 /* A target weight format: one dtype for every matrix (a lowercase type name, like llama-quantize
  * --pure), or one of llama.cpp's file types (its LLAMA_FTYPE name: Q4_0, Q2_K, Q3_K_M, Q4_K_M,

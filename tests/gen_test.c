@@ -331,6 +331,12 @@ static void test_formats_api(void) {
     MK_CHECK(h && h->n_embd / h->n_head == 128 && h->n_head / h->n_head_kv == 2 && !h->tied_output);
     const struct mk_gen_preset *q4 = mk_gen_find_preset("tiny-gqa4");
     MK_CHECK(q4 && q4->n_embd / q4->n_head == 64 && q4->n_head / q4->n_head_kv == 4 && q4->n_ctx >= 2048);
+    /* Every name the messages list is a preset. */
+    char names[256];
+    MK_CHECK(strlen(mk_gen_preset_names) < sizeof names);
+    snprintf(names, sizeof names, "%s", mk_gen_preset_names);
+    for (char *n = strtok(names, ", "); n; n = strtok(NULL, ", "))
+        MK_CHECK_MSG(mk_gen_find_preset(n) != NULL, "'%s' in mk_gen_preset_names is no preset", n);
 }
 
 static void test_generated(void) {

@@ -119,7 +119,7 @@ int mk_cmd_gen(int argc, char **argv) {
     }
     struct mk_gen_format fmt;
     if (!mk_gen_find_preset(p.preset)) {
-        fprintf(stderr, "mk gen: unknown preset '%s' (tiny, llama-1b, llama-8b, tiny-hd128, tiny-gqa4)\n", p.preset);
+        fprintf(stderr, "mk gen: unknown preset '%s' (%s)\n", p.preset, mk_gen_preset_names);
         return 2;
     }
     if (mk_gen_parse_format(p.dtype, &fmt) != 0) {
