@@ -125,7 +125,10 @@ static void mk_dump_args_json(FILE *f, const struct mk_instr *in) {
         /* gate_up and lm_head share one struct type. */
         fprintf(f, "{\"rows_per_task\":%u,\"eps\":%g}", a->gate_up.rows_per_task, (double)a->gate_up.eps);
         break;
-    case MK_OP_SAMPLE: fprintf(f, "{\"n_tiles\":%u,\"vocab\":%u}", a->sample.n_tiles, a->sample.vocab); break;
+    case MK_OP_SAMPLE:
+        fprintf(f, "{\"n_tiles\":%u,\"vocab\":%u,\"rows_per_tile\":%u}", a->sample.n_tiles, a->sample.vocab,
+                a->sample.rows_per_tile);
+        break;
     default: fputs("{}", f);
     }
 }

@@ -111,7 +111,7 @@ struct mk_lower_ops_ctx {
     uint32_t *xqnoff; /* (n_values) its normalized copy (abi.h, MK_XQN_*), or MK_NO_BUF */
     int kv_buf0;      /* KV cache of layer l is buffer kv_buf0 + l */
     int scratch;      /* next scratch buffer id */
-    uint32_t lm_tiles_off, lm_tiles;
+    uint32_t lm_tiles_off, lm_tiles, lm_rpt;
 };
 
 static uint32_t mk_lower_off(struct mk_lower *L, const struct mk_lower_ops_ctx *k, int v) {
@@ -411,6 +411,7 @@ static struct mk_lower_instr *mk_lower_lm_head(struct mk_lower *L, struct mk_low
     struct mk_lower_instr *x;
     uint32_t rows = (uint32_t)n->w[1]->rows, rpt = mk_lower_tile_rows(p, rows, 2);
     k->lm_tiles = mk_lower_div_up(rows, rpt);
+    k->lm_rpt = rpt;
     k->lm_tiles_off = mk_lower_alloc(L, 2ull * k->lm_tiles * L->ubatch);
     x = mk_lower_emit(L, MK_OP_NORM_LM_HEAD, k->lm_tiles, n->label);
     if (!x) return NULL;
@@ -432,7 +433,8 @@ static struct mk_lower_instr *mk_lower_sample(struct mk_lower *L, struct mk_lowe
     x->ins.buf[1] = OFF(n->in[0]);
     x->ins.buf[2] = k->lm_tiles_off;
     if (L->ubatch > 1) x->ins.buf[3] = L->out_tokens_off = mk_lower_alloc(L, L->ubatch);
-    x->ins.args.sample = (struct mk_args_sample){ .n_tiles = k->lm_tiles, .vocab = c->n_vocab };
+    x->ins.args.sample =
+        (struct mk_args_sample){ .n_tiles = k->lm_tiles, .vocab = c->n_vocab, .rows_per_tile = k->lm_rpt };
     mk_lower_access(x, BUF(n->in[0]), k->scratch, -1, -1);
     k->scratch++;
     return x;

@@ -264,6 +264,19 @@ static enum mk_status mk_val_access(const struct mk_program *p, uint32_t i, stru
     case MK_OP_SAMPLE:
         if (T != 1 || in->args.sample.vocab != p->vocab || !in->args.sample.n_tiles)
             FAIL("instr %u (%s): sample needs 1 task over %u logits", i, lab, p->vocab);
+        if (in->args.sample.rows_per_tile &&
+            ((uint64_t)in->args.sample.vocab + in->args.sample.rows_per_tile - 1u) / in->args.sample.rows_per_tile !=
+                in->args.sample.n_tiles)
+            FAIL("instr %u (%s): sample's %u tiles of %u rows do not cover the %u logits", i, lab,
+                 in->args.sample.n_tiles, in->args.sample.rows_per_tile, in->args.sample.vocab);
+        if (in->args.sample.rows_per_tile) { /* it reads only some tiles: they must be the LM head's */
+            uint32_t h = 0;
+            while (h < p->n_instr && !(p->instrs[h].op == MK_OP_NORM_LM_HEAD && p->instrs[h].buf[2] == in->buf[2])) h++;
+            if (h == p->n_instr || p->instrs[h].args.lm_head.rows_per_task != in->args.sample.rows_per_tile ||
+                p->instrs[h].n_tasks != in->args.sample.n_tiles)
+                FAIL("instr %u (%s): sample's tiles (%u of %u rows at %u) are not an LM head's", i, lab,
+                     in->args.sample.n_tiles, in->args.sample.rows_per_tile, in->buf[2]);
+        }
         RD(in->buf[1], U * in->args.sample.vocab);
         RD(in->buf[2], U * 2ull * in->args.sample.n_tiles);
         if (U > 1 && in->buf[3] != p->out_tokens_off)

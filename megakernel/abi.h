@@ -36,8 +36,10 @@
  *    a block-format attention-output matvec reads it instead of quantizing the vector in every task.
  * 12: ATTN_PARTIAL may merge the splits itself (mk_args_attn.arrive): the last task of each KV head
  *    to finish combines that head's query heads as ATTN_COMBINE would, so that no combine op (and
- *    no dependent phase) follows. A program of ABI 11 (arrive = 0) is the same in version 12. */
-#define MK_ABI_VERSION 12u
+ *    no dependent phase) follows. A program of ABI 11 (arrive = 0) is the same in version 12.
+ * 13: SAMPLE may know the LM head's tiles (mk_args_sample.rows_per_tile), so that the top-k pass
+ *    reads only the tiles that can hold candidates; 0 there is version 12. */
+#define MK_ABI_VERSION 13u
 
 #define MK_NO_COUNTER 0xffffffffu
 #define MK_NO_WEIGHT  0xffffffffu
@@ -251,6 +253,10 @@ struct mk_args_norm_matvec { /* NORM_GATE_UP_SILU and NORM_LM_HEAD */
 struct mk_args_sample {
     uint32_t n_tiles; /* LM-head tiles, one (max, index) pair each */
     uint32_t vocab;
+    /* Appended in ABI 13. 0, or the LM head's rows_per_task: tile t's pair is the greatest of
+     * logits [t rows_per_tile, (t + 1) rows_per_tile), so that the top-k sampler need read only
+     * the tiles whose maximum can reach its threshold. */
+    uint32_t rows_per_tile;
 };
 /* Chunk programs: EMBED takes token i from the int32 array at arena buf[1] ((U) tokens, written
  * by the host before it posts the step; row 0 is also cmd.token), and SAMPLE writes the token of

@@ -327,8 +327,8 @@ static void test_sampling(const struct mk_model *m) {
             else
                 fprintf(stderr, "%s sampling step %d (setting %d): device %d, host %d\n", b->vt->name, i, s, tok, want);
         }
-        printf("RESULT sampling %s: %d of %d draws equal the host sampler's on the device logits\n", b->vt->name, agree,
-               total);
+        printf("RESULT sampling %s, vocab %u: %d of %d draws equal the host sampler's on the device logits\n",
+               b->vt->name, m->cfg.n_vocab, agree, total);
         MK_CHECK(agree == total && total == 48);
         /* Chunk steps: every output row j samples at its own position (pos + n - n_out + j). */
         agree = total = 0;
@@ -359,8 +359,9 @@ static void test_sampling(const struct mk_model *m) {
                 if (want == outs[j]) agree++;
             }
         }
-        printf("RESULT sampling %s chunk rows: %d of %d draws equal the host sampler's on the device logits\n",
-               b->vt->name, agree, total);
+        printf(
+            "RESULT sampling %s chunk rows, vocab %u: %d of %d draws equal the host sampler's on the device logits\n",
+            b->vt->name, m->cfg.n_vocab, agree, total);
         MK_CHECK(agree == total && total == 24);
         free(lg);
         b->vt->free(b);
@@ -519,15 +520,17 @@ static void test_faults(const struct mk_model *m, const char *only_kind) {
     MK_CHECK(mk_backend_create(m, &p, &b, &err) == MK_ERR_UNSUPPORTED && !b);
 }
 
-/* Loads path, first writing it from the preset in dtype when it is missing (it stays for later
- * runs); NULL, as a failed check, when either fails. */
-static struct mk_model *load_or_generate(const char *path, const char *preset, const char *dtype) {
+/* Loads path, first writing it from the preset in dtype (with vocab's tokenizer, or NULL: the
+ * synthetic one) when it is missing (it stays for later runs); NULL, as a failed check, when either
+ * fails. */
+static struct mk_model *load_or_generate(const char *path, const char *preset, const char *dtype, const char *vocab) {
     struct stat sb;
     struct mk_error err;
     if (stat(path, &sb) != 0) {
         struct mk_gen_params gp = mk_gen_default_params();
         gp.preset = preset;
         gp.dtype = dtype;
+        gp.vocab_path = vocab;
         double t0 = now_ms();
         if (mk_gen_write(path, &gp, &err) != MK_OK) {
             fprintf(stderr, "gen %s: %s\n", preset, err.msg);
@@ -543,6 +546,26 @@ static struct mk_model *load_or_generate(const char *path, const char *preset, c
         return NULL;
     }
     return m;
+}
+
+/* test_sampling over the GPT-2 vocab (50,257 tokens, not a multiple of 4): the device sampler reads
+ * the logits four at a time, and a chunk's row j starts j * 50,257 floats into the buffer, so rows
+ * 1 and 2 start off a 16-byte boundary. */
+static void test_sampling_odd_vocab(const char *dir) {
+    char vocab[1100], path[600];
+    snprintf(vocab, sizeof vocab, "%s/ggml-vocab-gpt-2.gguf", dir);
+    struct stat sb;
+    if (stat(vocab, &sb) != 0) {
+        printf("SKIP sampling over an odd vocab: %s not found\n", vocab);
+        return;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(path, sizeof path, "%s/mk_tiny_gpt2vocab_f32.gguf", tmp && *tmp ? tmp : "/tmp");
+    struct mk_model *m = load_or_generate(path, "tiny", "f32", vocab);
+    if (!m) return;
+    MK_CHECK(m->cfg.n_vocab % 4u != 0u);
+    test_sampling(m);
+    mk_model_free(m);
 }
 
 /* The reference's margin between its pick at a step and its next-best logit, and that pick's size
@@ -837,7 +860,7 @@ static void check_generated(const char *preset, const char *format, uint32_t n_c
     char path[600], what[64];
     snprintf(path, sizeof path, "%s/mk_%s_%s.gguf", tmp && *tmp ? tmp : "/tmp", preset, format);
     snprintf(what, sizeof what, "%s-%s", preset, format);
-    struct mk_model *m = load_or_generate(path, preset, format);
+    struct mk_model *m = load_or_generate(path, preset, format, NULL);
     if (!m) return;
     struct trace t;
     if (cpu_reference(m, n_ctx, 1, steps, &t) != 0) {
@@ -917,7 +940,7 @@ static void test_llama1b(void) {
         snprintf(buf, sizeof buf, "%s/mk_llama1b_bf16.gguf", tmp && *tmp ? tmp : "/tmp");
         path = buf;
     }
-    struct mk_model *m = load_or_generate(path, "llama-1b", "bf16");
+    struct mk_model *m = load_or_generate(path, "llama-1b", "bf16", NULL);
     if (!m) return;
     const uint32_t steps = 64, n_ctx = 512;
     struct trace t;
@@ -1101,7 +1124,7 @@ static void test_bench8b(void) {
     const char *tmp = getenv("TMPDIR");
     char path[512];
     snprintf(path, sizeof path, "%s/mk_llama8b_bf16.gguf", tmp && *tmp ? tmp : "/tmp");
-    struct mk_model *m = load_or_generate(path, "llama-8b", "bf16");
+    struct mk_model *m = load_or_generate(path, "llama-8b", "bf16", NULL);
     if (!m) return;
     bench_model(m, "llama-8b-bf16", 128);
     if (!getenv("MK_BENCH_SKIP_TRACE")) trace_model(m, "llama-8b-bf16", 16, MK_GPU_TRACE_AFTER_WAITS);
@@ -1305,7 +1328,7 @@ static void test_generate(const struct mk_model *m) {
     check_generate(m, "stories260K", 600, 1024, true);
     const char *path = getenv("MK_GPU_GEN_MODEL");
     if (!path) return;
-    struct mk_model *g = load_or_generate(path, "llama-1b", "q4_k_m");
+    struct mk_model *g = load_or_generate(path, "llama-1b", "q4_k_m", NULL);
     if (!g) return;
     const char *base = strrchr(path, '/');
     check_generate(g, base ? base + 1 : path, 300, 512, false);
@@ -1417,7 +1440,10 @@ int main(int argc, char **argv) {
     }
     if (all || !strcmp(only, "stories")) test_stories(m);
     if (all || !strcmp(only, "chunk")) test_chunk_stories(m);
-    if (all || !strcmp(only, "sampling")) test_sampling(m);
+    if (all || !strcmp(only, "sampling")) {
+        test_sampling(m);
+        test_sampling_odd_vocab(dir);
+    }
     if (all || !strcmp(only, "context")) test_context_limit(m);
     if (all || !strcmp(only, "generate")) test_generate(m);
     if (all || !strcmp(only, "hang")) test_hang(m);

@@ -184,6 +184,21 @@ static void test_validator(const struct mk_model *m) {
     p->instrs[comb].buf[1] = p->arena_floats - 1;
     expect_invalid(p, "an arena overrun", "past the arena");
     p->instrs[comb] = saved;
+
+    /* The sampler's tiles: the LM head's rows per task, as the compiler sets them; another row count
+     * would have it skip tiles that hold candidates, one that does not cover the vocab too. */
+    uint32_t smp = find_op(p, MK_OP_SAMPLE, 0), lm = find_op(p, MK_OP_NORM_LM_HEAD, 0);
+    MK_CHECK(smp != UINT32_MAX && lm != UINT32_MAX &&
+             p->instrs[smp].args.sample.rows_per_tile == p->instrs[lm].args.lm_head.rows_per_task &&
+             p->instrs[smp].args.sample.n_tiles == p->instrs[lm].n_tasks);
+    saved = p->instrs[smp];
+    p->instrs[smp].args.sample.rows_per_tile += 1;
+    expect_invalid(p, "sample tiles off the LM head's", "rows");
+    p->instrs[smp].args.sample.rows_per_tile = 1;
+    expect_invalid(p, "sample tiles short of the vocab", "do not cover");
+    p->instrs[smp].args.sample.rows_per_tile = 0; /* ABI 12's sampler: reads every logit */
+    MK_CHECK_MSG(mk_program_validate(p, &err) == MK_OK, "a sample without tile rows rejected: %s", err.msg);
+    p->instrs[smp] = saved;
     MK_CHECK_MSG(mk_program_validate(p, &err) == MK_OK, "restored program rejected: %s", err.msg);
     mk_program_free(p);
 
