@@ -51,6 +51,11 @@ __device__ int32_t mk_sample_greedy(const struct mk_task_ctx *c) {
     return (int32_t)bi;
 }
 
+/* Logits each thread has in flight in mk_sample_radix's passes and the collection after it. */
+#ifndef MK_SAMPLE_RADIX_LOADS
+#define MK_SAMPLE_RADIX_LOADS 8
+#endif
+
 /* Radix selection of the k-th greatest key among n logits (v[i * stride]), 8 bits at a time from
  * the top: sel = {the key, places left at it, keys equal to it}. Each warp adds its
  * lanes of one digit in a single atomic: logits crowd into a few digits, and one shared-memory
@@ -67,12 +72,24 @@ __device__ void mk_sample_radix(const float *v, uint32_t stride, uint32_t n, uin
         for (uint32_t i = threadIdx.x; i < 256u; i += MK_BLOCK_THREADS) hist[i] = 0;
         __syncthreads();
         const uint32_t prefix = sel[0];
-        for (uint32_t i = threadIdx.x; i < n; i += MK_BLOCK_THREADS) {
-            const uint32_t key = mk_logit_key(__ldcg(v + (uint64_t)i * stride));
-            const bool take = (key & mask) == prefix;
-            const uint32_t d = (key >> shift) & 255u;
-            const uint32_t peers = __match_any_sync(__activemask(), take ? d : 256u);
-            if (take && (threadIdx.x & 31u) == (uint32_t)(__ffs(peers) - 1)) atomicAdd(&hist[d], __popc(peers));
+        /* MK_SAMPLE_RADIX_LOADS loads a thread in flight: one at a time, a pass over llama's
+         * 128,256 logits took some 500 L2 round trips a thread (top-k past the tile count: 1.71 ms
+         * a llama-1b Q4_K_M token against 1.10 at top-k 40). */
+        for (uint32_t i0 = threadIdx.x; i0 < n; i0 += MK_SAMPLE_RADIX_LOADS * MK_BLOCK_THREADS) {
+            uint32_t key[MK_SAMPLE_RADIX_LOADS];
+#pragma unroll
+            for (int u = 0; u < MK_SAMPLE_RADIX_LOADS; u++) {
+                const uint32_t i = i0 + u * MK_BLOCK_THREADS;
+                key[u] = i < n ? mk_logit_key(__ldcg(v + (uint64_t)i * stride)) : 0u;
+            }
+#pragma unroll
+            for (int u = 0; u < MK_SAMPLE_RADIX_LOADS; u++) {
+                if (i0 + u * MK_BLOCK_THREADS >= n) break;
+                const bool take = (key[u] & mask) == prefix;
+                const uint32_t d = (key[u] >> shift) & 255u;
+                const uint32_t peers = __match_any_sync(__activemask(), take ? d : 256u);
+                if (take && (threadIdx.x & 31u) == (uint32_t)(__ffs(peers) - 1)) atomicAdd(&hist[d], __popc(peers));
+            }
         }
         __syncthreads();
         if (threadIdx.x < 32u) {
@@ -216,12 +233,22 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
         }
         __syncthreads();
         if (n_eq == need_eq) {
-            for (uint32_t i = threadIdx.x; i < V; i += MK_BLOCK_THREADS) {
-                uint32_t key = mk_logit_key(__ldcg(logits + i));
-                if (key > T)
-                    keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
-                else if (key == T)
-                    keys[n_gt + atomicAdd(&cnt[1], 1u)] = mk_cand_key(key, i);
+            for (uint32_t i0 = threadIdx.x; i0 < V; i0 += MK_SAMPLE_RADIX_LOADS * MK_BLOCK_THREADS) {
+                uint32_t key[MK_SAMPLE_RADIX_LOADS];
+#pragma unroll
+                for (int u = 0; u < MK_SAMPLE_RADIX_LOADS; u++) {
+                    const uint32_t i = i0 + u * MK_BLOCK_THREADS;
+                    key[u] = i < V ? mk_logit_key(__ldcg(logits + i)) : 0u;
+                }
+#pragma unroll
+                for (int u = 0; u < MK_SAMPLE_RADIX_LOADS; u++) {
+                    const uint32_t i = i0 + u * MK_BLOCK_THREADS;
+                    if (i >= V) break;
+                    if (key[u] > T)
+                        keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key[u], i);
+                    else if (key[u] == T)
+                        keys[n_gt + atomicAdd(&cnt[1], 1u)] = mk_cand_key(key[u], i);
+                }
             }
         } else {
             /* More ties at the threshold than places: the lowest ids win, so take them in order. */
