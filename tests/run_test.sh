@@ -238,6 +238,17 @@ if [ "$rc" -ne 0 ] || ! grep -q '"cat":"attn_chunk"' "$work/tc.json" || ! grep -
 else
     echo "ok: mk trace --ubatch 4: $(grep -c '"cat":"attn_chunk"' "$work/tc.json") attn_chunk slices"
 fi
+# A sampled step (--temp): the trace says so, and its sample slice is there; a bad temperature and
+# --temp on the megakernel's chunk trace (greedy only) are refused before anything loads.
+"$MK" trace -m "$stories" --backend cpu --threads 2 -n 4 --temp 0.8 --top-k 5 -o "$work/ts.json" >"$work/out" 2>"$work/err"
+rc=$?
+if [ "$rc" -ne 0 ] || ! grep -q "step span .* us, sampled ->" "$work/out" || ! grep -q '"cat":"sample"' "$work/ts.json"; then
+    fail "mk trace --temp 0.8: exit $rc: $(cat "$work/out" "$work/err")"
+else
+    echo "ok: mk trace --temp 0.8: $(grep -c '"cat":"sample"' "$work/ts.json") sample slice"
+fi
+trace_fail "bad --temp" 2 "--temp 'hot' is not a temperature" -m "$stories" --temp hot
+trace_fail "--temp on a GPU chunk trace" 2 "runs greedy steps only" -m "$stories" --ubatch 4 --temp 0.8
 # A GPU chunk step's trace needs the driver like any GPU trace (its launches are timed on the device).
 MK_CUDA_LIB=libcuda-absent.so.1 trace_fail "--ubatch on the GPU without a driver" 1 "libcuda-absent.so.1 not found" \
     -m "$stories" --ubatch 4 -o "$work/tg.json"

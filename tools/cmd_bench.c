@@ -423,8 +423,8 @@ static int mk_bench_breakdown(const struct mk_model *m, const char *name, enum m
     uint32_t tracks;
     char where[200];
     const uint32_t steps = o->n < o->ctx ? o->n : o->ctx;
-    if (mk_trace_run("bench", m, kind == MK_BACKEND_CPU, o->threads, 1, steps, o->ctx, o->kv_type, &o->gpu, &p, &tk,
-                     &tracks, where, sizeof where) != 0)
+    if (mk_trace_run("bench", m, kind == MK_BACKEND_CPU, o->threads, 1, steps, o->ctx, o->kv_type, &o->gpu, NULL, &p,
+                     &tk, &tracks, where, sizeof where) != 0)
         return 1;
     struct mk_trace_op ops[MK_OP_COUNT];
     const double span_us = mk_trace_ops(p, tk, ops);

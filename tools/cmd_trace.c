@@ -10,8 +10,9 @@
 static void mk_trace_usage(FILE *f) {
     fprintf(f,
             "usage: mk trace -m FILE [-n 16] [--ctx 512] [-o mk_trace.json] [--backend megakernel|cpu]\n"
-            "                [--threads N] [--ubatch N] [--kv-type f16|f32] [--fetch] [GPU options]\n"
-            "  Runs -n greedy decode steps from BOS with per-task timestamps on (on the megakernel as\n"
+            "                [--threads N] [--ubatch N] [--kv-type f16|f32] [--fetch] [--temp T [--top-k K]]\n"
+            "                [GPU options]\n"
+            "  Runs -n decode steps from BOS with per-task timestamps on (on the megakernel as\n"
             "  one generation, the token loop on the device, as mk run decodes), and writes the last\n"
             "  step as a Chrome trace (open it in ui.perfetto.dev or chrome://tracing): one track per\n"
             "  GPU block (megakernel, the default) or CPU executor worker (cpu, --threads N), one slice\n"
@@ -25,6 +26,8 @@ static void mk_trace_usage(FILE *f) {
             "            worker; megakernel: its kernel launches on the stream, timed by events)\n"
             "  --fetch   slices start when the block takes the task, before its waits (default: after\n"
             "            them, so a slice is the task's own work)\n"
+            "  --temp T  sample at temperature T (default 0: greedy), with mk run's top-p 0.95 and min-p\n"
+            "            0.05, seed 1; --top-k K (default 40; 0 = 1024): the sample op's cost depends on it\n"
             "%s",
             mk_cli_gpu_usage);
 }
@@ -33,6 +36,8 @@ int mk_cmd_trace(int argc, char **argv) {
     const char *path = NULL, *out = "mk_trace.json";
     uint32_t steps = 16, ctx = 512, threads = 0, ubatch = 1;
     bool fetch = false, cpu = false;
+    float temp = 0.0f;
+    uint32_t top_k = 40;
     enum mk_kv_type kv = MK_KV_F16;
     struct mk_gpu_settings gs = mk_gpu_default_settings();
     if (mk_cli_gpu_env("trace", &gs)) return 2;
@@ -73,6 +78,15 @@ int mk_cmd_trace(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--fetch")) {
             fetch = true;
+        } else if (!strcmp(a, "--temp")) {
+            if (!v || mk_cli_parse_float(v, 0.0f, 100.0f, &temp)) {
+                fprintf(stderr, "mk trace: --temp '%s' is not a temperature in [0, 100]\n", v ? v : "");
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--top-k")) {
+            if (mk_cli_uint("trace", a, v, 0, 1u << 20, &top_k)) return 2;
+            i++;
         } else {
             fprintf(stderr, "mk trace: unknown option '%s'\n", a);
             mk_trace_usage(stderr);
@@ -88,6 +102,15 @@ int mk_cmd_trace(int argc, char **argv) {
         fprintf(stderr, "mk trace: -n %u steps of %u tokens do not fit in --ctx %u\n", steps, ubatch, ctx);
         return 2;
     }
+    if (temp > 0.0f && ubatch > 1 && !cpu) {
+        fprintf(stderr, "mk trace: --temp with --ubatch %u: the megakernel's chunk trace runs greedy steps only\n",
+                ubatch);
+        return 2;
+    }
+    /* mk run's defaults but the seed, so that two traces sample the same tokens. */
+    const struct mk_step_cmd samp = {
+        .temperature = temp, .top_k = (int32_t)top_k, .top_p = 0.95f, .min_p = 0.05f, .seed = 1u
+    };
     if (gs.trace == MK_GPU_TRACE_AT_FETCH) fetch = true; /* --trace fetch says the same */
     gs.trace = fetch ? MK_GPU_TRACE_AT_FETCH : MK_GPU_TRACE_AFTER_WAITS;
     struct mk_error err = { 0 };
@@ -105,14 +128,14 @@ int mk_cmd_trace(int argc, char **argv) {
         rc = mk_trace_chunk_gpu("trace", m, ubatch, steps, ctx, kv, &gs, out) == 0 ? 0 : 1;
         goto done;
     }
-    if (mk_trace_run("trace", m, cpu, threads, ubatch, steps, ctx, kv, &gs, &p, &tk, &n_tracks, where, sizeof where) !=
-        0)
+    if (mk_trace_run("trace", m, cpu, threads, ubatch, steps, ctx, kv, &gs, temp > 0.0f ? &samp : NULL, &p, &tk,
+                     &n_tracks, where, sizeof where) != 0)
         goto done;
     struct mk_trace_op ops[MK_OP_COUNT];
     const double span_us = mk_trace_ops(p, tk, ops);
     if (mk_trace_write(out, p, tk, n_tracks, cpu ? "worker" : "block") != 0) goto done;
-    printf("mk trace: step %u of %s on %s, %u tasks, step span %.1f us -> %s\n", steps, path, where, p->n_tasks,
-           span_us, out);
+    printf("mk trace: step %u of %s on %s, %u tasks, step span %.1f us, %s -> %s\n", steps, path, where, p->n_tasks,
+           span_us, temp > 0.0f ? "sampled" : "greedy", out);
     mk_trace_print_ops(stdout, ops, true);
     printf("(time: first start to last end of each instruction of the kind, summed; task: the median task; slowest:\n"
            " each instruction's slowest task, averaged; idle: its track's idle time before a task, averaged; %s)\n",

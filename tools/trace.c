@@ -140,13 +140,26 @@ int mk_trace_write(const char *path, const struct mk_program *p, struct mk_trace
     return 0;
 }
 
-/* mk_trace_run on a CPU executor of its own. */
-static int mk_trace_run_cpu(const char *tool, const struct mk_model *m, struct mk_compile_params cp, uint32_t threads,
-                            uint32_t ubatch, uint32_t steps, struct mk_program **p, struct mk_trace_task **tk,
-                            uint32_t *n_tracks, char *where, size_t where_len) {
-    struct mk_error err = { 0 };
+/* A step command from BOS's first step: greedy, or samp's sampling settings. */
+static struct mk_step_cmd mk_trace_cmd(const struct mk_step_cmd *samp) {
     struct mk_step_cmd cmd = { 0 };
     cmd.cmd = MK_CMD_STEP;
+    if (samp) {
+        cmd.temperature = samp->temperature;
+        cmd.top_k = samp->top_k;
+        cmd.top_p = samp->top_p;
+        cmd.min_p = samp->min_p;
+        cmd.seed = samp->seed;
+    }
+    return cmd;
+}
+
+/* mk_trace_run on a CPU executor of its own. */
+static int mk_trace_run_cpu(const char *tool, const struct mk_model *m, struct mk_compile_params cp, uint32_t threads,
+                            uint32_t ubatch, uint32_t steps, const struct mk_step_cmd *samp, struct mk_program **p,
+                            struct mk_trace_task **tk, uint32_t *n_tracks, char *where, size_t where_len) {
+    struct mk_error err = { 0 };
+    struct mk_step_cmd cmd = mk_trace_cmd(samp);
     int32_t tok = m->vocab.bos >= 0 ? m->vocab.bos : 1;
     struct mk_cpu_exec *e = NULL;
     cp.n_workers = threads ? threads : mk_cpu_default_threads(m);
@@ -203,11 +216,10 @@ static bool mk_trace_on_token(void *user, uint32_t i, int32_t token, uint64_t st
 /* mk_trace_run on the megakernel backend: the device's timestamps, the program compiled again with
  * the backend's parameters to name each task's instruction and block. */
 static int mk_trace_run_gpu(const char *tool, const struct mk_model *m, struct mk_compile_params cp, uint32_t steps,
-                            const struct mk_gpu_settings *gs, struct mk_program **p, struct mk_trace_task **tk,
-                            uint32_t *n_tracks, char *where, size_t where_len) {
+                            const struct mk_gpu_settings *gs, const struct mk_step_cmd *samp, struct mk_program **p,
+                            struct mk_trace_task **tk, uint32_t *n_tracks, char *where, size_t where_len) {
     struct mk_error err = { 0 };
-    struct mk_step_cmd cmd = { 0 };
-    cmd.cmd = MK_CMD_STEP;
+    struct mk_step_cmd cmd = mk_trace_cmd(samp);
     int32_t tok = m->vocab.bos >= 0 ? m->vocab.bos : 1;
     struct mk_backend_params bp = { 0 };
     bp.kind = MK_BACKEND_MEGAKERNEL;
@@ -283,12 +295,13 @@ done:
 
 int mk_trace_run(const char *tool, const struct mk_model *m, bool cpu, uint32_t threads, uint32_t ubatch,
                  uint32_t steps, uint32_t ctx, enum mk_kv_type kv, const struct mk_gpu_settings *gs,
-                 struct mk_program **p, struct mk_trace_task **tk, uint32_t *n_tracks, char *where, size_t where_len) {
+                 const struct mk_step_cmd *samp, struct mk_program **p, struct mk_trace_task **tk, uint32_t *n_tracks,
+                 char *where, size_t where_len) {
     struct mk_compile_params cp = mk_compile_default_params();
     cp.n_ctx = ctx;
     cp.kv_type = kv;
-    if (cpu) return mk_trace_run_cpu(tool, m, cp, threads, ubatch, steps, p, tk, n_tracks, where, where_len);
-    return mk_trace_run_gpu(tool, m, cp, steps, gs, p, tk, n_tracks, where, where_len);
+    if (cpu) return mk_trace_run_cpu(tool, m, cp, threads, ubatch, steps, samp, p, tk, n_tracks, where, where_len);
+    return mk_trace_run_gpu(tool, m, cp, steps, gs, samp, p, tk, n_tracks, where, where_len);
 }
 
 int mk_trace_chunk_gpu(const char *tool, const struct mk_model *m, uint32_t ubatch, uint32_t steps, uint32_t ctx,

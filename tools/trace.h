@@ -25,15 +25,16 @@ struct mk_trace_task {
     uint32_t track, t;
 };
 
-/* Runs `steps` greedy steps from BOS on the megakernel (timestamps from the device) or on a CPU
+/* Runs `steps` steps from BOS on the megakernel (timestamps from the device) or on a CPU
  * executor of `threads` workers (0: the cpu backend's default; with ubatch > 1, chunk steps of
  * ubatch tokens, so positions up to steps * ubatch), and gives the program and the
  * last step's tasks (*tk[t] for task t; free both), the number of tracks and where it ran; the KV
- * cache of type kv. 0 on
- * success, else -1 after printing why (prefixed with cmd). */
+ * cache of type kv. The steps are greedy, or with samp its sampling settings (temperature, top_k,
+ * top_p, min_p, seed; the rest of it unread). 0 on success, else -1 after printing why (prefixed
+ * with cmd). */
 int mk_trace_run(const char *cmd, const struct mk_model *m, bool cpu, uint32_t threads, uint32_t ubatch, uint32_t steps,
-                 uint32_t ctx, enum mk_kv_type kv, const struct mk_gpu_settings *gs, struct mk_program **p,
-                 struct mk_trace_task **tk, uint32_t *n_tracks, char *where, size_t where_len);
+                 uint32_t ctx, enum mk_kv_type kv, const struct mk_gpu_settings *gs, const struct mk_step_cmd *samp,
+                 struct mk_program **p, struct mk_trace_task **tk, uint32_t *n_tracks, char *where, size_t where_len);
 
 /* mk trace --ubatch N on a GPU backend: `steps` chunk steps of ubatch tokens from BOS, the last
  * one's kernel launches timed by stream events, written as a Chrome trace (one track, a slice per
