@@ -36,8 +36,10 @@ int mk_cmd_trace(int argc, char **argv) {
     const char *path = NULL, *out = "mk_trace.json";
     uint32_t steps = 16, ctx = 512, threads = 0, ubatch = 1;
     bool fetch = false, cpu = false;
+    /* mk run's sampling defaults (top-k, top-p, min-p); the temperature and seed are the trace's. */
+    const struct mk_sampling_params dflt = mk_session_default_params().sampling;
     float temp = 0.0f;
-    uint32_t top_k = 40;
+    uint32_t top_k = (uint32_t)dflt.top_k;
     enum mk_kv_type kv = MK_KV_F16;
     struct mk_gpu_settings gs = mk_gpu_default_settings();
     if (mk_cli_gpu_env("trace", &gs)) return 2;
@@ -107,9 +109,9 @@ int mk_cmd_trace(int argc, char **argv) {
                 ubatch);
         return 2;
     }
-    /* mk run's defaults but the seed, so that two traces sample the same tokens. */
+    /* A fixed seed, so that two traces sample the same tokens. */
     const struct mk_step_cmd samp = {
-        .temperature = temp, .top_k = (int32_t)top_k, .top_p = 0.95f, .min_p = 0.05f, .seed = 1u
+        .temperature = temp, .top_k = (int32_t)top_k, .top_p = dflt.top_p, .min_p = dflt.min_p, .seed = 1u
     };
     if (gs.trace == MK_GPU_TRACE_AT_FETCH) fetch = true; /* --trace fetch says the same */
     gs.trace = fetch ? MK_GPU_TRACE_AT_FETCH : MK_GPU_TRACE_AFTER_WAITS;
