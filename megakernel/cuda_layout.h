@@ -20,9 +20,16 @@
 /* Attention heads wider than this are refused at session creation (one thread per dimension). */
 #define MK_MAX_HEAD_DIM 256u
 
+/* Float4s of logits each thread of the sampler has in flight in its passes over them (a ring of
+ * MK_SAMPLE_DEPTH slots a thread). */
+#define MK_SAMPLE_DEPTH 6u
+
 /* The sampler's shared memory: 64-bit sort keys, then logits, ids and scratch of the candidates,
- * then a 256-bin radix histogram (all counted in 4-byte words). */
-#define MK_SAMPLE_SMEM_WORDS (2u * MK_SAMPLE_MAX_CAND + 3u * MK_SAMPLE_MAX_CAND + 256u)
+ * a 256-bin radix histogram, then the ring of float4s (all counted in 4-byte words). It stays
+ * under the 48 KB a launch gets without asking: the chunk step's sampler is launched on its own. */
+#define MK_SAMPLE_SMEM_WORDS \
+    (2u * MK_SAMPLE_MAX_CAND + 3u * MK_SAMPLE_MAX_CAND + 256u + 4u * MK_SAMPLE_DEPTH * MK_BLOCK_THREADS)
+MK_STATIC_ASSERT(MK_SAMPLE_SMEM_WORDS * 4u <= 48u * 1024u, "the chunk sampler's launch asks for no more shared memory");
 
 MK_LAYOUT_FN uint32_t mk_layout_align4(uint32_t n) { return (n + 3u) & ~3u; }
 

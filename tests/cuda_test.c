@@ -298,8 +298,10 @@ static void test_sampling(const struct mk_model *m) {
         float temperature, top_p, min_p;
         int32_t top_k;
     } settings[] = {
-        { 0.8f, 0.95f, 0.05f, 40 }, { 1.0f, 1.0f, 0.0f, 0 }, { 1.5f, 0.9f, 0.0f, 2000 }, { 0.7f, 1.0f, 0.1f, 1 }
+        { 0.8f, 0.95f, 0.05f, 40 }, { 1.0f, 1.0f, 0.0f, 0 },   { 1.5f, 0.9f, 0.0f, 2000 },
+        { 0.7f, 1.0f, 0.1f, 1 },    { 0.8f, 0.95f, 0.05f, 0 },
     };
+    const int n_settings = (int)(sizeof settings / sizeof settings[0]);
     for (int k = 0; k < N_GPU_KINDS; k++) {
         struct mk_backend *b = create_gpu(m, gpu_kinds[k], 512, 0);
         if (!b) continue;
@@ -309,7 +311,7 @@ static void test_sampling(const struct mk_model *m) {
         struct mk_error err;
         for (int i = 0; i < 48; i++) {
             struct mk_step_cmd c = greedy_cmd(tok, i);
-            int s = i % 4;
+            int s = i % n_settings;
             c.temperature = settings[s].temperature;
             c.top_p = settings[s].top_p;
             c.min_p = settings[s].min_p;
@@ -337,7 +339,7 @@ static void test_sampling(const struct mk_model *m) {
         for (int i = 0; i < 8 && b->vt->step_chunk && b->ubatch >= 6; i++) {
             for (int j = 0; j < 6; j++) in[j] = (int32_t)((7 + 13 * (6 * i + j)) % (int)m->cfg.n_vocab);
             struct mk_step_cmd c = greedy_cmd(in[0], 6 * i);
-            int st_i = i % 4;
+            int st_i = i % n_settings;
             c.temperature = settings[st_i].temperature;
             c.top_p = settings[st_i].top_p;
             c.min_p = settings[st_i].min_p;

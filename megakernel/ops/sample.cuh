@@ -51,17 +51,24 @@ __device__ int32_t mk_sample_greedy(const struct mk_task_ctx *c) {
     return (int32_t)bi;
 }
 
-/* Logits each thread has in flight in mk_sample_radix's passes and the collection after it. */
-#ifndef MK_SAMPLE_RADIX_LOADS
-#define MK_SAMPLE_RADIX_LOADS 8
-#endif
+/* One lane's logit key in the radix pass that counts digit (key >> shift) & 255 of the keys whose
+ * higher digits are prefix. Every lane of the warp calls it together. Each warp adds its lanes
+ * of one digit in a single atomic (logits crowd into a few digits, and one shared-memory atomic
+ * per element made the selection take longer than the rest of the token), and a warp none of
+ * whose lanes has the prefix skips even that: past the first digit almost none has. */
+__device__ __forceinline__ void mk_sample_radix_count(uint32_t key, bool ok, uint32_t mask, uint32_t prefix, int shift,
+                                                      uint32_t *hist) {
+    const bool take = ok && (key & mask) == prefix;
+    if (!__any_sync(0xffffffffu, take)) return;
+    const uint32_t d = (key >> shift) & 255u;
+    const uint32_t peers = __match_any_sync(0xffffffffu, take ? d : 256u);
+    if (take && (threadIdx.x & 31u) == (uint32_t)(__ffs(peers) - 1)) atomicAdd(&hist[d], __popc(peers));
+}
 
-/* Radix selection of the k-th greatest key among n logits (v[i * stride]), 8 bits at a time from
- * the top: sel = {the key, places left at it, keys equal to it}. Each warp adds its
- * lanes of one digit in a single atomic: logits crowd into a few digits, and one shared-memory
- * atomic per element made the selection take longer than the rest of the token. */
-__device__ void mk_sample_radix(const float *v, uint32_t stride, uint32_t n, uint32_t k, uint32_t *hist,
-                                uint32_t *sel) {
+/* Radix selection of the k-th greatest of n keys, 8 bits at a time from the top: sel = {the key,
+ * places left at it, keys equal to it}. pass(mask, prefix, shift, hist) calls
+ * mk_sample_radix_count on every key, each lane of a warp alike. */
+template <class Pass> __device__ void mk_sample_radix(uint32_t k, uint32_t *hist, uint32_t *sel, Pass pass) {
     if (threadIdx.x == 0) {
         sel[0] = 0;
         sel[1] = k;
@@ -72,25 +79,7 @@ __device__ void mk_sample_radix(const float *v, uint32_t stride, uint32_t n, uin
         for (uint32_t i = threadIdx.x; i < 256u; i += MK_BLOCK_THREADS) hist[i] = 0;
         __syncthreads();
         const uint32_t prefix = sel[0];
-        /* MK_SAMPLE_RADIX_LOADS loads a thread in flight: one at a time, a pass over llama's
-         * 128,256 logits took some 500 L2 round trips a thread (top-k past the tile count: 1.71 ms
-         * a llama-1b Q4_K_M token against 1.10 at top-k 40). */
-        for (uint32_t i0 = threadIdx.x; i0 < n; i0 += MK_SAMPLE_RADIX_LOADS * MK_BLOCK_THREADS) {
-            uint32_t key[MK_SAMPLE_RADIX_LOADS];
-#pragma unroll
-            for (int u = 0; u < MK_SAMPLE_RADIX_LOADS; u++) {
-                const uint32_t i = i0 + u * MK_BLOCK_THREADS;
-                key[u] = i < n ? mk_logit_key(__ldcg(v + (uint64_t)i * stride)) : 0u;
-            }
-#pragma unroll
-            for (int u = 0; u < MK_SAMPLE_RADIX_LOADS; u++) {
-                if (i0 + u * MK_BLOCK_THREADS >= n) break;
-                const bool take = (key[u] & mask) == prefix;
-                const uint32_t d = (key[u] >> shift) & 255u;
-                const uint32_t peers = __match_any_sync(__activemask(), take ? d : 256u);
-                if (take && (threadIdx.x & 31u) == (uint32_t)(__ffs(peers) - 1)) atomicAdd(&hist[d], __popc(peers));
-            }
-        }
+        pass(mask, prefix, shift);
         __syncthreads();
         if (threadIdx.x < 32u) {
             /* The greatest digit d whose count from the top (digits above it plus its own) reaches
@@ -131,12 +120,138 @@ __device__ void mk_sample_radix(const float *v, uint32_t stride, uint32_t n, uin
     }
 }
 
-/* float4 loads of logits each thread has in flight in mk_sample_topk's candidate pass. */
-#ifndef MK_SAMPLE_SCAN_LOADS
-#define MK_SAMPLE_SCAN_LOADS 4
-#endif
+/* sel[0] = the k-th greatest key of the L tile maxima, the key whose rank (greater keys, then
+ * equal ones of lower index) is k - 1: one comparison a tile a thread, where the radix selection
+ * took four passes of three barriers (9,300 cycles at top-k 40, run159). kb: L words. */
+__device__ void mk_sample_kth_rank(uint32_t *kb, const float *tiles, uint32_t L, uint32_t k, uint32_t *sel) {
+    for (uint32_t i = threadIdx.x; i < L; i += MK_BLOCK_THREADS) kb[i] = mk_logit_key(__ldcg(tiles + 2u * i));
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < L; i += MK_BLOCK_THREADS) {
+        const uint32_t key = kb[i];
+        uint32_t r = 0;
+        for (uint32_t j = 0; j < L; j++) {
+            const uint32_t kj = kb[j];
+            r += (kj > key) | ((kj == key) & (j < i));
+        }
+        if (r == k - 1u) sel[0] = key;
+    }
+    __syncthreads();
+}
 
-/* Top-k, then mk_sample_pick on one thread: the CPU executor's choice from the same logits.
+/* The float4s l4[base(t) + c] for segments t < n_seg and columns c < span4 (those below n4), each
+ * handed to use(t, j, ok, v) with j = base(t) + c: v is l4[j] when ok. Each thread copies its
+ * columns into its own MK_SAMPLE_DEPTH slots of the ring (cp.async) and reads back only those,
+ * so no register holds the loads in flight and no barrier orders them; every lane calls use the
+ * same number of times in the same order, so use may hold warp votes. Loads in registers kept 16
+ * KB a block in flight at most (more spilled), and each round trip took some 3,500 cycles, most of
+ * a sampled token's sampler (clock64 marks, run159). */
+template <class Base, class Use>
+__device__ __forceinline__ void mk_sample_stream(float4 *ring /* (MK_SAMPLE_DEPTH, MK_BLOCK_THREADS) */,
+                                                 const float4 *l4, uint32_t n4, uint32_t n_seg, uint32_t span4,
+                                                 Base base, Use use) {
+    const uint32_t x = threadIdx.x, M = (span4 + MK_BLOCK_THREADS - 1u) / MK_BLOCK_THREADS, n = n_seg * M;
+    uint32_t it = 0, im = 0; /* the next copy's segment and column round */
+    auto issue = [&](uint32_t slot) {
+        const uint32_t c = im * MK_BLOCK_THREADS + x;
+        if (it < n_seg && c < span4) {
+            const uint32_t j = base(it) + c;
+            if (j < n4) mk_cp_async16(ring + slot * MK_BLOCK_THREADS + x, l4 + j, 16u);
+        }
+        if (++im == M) {
+            im = 0;
+            it++;
+        }
+        mk_cp_async_commit(); /* empty past the end: the wait below counts groups */
+    };
+    for (uint32_t r = 0; r < MK_SAMPLE_DEPTH; r++) issue(r);
+    uint32_t t = 0, m = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        mk_cp_async_wait_group<MK_SAMPLE_DEPTH - 1u>();
+        const uint32_t slot = r % MK_SAMPLE_DEPTH, c = m * MK_BLOCK_THREADS + x;
+        const uint32_t j = c < span4 ? base(t) + c : n4;
+        const float4 v = ring[slot * MK_BLOCK_THREADS + x];
+        use(t, j, j < n4, v);
+        issue(slot); /* after use: the slot's value has been read */
+        if (++m == M) {
+            m = 0;
+            t++;
+        }
+    }
+    mk_cp_async_wait_all();
+}
+
+/* In order, as mk_sample_pick adds them. */
+__device__ __forceinline__ float mk_sample_sum(const float *p, uint32_t n) {
+    float s = 0.0f;
+#pragma unroll 8
+    for (uint32_t i = 0; i < n; i++) s += p[i];
+    return s;
+}
+
+/* mk_sample_pick with its element-wise steps spread over the block: each expf and division is the
+ * same operation on the same floats, and thread 0 adds them in the same order, so the token is
+ * the same. One thread doing all of it took 8.7 us of a top-k-40 token and 0.17 ms at top-k 1024
+ * (clock64 marks, run159). q: scratch of n floats beside p's. */
+__device__ int32_t mk_sample_pick_block(const float *logit, const int32_t *id, uint32_t n,
+                                        const struct mk_step_cmd *cmd, float *p, float *q) {
+    __shared__ float s_sum;
+    __shared__ uint32_t s_cut, s_keep;
+    __shared__ int32_t s_tok;
+    if (n == 0) return -1;
+    const float mx = logit[0], top_p = cmd->top_p, min_p = cmd->min_p;
+    /* p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p); the first below cuts */
+    const float lim = min_p > 0.0f ? mx + __builtin_logf(min_p) : 0.0f;
+    if (threadIdx.x == 0) s_cut = n;
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < n; i += MK_BLOCK_THREADS) {
+        p[i] = __builtin_expf(logit[i] - mx);
+        if (min_p > 0.0f && i > 0u && !(logit[i] >= lim)) atomicMin(&s_cut, i);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) s_sum = mk_sample_sum(p, n);
+    __syncthreads();
+    const float sum = s_sum;
+    if (top_p < 1.0f)
+        for (uint32_t i = threadIdx.x; i < n; i += MK_BLOCK_THREADS) q[i] = p[i] / sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint32_t keep = n;
+        if (top_p < 1.0f) {
+            float cum = 0.0f;
+            for (uint32_t i = 0; i < n; i++) {
+                cum += q[i];
+                if (cum >= top_p) {
+                    keep = i + 1u;
+                    break;
+                }
+            }
+        }
+        if (min_p > 0.0f && s_cut < keep) keep = s_cut;
+        s_keep = keep;
+    }
+    __syncthreads();
+    const uint32_t keep = s_keep;
+    for (uint32_t i = threadIdx.x; i < keep; i += MK_BLOCK_THREADS)
+        p[i] = __builtin_expf((logit[i] - mx) / cmd->temperature);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const float target = mk_sample_uniform(cmd->seed, cmd->pos) * mk_sample_sum(p, keep);
+        float cum = 0.0f;
+        int32_t tok = id[keep - 1u];
+        for (uint32_t i = 0; i < keep; i++) {
+            cum += p[i];
+            if (target < cum) {
+                tok = id[i];
+                break;
+            }
+        }
+        s_tok = tok;
+    }
+    __syncthreads();
+    return s_tok;
+}
+
+/* Top-k, then mk_sample_pick's draw: the CPU executor's choice from the same logits.
  * Usually one pass over the logits of a few tiles: at least k of them reach the k-th greatest of
  * the LM head's tile maxima (found among the few tiles), so every logit at or above it is a
  * candidate, and the candidates sorted by (logit, lower id) start with the top-k. When k exceeds
@@ -146,7 +261,6 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
     __shared__ uint32_t sel[4]; /* prefix, remaining, count at prefix, unused */
     __shared__ uint32_t cnt[2]; /* candidates above the threshold, ties taken */
     __shared__ uint32_t wcount[MK_BLOCK_WARPS];
-    __shared__ int32_t chosen;
     const struct mk_instr *in = c->in;
     const struct mk_step_cmd *cmd = c->cmd;
     const float *logits = mk_arena(c) + in->buf[1];
@@ -160,10 +274,26 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
     int32_t *cid = (int32_t *)(cl + MK_SAMPLE_MAX_CAND);    /* (MK_SAMPLE_MAX_CAND) ids */
     float *cp = (float *)(cid + MK_SAMPLE_MAX_CAND);        /* (MK_SAMPLE_MAX_CAND) scratch */
     uint32_t *hist = (uint32_t *)(cp + MK_SAMPLE_MAX_CAND); /* (256) */
+    float4 *ring = (float4 *)(hist + 256);                  /* (MK_SAMPLE_DEPTH, MK_BLOCK_THREADS) */
+    /* The row as the aligned float4s that hold it (a chunk row starts j * vocab floats into the
+     * buffer); element i of the row is float 4 j + q - off of them. */
+    const uint32_t off = (uint32_t)(((uintptr_t)logits / sizeof(float)) % 4u);
+    const float4 *l4 = (const float4 *)(logits - off);
+    const uint32_t n4 = (V + off + 3u) / 4u;
 
     uint32_t n_keys = MK_SAMPLE_MAX_CAND + 1u; /* sorted below; more: not a candidate set */
     if (k <= L) {
-        mk_sample_radix(tiles, 2u, L, k, hist, sel);
+        if (L <= MK_SAMPLE_MAX_CAND) { /* keys to cp */
+            mk_sample_kth_rank((uint32_t *)cp, tiles, L, k, sel);
+        } else {
+            mk_sample_radix(k, hist, sel, [&](uint32_t mask, uint32_t prefix, int shift) {
+                for (uint32_t i0 = 0; i0 < L; i0 += MK_BLOCK_THREADS) {
+                    const uint32_t i = i0 + threadIdx.x;
+                    mk_sample_radix_count(i < L ? mk_logit_key(__ldcg(tiles + 2u * i)) : 0u, i < L, mask, prefix, shift,
+                                          hist);
+                }
+            });
+        }
         const uint32_t T = sel[0];
         /* Only the tiles whose maximum reaches T hold candidates (about k of them): listed in cid,
          * which is free until the candidates are sorted, when the program gives the tiles' rows. */
@@ -174,57 +304,51 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
             cnt[1] = 0;
         }
         __syncthreads();
+        const bool ranked = L <= MK_SAMPLE_MAX_CAND; /* the tiles' keys are in cp */
         if (rpt)
             for (uint32_t t = threadIdx.x; t < L; t += MK_BLOCK_THREADS)
-                if (mk_logit_key(__ldcg(tiles + 2u * t)) >= T) {
+                if ((ranked ? ((const uint32_t *)cp)[t] : mk_logit_key(__ldcg(tiles + 2u * t))) >= T) {
                     const uint32_t at = atomicAdd(&cnt[1], 1u);
                     if (at < MK_SAMPLE_MAX_CAND) tl[at] = t;
                 }
         __syncthreads();
         const uint32_t nt = rpt ? cnt[1] : MK_SAMPLE_MAX_CAND + 1u;
         const bool listed = nt <= MK_SAMPLE_MAX_CAND;
-        /* MK_SAMPLE_SCAN_LOADS float4 loads a thread in flight: one logit a load, one L2 round trip
-         * each, took about 500 round trips a thread over llama's 128,256 logits, 0.14 ms a sampled
-         * token on the H200 against 1.1 ms for the rest of llama-1b Q4_K_M's. The float4s are the
-         * aligned ones that hold the row (a chunk row starts j * vocab floats into the buffer), none
-         * past its last: a listed tile takes the u4 of them from the one holding its first row, and
-         * its rows alone count. */
-        const uint32_t off = (uint32_t)(((uintptr_t)logits / sizeof(float)) % 4u);
-        const float4 *l4 = (const float4 *)(logits - off);
-        const uint32_t n4 = (V + off + 3u) / 4u, u4 = listed ? (rpt + 3u) / 4u + 1u : n4;
-        const uint32_t total = listed ? nt * u4 : n4;
-        for (uint32_t f0 = threadIdx.x; f0 < total; f0 += MK_SAMPLE_SCAN_LOADS * MK_BLOCK_THREADS) {
-            float4 f[MK_SAMPLE_SCAN_LOADS];
-            uint32_t lo[MK_SAMPLE_SCAN_LOADS], j[MK_SAMPLE_SCAN_LOADS];
-#pragma unroll
-            for (int u = 0; u < MK_SAMPLE_SCAN_LOADS; u++) {
-                const uint32_t fu = f0 + u * MK_BLOCK_THREADS;
-                lo[u] = listed && fu < total ? tl[fu / u4] * rpt : 0u;
-                j[u] = listed ? (lo[u] + off) / 4u + fu % u4 : fu;
-                if (fu < total && j[u] < n4) f[u] = __ldcg(l4 + j[u]);
-            }
-#pragma unroll
-            for (int u = 0; u < MK_SAMPLE_SCAN_LOADS; u++) {
-                if (f0 + u * MK_BLOCK_THREADS >= total) break;
-                if (j[u] >= n4) continue;
-                const uint32_t hi = listed ? min(V, lo[u] + rpt) : V;
-                const float e[4] = { f[u].x, f[u].y, f[u].z, f[u].w };
+        /* A listed tile is the u4 float4s from the one holding its first row; its rows alone count. */
+        const uint32_t u4 = (rpt + 3u) / 4u + 1u;
+        mk_sample_stream(
+            ring, l4, n4, listed ? nt : 1u, listed ? u4 : n4,
+            [&](uint32_t t) { return listed ? (tl[t] * rpt + off) / 4u : 0u; },
+            [&](uint32_t t, uint32_t j, bool ok, float4 f) {
+                if (!ok) return;
+                const uint32_t lo = listed ? tl[t] * rpt : 0u, hi = listed ? min(V, lo + rpt) : V;
+                const float e[4] = { f.x, f.y, f.z, f.w };
 #pragma unroll
                 for (uint32_t q = 0; q < 4u; q++) {
-                    const uint32_t i = 4u * j[u] + q - off, key = mk_logit_key(e[q]); /* wraps below the row */
-                    if (i >= lo[u] && i < hi && key >= T) {
+                    const uint32_t i = 4u * j + q - off, key = mk_logit_key(e[q]); /* wraps below the row */
+                    if (i >= lo && i < hi && key >= T) {
                         const uint32_t at = atomicAdd(&cnt[0], 1u);
                         if (at < MK_SAMPLE_MAX_CAND) keys[at] = mk_cand_key(key, i);
                     }
                 }
-            }
-        }
+            });
         __syncthreads();
         n_keys = cnt[0];
         __syncthreads(); /* cnt is reused below */
     }
     if (n_keys > MK_SAMPLE_MAX_CAND || n_keys < k) {
-        mk_sample_radix(logits, 1u, V, k, hist, sel);
+        mk_sample_radix(k, hist, sel, [&](uint32_t mask, uint32_t prefix, int shift) {
+            mk_sample_stream(
+                ring, l4, n4, 1u, n4, [](uint32_t) { return 0u; },
+                [&](uint32_t, uint32_t j, bool ok, float4 f) {
+                    const float e[4] = { f.x, f.y, f.z, f.w };
+#pragma unroll
+                    for (uint32_t q = 0; q < 4u; q++) {
+                        const uint32_t i = 4u * j + q - off; /* wraps below the row */
+                        mk_sample_radix_count(mk_logit_key(e[q]), ok && i < V, mask, prefix, shift, hist);
+                    }
+                });
+        });
         const uint32_t T = sel[0], need_eq = sel[1], n_eq = sel[2];
         const uint32_t n_gt = k - need_eq;
         if (threadIdx.x == 0) {
@@ -233,23 +357,21 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
         }
         __syncthreads();
         if (n_eq == need_eq) {
-            for (uint32_t i0 = threadIdx.x; i0 < V; i0 += MK_SAMPLE_RADIX_LOADS * MK_BLOCK_THREADS) {
-                uint32_t key[MK_SAMPLE_RADIX_LOADS];
+            mk_sample_stream(
+                ring, l4, n4, 1u, n4, [](uint32_t) { return 0u; },
+                [&](uint32_t, uint32_t j, bool ok, float4 f) {
+                    if (!ok) return;
+                    const float e[4] = { f.x, f.y, f.z, f.w };
 #pragma unroll
-                for (int u = 0; u < MK_SAMPLE_RADIX_LOADS; u++) {
-                    const uint32_t i = i0 + u * MK_BLOCK_THREADS;
-                    key[u] = i < V ? mk_logit_key(__ldcg(logits + i)) : 0u;
-                }
-#pragma unroll
-                for (int u = 0; u < MK_SAMPLE_RADIX_LOADS; u++) {
-                    const uint32_t i = i0 + u * MK_BLOCK_THREADS;
-                    if (i >= V) break;
-                    if (key[u] > T)
-                        keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key[u], i);
-                    else if (key[u] == T)
-                        keys[n_gt + atomicAdd(&cnt[1], 1u)] = mk_cand_key(key[u], i);
-                }
-            }
+                    for (uint32_t q = 0; q < 4u; q++) {
+                        const uint32_t i = 4u * j + q - off, key = mk_logit_key(e[q]);
+                        if (i >= V) continue;
+                        if (key > T)
+                            keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
+                        else if (key == T)
+                            keys[n_gt + atomicAdd(&cnt[1], 1u)] = mk_cand_key(key, i);
+                    }
+                });
         } else {
             /* More ties at the threshold than places: the lowest ids win, so take them in order. */
             const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
@@ -261,10 +383,10 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
                 uint32_t ball = __ballot_sync(0xffffffffu, eq);
                 if (lane == 0) wcount[warp] = __popc(ball);
                 __syncthreads();
-                uint32_t off = cnt[1];
-                for (uint32_t w = 0; w < warp; w++) off += wcount[w];
-                off += __popc(ball & ((1u << lane) - 1u));
-                if (eq && off < need_eq) keys[n_gt + off] = mk_cand_key(key, i);
+                uint32_t at = cnt[1];
+                for (uint32_t w = 0; w < warp; w++) at += wcount[w];
+                at += __popc(ball & ((1u << lane) - 1u));
+                if (eq && at < need_eq) keys[n_gt + at] = mk_cand_key(key, i);
                 __syncthreads();
                 if (threadIdx.x == 0) {
                     uint32_t s = cnt[1];
@@ -278,39 +400,49 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
         __syncthreads();
     }
 
-    /* Bitonic sort, descending, padded to a power of two with keys below every real one. */
-    uint32_t P = 1;
-    while (P < n_keys) P <<= 1;
-    for (uint32_t i = n_keys + threadIdx.x; i < P; i += MK_BLOCK_THREADS) keys[i] = 0;
-    __syncthreads();
-    for (uint32_t size = 2; size <= P; size <<= 1) {
-        for (uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
-            for (uint32_t i = threadIdx.x; i < P; i += MK_BLOCK_THREADS) {
-                uint32_t j = i ^ stride;
-                if (j > i) {
-                    bool desc = (i & size) == 0;
-                    uint64_t a = keys[i], b = keys[j];
-                    if ((a < b) == desc) {
-                        keys[i] = b;
-                        keys[j] = a;
+    /* Sorted descending. Up to a key a thread, by rank (the keys are distinct: each holds its id),
+     * into the ring, free by now: one barrier, where the bitonic sort's 21 stages of 48 keys took
+     * 6,300 cycles (run159). Else a bitonic sort in place, padded to a power of two with keys below
+     * every real one. */
+    const uint64_t *sorted = (const uint64_t *)ring;
+    if (n_keys <= MK_BLOCK_THREADS) {
+        if (threadIdx.x < n_keys) {
+            const uint64_t key = keys[threadIdx.x];
+            uint32_t r = 0;
+            for (uint32_t j = 0; j < n_keys; j++) r += keys[j] > key;
+            ((uint64_t *)ring)[r] = key;
+        }
+        __syncthreads();
+    } else {
+        uint32_t P = 1;
+        while (P < n_keys) P <<= 1;
+        for (uint32_t i = n_keys + threadIdx.x; i < P; i += MK_BLOCK_THREADS) keys[i] = 0;
+        __syncthreads();
+        for (uint32_t size = 2; size <= P; size <<= 1) {
+            for (uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
+                for (uint32_t i = threadIdx.x; i < P; i += MK_BLOCK_THREADS) {
+                    uint32_t j = i ^ stride;
+                    if (j > i) {
+                        bool desc = (i & size) == 0;
+                        uint64_t a = keys[i], b = keys[j];
+                        if ((a < b) == desc) {
+                            keys[i] = b;
+                            keys[j] = a;
+                        }
                     }
                 }
+                __syncthreads();
             }
-            __syncthreads();
         }
+        sorted = keys;
     }
     for (uint32_t i = threadIdx.x; i < k; i += MK_BLOCK_THREADS) {
-        uint32_t id = ~(uint32_t)keys[i];
+        uint32_t id = ~(uint32_t)sorted[i];
         cid[i] = (int32_t)id;
         cl[i] = __ldcg(logits + id);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        float u = mk_sample_uniform(cmd->seed, cmd->pos);
-        chosen = mk_sample_pick(cl, cid, (int)k, cmd->temperature, cmd->top_p, cmd->min_p, u, cp);
-    }
-    __syncthreads();
-    return chosen;
+    return mk_sample_pick_block(cl, cid, k, cmd, cp, (float *)keys);
 }
 
 /* Thread 0 under GENERATE, after step tok was sampled: the token into the ring (waiting while the
