@@ -12,6 +12,11 @@ __device__ __forceinline__ uint32_t mk_logit_key(float f) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+/* The logit of a key (+0 for -0, which compares and subtracts alike). */
+__device__ __forceinline__ float mk_logit_of_key(uint32_t key) {
+    return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
+}
+
 /* Sorting keys: logit key, then the id complemented, so that descending order is
  * mk_sample_before's order (greater logit, then lower id). */
 __device__ __forceinline__ uint64_t mk_cand_key(uint32_t key, uint32_t id) {
@@ -51,18 +56,64 @@ __device__ int32_t mk_sample_greedy(const struct mk_task_ctx *c) {
     return (int32_t)bi;
 }
 
+/* Adds a lane's digit d to hist when take; every lane of the warp calls it together. Each warp
+ * adds its lanes of one digit in a single atomic (logits crowd into a few digits, and one
+ * shared-memory atomic per element made the selection take longer than the rest of the token),
+ * and a warp none of whose lanes takes skips even that: past the first digit almost none does. */
+__device__ __forceinline__ void mk_sample_count_digit(uint32_t d, bool take, uint32_t *hist) {
+    if (!__any_sync(0xffffffffu, take)) return;
+    const uint32_t peers = __match_any_sync(0xffffffffu, take ? d : 0xffffffffu);
+    if (take && (threadIdx.x & 31u) == (uint32_t)(__ffs(peers) - 1)) atomicAdd(&hist[d], __popc(peers));
+}
+
 /* One lane's logit key in the radix pass that counts digit (key >> shift) & 255 of the keys whose
- * higher digits are prefix. Every lane of the warp calls it together. Each warp adds its lanes
- * of one digit in a single atomic (logits crowd into a few digits, and one shared-memory atomic
- * per element made the selection take longer than the rest of the token), and a warp none of
- * whose lanes has the prefix skips even that: past the first digit almost none has. */
+ * higher digits are prefix. */
 __device__ __forceinline__ void mk_sample_radix_count(uint32_t key, bool ok, uint32_t mask, uint32_t prefix, int shift,
                                                       uint32_t *hist) {
-    const bool take = ok && (key & mask) == prefix;
-    if (!__any_sync(0xffffffffu, take)) return;
-    const uint32_t d = (key >> shift) & 255u;
-    const uint32_t peers = __match_any_sync(0xffffffffu, take ? d : 256u);
-    if (take && (threadIdx.x & 31u) == (uint32_t)(__ffs(peers) - 1)) atomicAdd(&hist[d], __popc(peers));
+    mk_sample_count_digit((key >> shift) & 255u, ok && (key & mask) == prefix, hist);
+}
+
+/* The fallback's first digit: the top 12 bits of a logit key (sign, exponent, three bits of the
+ * mantissa: an eighth of an octave), so that the k-th greatest logit's digit holds few logits. */
+#define MK_SAMPLE_D12_SHIFT 20
+#define MK_SAMPLE_D12_BINS  4096u
+
+/* sel = {d, keys of greater digits, keys of digit d} for the greatest digit d of the
+ * MK_SAMPLE_D12_BINS in h whose count from the top reaches k, or sel[0] = MK_SAMPLE_D12_BINS when
+ * none does: thread t adds 16 digits from the top, a scan over the block finds the thread, and that
+ * thread the digit. */
+__device__ void mk_sample_find_d12(const uint32_t *h, uint32_t k, uint32_t *sel) {
+    constexpr uint32_t B = MK_SAMPLE_D12_BINS / MK_BLOCK_THREADS;
+    __shared__ uint32_t wsum[MK_BLOCK_WARPS];
+    const uint32_t t = threadIdx.x, lane = t & 31u, warp = t >> 5;
+    const uint32_t top = MK_SAMPLE_D12_BINS - 1u - B * t; /* this thread's digits: top down to top - B + 1 */
+    if (t == 0) sel[0] = MK_SAMPLE_D12_BINS;              /* no digit: fewer than k counted */
+    uint32_t own = 0;
+#pragma unroll
+    for (uint32_t q = 0; q < B; q++) own += h[top - q];
+    uint32_t upto = own;
+#pragma unroll
+    for (uint32_t o = 1; o < 32u; o *= 2u) {
+        const uint32_t v = __shfl_up_sync(0xffffffffu, upto, o);
+        if (lane >= o) upto += v;
+    }
+    if (lane == 31u) wsum[warp] = upto;
+    __syncthreads();
+    for (uint32_t w = 0; w < warp; w++) upto += wsum[w];
+    if (upto >= k && upto - own < k) {
+        uint32_t above = upto - own;
+        for (uint32_t q = 0; q < B; q++) {
+            const uint32_t n = h[top - q];
+            if (above + n >= k) {
+                sel[0] = top - q;
+                sel[1] = above;
+                sel[2] = n;
+                break;
+            }
+            above += n;
+        }
+    }
+    __syncthreads();
 }
 
 /* Radix selection of the k-th greatest of n keys, 8 bits at a time from the top: sel = {the key,
@@ -261,6 +312,7 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
     __shared__ uint32_t sel[4]; /* prefix, remaining, count at prefix, unused */
     __shared__ uint32_t cnt[2]; /* candidates above the threshold, ties taken */
     __shared__ uint32_t wcount[MK_BLOCK_WARPS];
+    __shared__ uint32_t ext[2]; /* the greatest and least tile maxima's keys */
     const struct mk_instr *in = c->in;
     const struct mk_step_cmd *cmd = c->cmd;
     const float *logits = mk_arena(c) + in->buf[1];
@@ -337,26 +389,54 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
         __syncthreads(); /* cnt is reused below */
     }
     if (n_keys > MK_SAMPLE_MAX_CAND || n_keys < k) {
-        mk_sample_radix(k, hist, sel, [&](uint32_t mask, uint32_t prefix, int shift) {
-            mk_sample_stream(
-                ring, l4, n4, 1u, n4, [](uint32_t) { return 0u; },
-                [&](uint32_t, uint32_t j, bool ok, float4 f) {
-                    const float e[4] = { f.x, f.y, f.z, f.w };
-#pragma unroll
-                    for (uint32_t q = 0; q < 4u; q++) {
-                        const uint32_t i = 4u * j + q - off; /* wraps below the row */
-                        mk_sample_radix_count(mk_logit_key(e[q]), ok && i < V, mask, prefix, shift, hist);
-                    }
-                });
-        });
-        const uint32_t T = sel[0], need_eq = sel[1], n_eq = sel[2];
-        const uint32_t n_gt = k - need_eq;
+        /* Two passes over the logits where the radix selection took four and a fifth to collect
+         * (33-50 us each for llama's 128,256, run161): a histogram of their 12-bit first digits, then
+         * the logits of greater digits straight to the candidates and those of the k-th's digit to
+         * buf, whose radix selection runs in shared memory. More at that digit than buf holds, or
+         * more ties at the threshold than places: the selection over all logits below. */
+        bool done = false;
+        uint32_t *h12 = (uint32_t *)c->smem; /* (MK_SAMPLE_D12_BINS): over keys, cl and cid */
+        uint64_t *buf = (uint64_t *)cl;      /* (3 * MK_SAMPLE_MAX_CAND / 2): over cl, cid and cp */
+        const uint32_t buf_cap = 3u * MK_SAMPLE_MAX_CAND / 2u;
+        for (uint32_t i = threadIdx.x; i < MK_SAMPLE_D12_BINS; i += MK_BLOCK_THREADS) h12[i] = 0;
         if (threadIdx.x == 0) {
-            cnt[0] = 0;
-            cnt[1] = 0;
+            ext[0] = 0;
+            ext[1] = 0xffffffffu;
         }
         __syncthreads();
-        if (n_eq == need_eq) {
+        for (uint32_t t = threadIdx.x; t < L; t += MK_BLOCK_THREADS) {
+            const uint32_t key = mk_logit_key(__ldcg(tiles + 2u * t));
+            atomicMax(&ext[0], key);
+            atomicMin(&ext[1], key);
+        }
+        __syncthreads();
+        /* Only the logits at or above lb are counted: half the tile maxima's spread below the
+         * least of them. Each maximum is the greatest of a tile's thousand logits, so the k-th
+         * greatest logit lies about the least of them, and a few percent of the logits reach lb;
+         * counting them all, one shared-memory atomic each or a warp's match per logit, took
+         * 0.15 ms a pass (run161). If fewer than k reach it, the selection over all logits. */
+        const float hi = mk_logit_of_key(ext[0]), lo = mk_logit_of_key(ext[1]), lbf = lo - 0.5f * (hi - lo);
+        const uint32_t lb = isfinite(lbf) ? mk_logit_key(lbf) : 0u;
+        mk_sample_stream(
+            ring, l4, n4, 1u, n4, [](uint32_t) { return 0u; },
+            [&](uint32_t, uint32_t j, bool ok, float4 f) {
+                if (!ok) return;
+                const float e[4] = { f.x, f.y, f.z, f.w };
+#pragma unroll
+                for (uint32_t q = 0; q < 4u; q++) {
+                    const uint32_t i = 4u * j + q - off, key = mk_logit_key(e[q]); /* i wraps below the row */
+                    if (i < V && key >= lb) atomicAdd(&h12[key >> MK_SAMPLE_D12_SHIFT], 1u);
+                }
+            });
+        __syncthreads();
+        mk_sample_find_d12(h12, k, sel);
+        const uint32_t d = sel[0], above = sel[1], at_d = sel[2];
+        if (d < MK_SAMPLE_D12_BINS && at_d <= buf_cap) {
+            if (threadIdx.x == 0) {
+                cnt[0] = 0;
+                cnt[1] = 0;
+            }
+            __syncthreads(); /* h12 read: keys and buf are free */
             mk_sample_stream(
                 ring, l4, n4, 1u, n4, [](uint32_t) { return 0u; },
                 [&](uint32_t, uint32_t j, bool ok, float4 f) {
@@ -365,35 +445,97 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
 #pragma unroll
                     for (uint32_t q = 0; q < 4u; q++) {
                         const uint32_t i = 4u * j + q - off, key = mk_logit_key(e[q]);
-                        if (i >= V) continue;
-                        if (key > T)
+                        if (i >= V || key < lb) continue; /* as counted */
+                        const uint32_t dd = key >> MK_SAMPLE_D12_SHIFT;
+                        if (dd > d)
                             keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
-                        else if (key == T)
-                            keys[n_gt + atomicAdd(&cnt[1], 1u)] = mk_cand_key(key, i);
+                        else if (dd == d)
+                            buf[atomicAdd(&cnt[1], 1u)] = mk_cand_key(key, i);
                     }
                 });
-        } else {
-            /* More ties at the threshold than places: the lowest ids win, so take them in order. */
-            const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-            for (uint32_t base = 0; base < V; base += MK_BLOCK_THREADS) {
-                uint32_t i = base + threadIdx.x;
-                uint32_t key = i < V ? mk_logit_key(__ldcg(logits + i)) : 0u;
-                bool gt = i < V && key > T, eq = i < V && key == T;
-                if (gt) keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
-                uint32_t ball = __ballot_sync(0xffffffffu, eq);
-                if (lane == 0) wcount[warp] = __popc(ball);
-                __syncthreads();
-                uint32_t at = cnt[1];
-                for (uint32_t w = 0; w < warp; w++) at += wcount[w];
-                at += __popc(ball & ((1u << lane) - 1u));
-                if (eq && at < need_eq) keys[n_gt + at] = mk_cand_key(key, i);
-                __syncthreads();
-                if (threadIdx.x == 0) {
-                    uint32_t s = cnt[1];
-                    for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) s += wcount[w];
-                    cnt[1] = s;
+            __syncthreads();
+            mk_sample_radix(k - above, hist, sel, [&](uint32_t mask, uint32_t prefix, int shift) {
+                for (uint32_t i0 = 0; i0 < at_d; i0 += MK_BLOCK_THREADS) {
+                    const uint32_t i = i0 + threadIdx.x;
+                    mk_sample_radix_count(i < at_d ? (uint32_t)(buf[i] >> 32) : 0u, i < at_d, mask, prefix, shift,
+                                          hist);
                 }
+            });
+            const uint32_t T = sel[0], need_eq = sel[1], n_eq = sel[2];
+            if (n_eq == need_eq) {
+                if (threadIdx.x == 0) cnt[1] = 0; /* cnt[0] is above */
                 __syncthreads();
+                for (uint32_t i = threadIdx.x; i < at_d; i += MK_BLOCK_THREADS) {
+                    const uint64_t ck = buf[i];
+                    const uint32_t key = (uint32_t)(ck >> 32);
+                    if (key > T)
+                        keys[atomicAdd(&cnt[0], 1u)] = ck;
+                    else if (key == T)
+                        keys[k - need_eq + atomicAdd(&cnt[1], 1u)] = ck;
+                }
+                done = true;
+            }
+        }
+        __syncthreads();
+        if (!done) {
+            mk_sample_radix(k, hist, sel, [&](uint32_t mask, uint32_t prefix, int shift) {
+                mk_sample_stream(
+                    ring, l4, n4, 1u, n4, [](uint32_t) { return 0u; },
+                    [&](uint32_t, uint32_t j, bool ok, float4 f) {
+                        const float e[4] = { f.x, f.y, f.z, f.w };
+#pragma unroll
+                        for (uint32_t q = 0; q < 4u; q++) {
+                            const uint32_t i = 4u * j + q - off; /* wraps below the row */
+                            mk_sample_radix_count(mk_logit_key(e[q]), ok && i < V, mask, prefix, shift, hist);
+                        }
+                    });
+            });
+            const uint32_t T = sel[0], need_eq = sel[1], n_eq = sel[2];
+            const uint32_t n_gt = k - need_eq;
+            if (threadIdx.x == 0) {
+                cnt[0] = 0;
+                cnt[1] = 0;
+            }
+            __syncthreads();
+            if (n_eq == need_eq) {
+                mk_sample_stream(
+                    ring, l4, n4, 1u, n4, [](uint32_t) { return 0u; },
+                    [&](uint32_t, uint32_t j, bool ok, float4 f) {
+                        if (!ok) return;
+                        const float e[4] = { f.x, f.y, f.z, f.w };
+#pragma unroll
+                        for (uint32_t q = 0; q < 4u; q++) {
+                            const uint32_t i = 4u * j + q - off, key = mk_logit_key(e[q]);
+                            if (i >= V) continue;
+                            if (key > T)
+                                keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
+                            else if (key == T)
+                                keys[n_gt + atomicAdd(&cnt[1], 1u)] = mk_cand_key(key, i);
+                        }
+                    });
+            } else {
+                /* More ties at the threshold than places: the lowest ids win, so take them in order. */
+                const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+                for (uint32_t base = 0; base < V; base += MK_BLOCK_THREADS) {
+                    uint32_t i = base + threadIdx.x;
+                    uint32_t key = i < V ? mk_logit_key(__ldcg(logits + i)) : 0u;
+                    bool gt = i < V && key > T, eq = i < V && key == T;
+                    if (gt) keys[atomicAdd(&cnt[0], 1u)] = mk_cand_key(key, i);
+                    uint32_t ball = __ballot_sync(0xffffffffu, eq);
+                    if (lane == 0) wcount[warp] = __popc(ball);
+                    __syncthreads();
+                    uint32_t at = cnt[1];
+                    for (uint32_t w = 0; w < warp; w++) at += wcount[w];
+                    at += __popc(ball & ((1u << lane) - 1u));
+                    if (eq && at < need_eq) keys[n_gt + at] = mk_cand_key(key, i);
+                    __syncthreads();
+                    if (threadIdx.x == 0) {
+                        uint32_t s = cnt[1];
+                        for (uint32_t w = 0; w < MK_BLOCK_WARPS; w++) s += wcount[w];
+                        cnt[1] = s;
+                    }
+                    __syncthreads();
+                }
             }
         }
         n_keys = k;
@@ -436,10 +578,11 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
         }
         sorted = keys;
     }
+    /* Each logit from its key: the logits would be another round trip. */
     for (uint32_t i = threadIdx.x; i < k; i += MK_BLOCK_THREADS) {
         uint32_t id = ~(uint32_t)sorted[i];
         cid[i] = (int32_t)id;
-        cl[i] = __ldcg(logits + id);
+        cl[i] = mk_logit_of_key((uint32_t)(sorted[i] >> 32));
     }
     __syncthreads();
     return mk_sample_pick_block(cl, cid, k, cmd, cp, (float *)keys);
