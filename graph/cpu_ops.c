@@ -182,7 +182,7 @@ static const float *mk_cpu_kv_row(const struct mk_cpu_ctx *c, const void *cache,
 static void mk_cpu_attn_block(const struct mk_cpu_ctx *c, const struct mk_args_attn *a, const float *q, uint32_t g,
                               uint32_t kvh, uint32_t b, int32_t pos, float *o, uint64_t o_stride) {
     uint32_t layer = a->layer, hd = a->head_dim, kv_dim = a->n_head_kv * hd, lo, hi;
-    mk_attn_span((uint32_t)pos, a->block, a->n_blocks, b, &lo, &hi);
+    mk_attn_span((uint32_t)pos, a->block, a->n_blocks, a->solo, b, &lo, &hi);
     const float scale = 1.0f / sqrtf((float)hd);
     for (uint32_t i = 0; i < g; i++) {
         float *oi = o + i * o_stride;
@@ -266,7 +266,7 @@ static void mk_cpu_attn_chunk(const struct mk_cpu_ctx *c, const struct mk_instr 
     float *part = c->scratch; /* (n_blocks, head_dim + 2) */
     for (uint32_t i = 0; i < N; i++) {
         int32_t pos = c->cmd->pos + (int32_t)i;
-        uint32_t live = mk_attn_live((uint32_t)pos, bs, nb);
+        uint32_t live = mk_attn_live((uint32_t)pos, bs, nb, a->solo);
         const float *q = c->arena + in->buf[0] + (uint64_t)i * row + (uint64_t)h * hd;
         for (uint32_t b = 0; b < live; b++)
             mk_cpu_attn_block(c, a, q, 1, kvh, b, pos, part + (uint64_t)b * (hd + 2), 0);
@@ -279,7 +279,7 @@ static void mk_cpu_attn_output(const struct mk_cpu_ctx *c, const struct mk_instr
     const struct mk_args_attn_out *a = &in->args.attn_out;
     uint32_t nb = a->n_blocks, bs = a->block, nh = a->n_head, hd = a->head_dim;
     /* Splits past the position are empty: only the live ones count. */
-    uint32_t live = mk_attn_live((uint32_t)c->cmd->pos, bs, nb);
+    uint32_t live = mk_attn_live((uint32_t)c->cmd->pos, bs, nb, a->solo);
     float *att = c->scratch;
     for (uint32_t h = 0; h < nh; h++)
         mk_cpu_combine_head(c->arena + in->buf[0] + (uint64_t)h * nb * (hd + 2), live, hd, att + (uint64_t)h * hd);

@@ -107,18 +107,18 @@ static void mk_dump_args_json(FILE *f, const struct mk_instr *in) {
     case MK_OP_ATTN_CHUNK:
         fprintf(f,
                 "{\"block\":%u,\"n_blocks\":%u,\"layer\":%u,\"n_head\":%u,\"n_head_kv\":%u,\"head_dim\":%u,"
-                "\"arrive\":%u}",
+                "\"arrive\":%u,\"solo\":%u}",
                 a->attn.block, a->attn.n_blocks, a->attn.layer, a->attn.n_head, a->attn.n_head_kv, a->attn.head_dim,
-                a->attn.arrive);
+                a->attn.arrive, a->attn.solo);
         break;
     case MK_OP_ATTN_COMBINE:
         fprintf(f, "{\"n_blocks\":%u,\"n_head\":%u,\"head_dim\":%u}", a->combine.n_blocks, a->combine.n_head,
                 a->combine.head_dim);
         break;
     case MK_OP_ATTN_OUTPUT:
-        fprintf(f, "{\"rows_per_task\":%u,\"n_blocks\":%u,\"block\":%u,\"n_head\":%u,\"head_dim\":%u}",
+        fprintf(f, "{\"rows_per_task\":%u,\"n_blocks\":%u,\"block\":%u,\"n_head\":%u,\"head_dim\":%u,\"solo\":%u}",
                 a->attn_out.rows_per_task, a->attn_out.n_blocks, a->attn_out.block, a->attn_out.n_head,
-                a->attn_out.head_dim);
+                a->attn_out.head_dim, a->attn_out.solo);
         break;
     case MK_OP_NORM_GATE_UP_SILU:
     case MK_OP_NORM_LM_HEAD:

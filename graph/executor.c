@@ -73,6 +73,8 @@ enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_err
         return MK_ERR_INVALID_ARG;
     if ((v = getenv("MK_CUDA_ATTN_BLOCK")) && mk_env_uint("MK_CUDA_ATTN_BLOCK", v, 0, 1u << 20, &s->attn_block, err))
         return MK_ERR_INVALID_ARG;
+    if ((v = getenv("MK_CUDA_ATTN_SOLO")) && mk_env_uint("MK_CUDA_ATTN_SOLO", v, 0, 1u << 24, &s->attn_solo, err))
+        return MK_ERR_INVALID_ARG;
     if ((v = getenv("MK_CUDA_ATTN_SPLITS")) && mk_env_uint("MK_CUDA_ATTN_SPLITS", v, 0, 1u << 16, &s->attn_splits, err))
         return MK_ERR_INVALID_ARG;
     if ((v = getenv("MK_CUDA_BLOCKS_PER_SM")) && mk_env_uint("MK_CUDA_BLOCKS_PER_SM", v, 0, 64, &s->blocks_per_sm, err))

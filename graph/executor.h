@@ -71,6 +71,7 @@ struct mk_gpu_settings {
                                 * task and prefetches its weights while it waits) */
     uint32_t tasks_per_worker;  /* matvec tiling target; 0 = the compiler's */
     uint32_t attn_block;        /* the unit of an attention split, in positions; 0 = the compiler's */
+    uint32_t attn_solo;         /* below this position split 0 alone holds them; 0 = the compiler's */
     uint32_t attn_splits;       /* attention splits of the sequence per KV head; 0 = the compiler's */
     bool fuse_attn_output;      /* fold the attention combine into the attention-output tasks */
     uint32_t prefetch_bytes;    /* megakernel: bytes of a task's weights asked into L2 before its waits;
@@ -122,7 +123,7 @@ bool mk_gpu_xb_rows_valid(uint32_t rows);
 int mk_attn_merge_from_name(const char *name);
 
 /* Applies the environment overrides MK_CUDA_SCHEDULE=static|dynamic, MK_CUDA_TASKS_PER_WORKER=N,
- * MK_CUDA_ATTN_BLOCK=N, MK_CUDA_ATTN_SPLITS=N, MK_CUDA_FUSE_ATTN_OUTPUT=0|1, MK_CUDA_BLOCKS_PER_SM=N,
+ * MK_CUDA_ATTN_BLOCK=N, MK_CUDA_ATTN_SOLO=N, MK_CUDA_ATTN_SPLITS=N, MK_CUDA_FUSE_ATTN_OUTPUT=0|1, MK_CUDA_BLOCKS_PER_SM=N,
  * MK_CUDA_NO_ROPE_TABLE=0|1, MK_CUDA_CHUNK_DEQUANT_MIN=N, MK_CUDA_NO_PDL=0|1, MK_CUDA_NO_CHUNK_KQ=0|1, MK_CUDA_MV_KQ8=0|1, MK_CUDA_FOLD=0|1, MK_CUDA_ATTN_H16=0|1, MK_CUDA_MV_BLOCKS=N, MK_CUDA_XB_ROWS=0|128|192|256, MK_CUDA_XB_LOAD=auto|copy|tma, MK_CUDA_TRACE=0|1|fetch, MK_CUDA_CUBIN=FILE, MK_CUDA_FLOAT_IMAGE=0|1 to *s (the one place
  * they are read). MK_ERR_INVALID_ARG naming the variable and value when one is malformed. */
 enum mk_status mk_gpu_settings_from_env(struct mk_gpu_settings *s, struct mk_error *err);

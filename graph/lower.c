@@ -106,11 +106,12 @@ static uint32_t mk_lower_tile_rows(const struct mk_compile_params *p, uint32_t r
 struct mk_lower_ops_ctx {
     const struct mk_llama_config *c;
     uint32_t q_dim, kv_dim, attn_block, n_blocks;
-    uint32_t *voff;   /* (n_values) arena offset of each placed root value */
-    uint32_t *xqoff;  /* (n_values) its int8-level copy (abi.h, MK_XQ_*), or MK_NO_BUF */
-    uint32_t *xqnoff; /* (n_values) its normalized copy (abi.h, MK_XQN_*), or MK_NO_BUF */
-    int kv_buf0;      /* KV cache of layer l is buffer kv_buf0 + l */
-    int scratch;      /* next scratch buffer id */
+    uint32_t attn_solo; /* mk_args_attn.solo of every attention instruction */
+    uint32_t *voff;     /* (n_values) arena offset of each placed root value */
+    uint32_t *xqoff;    /* (n_values) its int8-level copy (abi.h, MK_XQ_*), or MK_NO_BUF */
+    uint32_t *xqnoff;   /* (n_values) its normalized copy (abi.h, MK_XQN_*), or MK_NO_BUF */
+    int kv_buf0;        /* KV cache of layer l is buffer kv_buf0 + l */
+    int scratch;        /* next scratch buffer id */
     uint32_t lm_tiles_off, lm_tiles, lm_rpt;
 };
 
@@ -286,12 +287,21 @@ static uint32_t mk_lower_xq_out(struct mk_lower *L, struct mk_lower_ops_ctx *k, 
     return *xo;
 }
 
+/* Whether the last split of each KV head merges it (an ATTN_PARTIAL with arrival counters) rather
+ * than an op: as asked, or under `auto` while a KV head's partials fit the split's shared memory. */
+static bool mk_lower_merge_in_splits(const struct mk_compile_params *p, const struct mk_llama_config *c,
+                                     uint32_t n_blocks) {
+    const uint64_t merge_floats = (uint64_t)(c->n_head / c->n_head_kv) * n_blocks * (c->head_dim + 2);
+    return p->attn_merge == MK_ATTN_MERGE_SPLITS ||
+           (p->attn_merge == MK_ATTN_MERGE_AUTO && merge_floats <= MK_ATTN_MERGE_SPLIT_MAX);
+}
+
 /* Attention partials, then either the combine or the fused attention-output matvec. */
 static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_lower_ops_ctx *k,
                                                  const struct mk_node *n) {
     const struct mk_llama_config *c = k->c;
     const struct mk_compile_params *p = L->p;
-    const uint32_t attn_block = k->attn_block, n_blocks = k->n_blocks;
+    const uint32_t attn_block = k->attn_block, n_blocks = k->n_blocks, solo = k->attn_solo;
     struct mk_lower_instr *x;
     if (L->ubatch > 1) {
         /* Every task needs all q rows and writes its head of every row: no partials in the arena. */
@@ -304,7 +314,8 @@ static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_l
                                                   .layer = n->layer,
                                                   .n_head = c->n_head,
                                                   .n_head_kv = c->n_head_kv,
-                                                  .head_dim = c->head_dim };
+                                                  .head_dim = c->head_dim,
+                                                  .solo = solo };
         mk_lower_access(x, BUF(n->in[0]), k->kv_buf0 + (int)n->layer, BUF(n->out), -1);
         return x;
     }
@@ -319,11 +330,9 @@ static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_l
                                               .layer = n->layer,
                                               .n_head = c->n_head,
                                               .n_head_kv = c->n_head_kv,
-                                              .head_dim = c->head_dim };
-    const uint64_t merge_floats = (uint64_t)(c->n_head / c->n_head_kv) * n_blocks * (c->head_dim + 2);
-    const bool in_split = p->attn_merge == MK_ATTN_MERGE_SPLITS ||
-                          (p->attn_merge == MK_ATTN_MERGE_AUTO && merge_floats <= MK_ATTN_MERGE_SPLIT_MAX);
-    if (n->op != MK_NODE_ATTN_OUTPUT && in_split) {
+                                              .head_dim = c->head_dim,
+                                              .solo = solo };
+    if (n->op != MK_NODE_ATTN_OUTPUT && mk_lower_merge_in_splits(p, c, n_blocks)) {
         /* The last split of each KV head merges it. Until the depend pass has counted the
          * signals, arrive holds 1 + the index among the arrival counters (0 means none). */
         x->ins.args.attn.arrive = 1u + L->n_arrive;
@@ -350,7 +359,8 @@ static struct mk_lower_instr *mk_lower_attention(struct mk_lower *L, struct mk_l
                                                           .n_blocks = n_blocks,
                                                           .block = attn_block,
                                                           .n_head = c->n_head,
-                                                          .head_dim = c->head_dim };
+                                                          .head_dim = c->head_dim,
+                                                          .solo = solo };
         mk_lower_access(x, part_buf, BUF(n->out), BUF(n->out), -1);
         return x;
     }
@@ -462,6 +472,15 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
     if (!L->p->attn_splits && splits < 2) splits = 2;
     k.n_blocks = mk_lower_div_up(L->p->n_ctx, k.attn_block);
     if (k.n_blocks > splits) k.n_blocks = splits;
+    /* Past the first unit, too, split 0 alone holds the positions below MK_ATTN_SOLO_DEFAULT where
+     * the megakernel's solo step runs (the splits merge themselves; up to 8 query heads a KV head,
+     * of 64 or 128): a task per query head over all of them ends sooner than two to four splits of
+     * four heads and their merge, llama-1b's token 6 % faster at positions 128-255 and 2 % at
+     * 384-511, level past 512 (BENCHMARKS.md, forty-third session). A chunk program takes the same
+     * value, so that its rows stay equal to one-token steps. */
+    const bool solo_step = !L->p->fuse_attn_output && mk_lower_merge_in_splits(L->p, c, k.n_blocks) &&
+                           c->n_head <= 8u * c->n_head_kv && (c->head_dim == 64 || c->head_dim == 128);
+    k.attn_solo = L->p->attn_solo ? L->p->attn_solo : solo_step ? MK_ATTN_SOLO_DEFAULT : 0u;
     k.kv_buf0 = (int)g->n_values;
     k.scratch = k.kv_buf0 + (int)c->n_layer;
     k.voff = calloc(g->n_values ? g->n_values : 1, sizeof *k.voff);

@@ -37,12 +37,16 @@ enum mk_attn_merge {
     MK_ATTN_MERGE_OP = 2,     /* an ATTN_COMBINE op */
 };
 #define MK_ATTN_MERGE_SPLIT_MAX 8320u
+#define MK_ATTN_SOLO_DEFAULT    512u
 
 struct mk_compile_params {
     uint32_t n_workers; /* workers (GPU blocks or CPU threads) the tiling aims at */
     uint32_t n_ctx;     /* KV-cache length the program is built for */
     enum mk_schedule schedule;
     uint32_t attn_block;           /* the unit of an attention split, in positions; 0 = auto (128) */
+    uint32_t attn_solo;            /* below this position split 0 alone holds every position (at least the
+                                * unit); 0 = auto (MK_ATTN_SOLO_DEFAULT where the megakernel's solo step
+                                * runs, else the unit) */
     uint32_t attn_splits;          /* splits of the sequence per KV head (attention tasks n_head_kv x splits);
                                 * 0 = auto: enough for one task per worker, at least 2 */
     uint32_t tasks_per_worker;     /* matvec tiling target; 0 = auto */

@@ -38,8 +38,10 @@
  *    to finish combines that head's query heads as ATTN_COMBINE would, so that no combine op (and
  *    no dependent phase) follows. A program of ABI 11 (arrive = 0) is the same in version 12.
  * 13: SAMPLE may know the LM head's tiles (mk_args_sample.rows_per_tile), so that the top-k pass
- *    reads only the tiles that can hold candidates; 0 there is version 12. */
-#define MK_ABI_VERSION 13u
+ *    reads only the tiles that can hold candidates; 0 there is version 12.
+ * 14: split 0 may hold every position below a threshold larger than the unit (mk_args_attn.solo,
+ *    mk_args_attn_out.solo), so that the solo step runs past the first unit; 0 there is version 13. */
+#define MK_ABI_VERSION 14u
 
 #define MK_NO_COUNTER 0xffffffffu
 #define MK_NO_WEIGHT  0xffffffffu
@@ -91,8 +93,9 @@ enum mk_opcode {
      * NORM_LM_HEAD likewise). */
     MK_OP_NORM_QKV_ROPE = 3,
     /* args.attn: attention over one split of the sequence: task t is KV head t / n_blocks, split
-     * b = t % n_blocks, covering positions mk_attn_span(pos, block, n_blocks, b) (whole blocks of
-     * `block` positions dealt evenly to the splits, so the splits grow with pos), for each of the
+     * b = t % n_blocks, covering positions mk_attn_span(pos, block, n_blocks, solo, b) (below
+     * max(block, solo) all in split 0; past that whole blocks of `block` positions dealt evenly to
+     * the splits, so the splits grow with pos), for each of the
      * n_head / n_head_kv query heads h of that KV head (the K and V rows are read once for all of
      * them). Writes (o[head_dim], m, l) to buf1 + (h*n_blocks + b)*(head_dim+2): m = max score,
      * l = sum exp(s - m), o = sum exp(s - m) v. An empty split writes m = -inf, l = 0, o = 0.
@@ -164,23 +167,35 @@ enum mk_opcode {
 #define MK_ABI_FN static inline
 #endif
 
-/* Split b of n_blocks at position pos covers positions [*lo, *hi) (empty when *lo >= *hi): the
- * pos / block + 1 blocks that hold positions are dealt to the splits evenly, whole blocks each, so
- * a short sequence leaves the last splits empty and a long one lengthens every split. */
-MK_ABI_FN void mk_attn_span(uint32_t pos, uint32_t block, uint32_t n_blocks, uint32_t b, uint32_t *lo, uint32_t *hi) {
-    const uint64_t units = pos / block + 1u, per = (units + n_blocks - 1u) / n_blocks;
-    const uint64_t l = (uint64_t)b * per * block, h = l + per * block;
+/* The unit of the splits at position pos: below solo (when larger than block) one unit of solo
+ * positions, so that split 0 holds them all; past it, block. A select rather than a branch to a
+ * path of its own: with the branch the megakernel's attention past solo was 1-1.5 % slower
+ * (BENCHMARKS.md, forty-third session). */
+MK_ABI_FN uint32_t mk_attn_unit(uint32_t pos, uint32_t block, uint32_t solo) {
+    return pos < solo && solo > block ? solo : block;
+}
+/* Split b of n_blocks at position pos covers positions [*lo, *hi) (empty when *lo >= *hi): below
+ * max(block, solo) split 0 holds them all; past that the pos / block + 1 blocks that hold positions
+ * are dealt to the splits evenly, whole blocks each, so a short sequence leaves the last splits
+ * empty and a long one lengthens every split. */
+MK_ABI_FN void mk_attn_span(uint32_t pos, uint32_t block, uint32_t n_blocks, uint32_t solo, uint32_t b, uint32_t *lo,
+                            uint32_t *hi) {
+    const uint64_t unit = mk_attn_unit(pos, block, solo);
+    const uint64_t units = pos / unit + 1u, per = (units + n_blocks - 1u) / n_blocks;
+    const uint64_t l = (uint64_t)b * per * unit, h = l + per * unit;
     *lo = l > pos ? pos + 1u : (uint32_t)l;
     *hi = h > pos ? pos + 1u : (uint32_t)h;
 }
 /* The splits that hold positions at pos: splits [0, live) are non-empty, the others empty. */
-MK_ABI_FN uint32_t mk_attn_live(uint32_t pos, uint32_t block, uint32_t n_blocks) {
-    const uint32_t units = pos / block + 1u, per = (units + n_blocks - 1u) / n_blocks;
+MK_ABI_FN uint32_t mk_attn_live(uint32_t pos, uint32_t block, uint32_t n_blocks, uint32_t solo) {
+    const uint32_t units = pos / mk_attn_unit(pos, block, solo) + 1u, per = (units + n_blocks - 1u) / n_blocks;
     return (units + per - 1u) / per;
 }
 /* Whether split 0 alone holds positions at pos (mk_attn_live = 1): with two splits or more, only
- * while pos is in the first block. No divisions, for the attention's per-task path. */
-MK_ABI_FN int mk_attn_solo_at(uint32_t pos, uint32_t block, uint32_t n_blocks) { return n_blocks <= 1u || pos < block; }
+ * while pos is below the first block or solo. No divisions, for the attention's per-task path. */
+MK_ABI_FN int mk_attn_solo_at(uint32_t pos, uint32_t block, uint32_t n_blocks, uint32_t solo) {
+    return n_blocks <= 1u || pos < block || pos < solo;
+}
 
 /* wait until counter[ctr] >= step * mul + add (compared wrap-safe as int32 of the difference). */
 struct mk_wait {
@@ -233,6 +248,8 @@ struct mk_args_attn {
      * head, with which the splits' last task merges them (see MK_OP_ATTN_PARTIAL); 0 = none (a
      * separate ATTN_COMBINE merges them: counter 0 is MK_COUNTER_ALL, never an arrival counter). */
     uint32_t arrive;
+    /* Appended in ABI 14: positions below max(block, solo) all belong to split 0 (mk_attn_span). */
+    uint32_t solo;
 };
 struct mk_args_combine {
     uint32_t n_blocks;
@@ -245,6 +262,7 @@ struct mk_args_attn_out {
     uint32_t block; /* positions per block of the partials */
     uint32_t n_head;
     uint32_t head_dim;
+    uint32_t solo; /* appended in ABI 14: as mk_args_attn's */
 };
 struct mk_args_norm_matvec { /* NORM_GATE_UP_SILU and NORM_LM_HEAD */
     uint32_t rows_per_task;
@@ -325,7 +343,9 @@ MK_ABI_FN void mk_qkv_task_rows(const struct mk_args_qkv *a, uint32_t t, uint32_
 }
 MK_STATIC_ASSERT(offsetof(struct mk_args_attn, head_dim) == 20, "mk_args_attn.head_dim at 20");
 MK_STATIC_ASSERT(offsetof(struct mk_args_attn, arrive) == 24, "mk_args_attn.arrive at 24");
+MK_STATIC_ASSERT(offsetof(struct mk_args_attn, solo) == 28, "mk_args_attn.solo at 28");
 MK_STATIC_ASSERT(offsetof(struct mk_args_attn_out, head_dim) == 16, "mk_args_attn_out.head_dim at 16");
+MK_STATIC_ASSERT(offsetof(struct mk_args_attn_out, solo) == 20, "mk_args_attn_out.solo at 20");
 MK_STATIC_ASSERT(offsetof(struct mk_args_norm_matvec, eps) == 4, "mk_args_norm_matvec.eps at 4");
 
 /* One weight matrix as an executor sees it: ptr is a host or device address. */

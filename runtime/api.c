@@ -252,6 +252,7 @@ static struct mk_gpu_settings mk_api_gpu_settings(const struct mk_gpu_params *g)
     s.dynamic_schedule = g->dynamic_schedule != 0;
     s.tasks_per_worker = g->tasks_per_worker;
     s.attn_block = g->attn_block;
+    s.attn_solo = g->attn_solo;
     s.attn_splits = g->attn_splits;
     s.fuse_attn_output = g->fuse_attn_output != 0;
     s.attn_merge = g->attn_merge == 1 || g->attn_merge == 2 ? (uint32_t)g->attn_merge : 0u;

@@ -450,6 +450,7 @@ static enum mk_status mk_cuda_compile(const struct mk_model *m, const struct mk_
     cp.schedule = b->gpu.dynamic_schedule ? MK_SCHED_DYNAMIC : MK_SCHED_STATIC;
     if (b->gpu.tasks_per_worker) cp.tasks_per_worker = b->gpu.tasks_per_worker;
     if (b->gpu.attn_block) cp.attn_block = b->gpu.attn_block;
+    cp.attn_solo = b->gpu.attn_solo;
     if (b->gpu.attn_splits) cp.attn_splits = b->gpu.attn_splits;
     cp.fuse_attn_output = b->gpu.fuse_attn_output;
     cp.attn_merge = (enum mk_attn_merge)b->gpu.attn_merge;

@@ -248,6 +248,9 @@ struct mk_gpu_params {
     int no_float_image;         /* nonzero: the built-in kernels with every weight format even for a
                                  * model whose weights are all f32, f16 or bf16 (by default those run
                                  * a build without the block formats where it has the GPU's SASS) */
+    uint32_t attn_solo;         /* below this position one attention split holds every position (at
+                                 * least the unit); 0 = the compiler's (512 where the merge is in the
+                                 * splits) */
 };
 
 /* Speculative decoding (mk_session_params.spec). */

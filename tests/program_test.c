@@ -346,37 +346,41 @@ static void test_worker_counts(const struct mk_model *m) {
 
 /* The attention's splits (mk_attn_span) cover positions 0..pos once each, in order, whole blocks
  * each but the last non-empty one, with the non-empty ones first and as many as mk_attn_live says
- * (one exactly where mk_attn_solo_at says so); when the blocks of the positions fit the splits,
- * split b is block b. */
+ * (one exactly where mk_attn_solo_at says so, and always below solo); when the blocks of the
+ * positions fit the splits and pos is past solo, split b is block b. */
 static void test_attn_span(void) {
     static const uint32_t blocks[] = { 1, 3, 16, 64, 128 }, splits[] = { 1, 2, 5, 16, 128 };
+    static const uint32_t solos[] = { 0, 1, 100, 256, 1000 };
     uint32_t bad = 0, checked = 0;
     for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
         for (size_t si = 0; si < sizeof splits / sizeof splits[0]; si++)
-            for (uint32_t pos = 0; pos < 3000; pos += pos < 300 ? 1 : 37) {
-                const uint32_t bs = blocks[bi], nb = splits[si], live = mk_attn_live(pos, bs, nb);
-                uint32_t next = 0;
-                for (uint32_t b = 0; b < nb; b++) {
-                    uint32_t lo, hi;
-                    mk_attn_span(pos, bs, nb, b, &lo, &hi);
-                    const bool empty = lo >= hi;
-                    bool ok = empty == (b >= live);
-                    if (!empty) {
-                        ok = ok && lo == next && lo % bs == 0 && (hi % bs == 0 || hi == pos + 1);
-                        if (pos / bs + 1 <= nb) ok = ok && lo == b * bs;
-                        next = hi;
+            for (size_t oi = 0; oi < sizeof solos / sizeof solos[0]; oi++)
+                for (uint32_t pos = 0; pos < 3000; pos += pos < 300 ? 1 : 37) {
+                    const uint32_t bs = blocks[bi], nb = splits[si], so = solos[oi],
+                                   live = mk_attn_live(pos, bs, nb, so);
+                    uint32_t next = 0;
+                    for (uint32_t b = 0; b < nb; b++) {
+                        uint32_t lo, hi;
+                        mk_attn_span(pos, bs, nb, so, b, &lo, &hi);
+                        const bool empty = lo >= hi;
+                        bool ok = empty == (b >= live);
+                        if (!empty) {
+                            ok = ok && lo == next && lo % bs == 0 && (hi % bs == 0 || hi == pos + 1);
+                            if (pos / bs + 1 <= nb && pos >= so) ok = ok && lo == b * bs;
+                            next = hi;
+                        }
+                        if (!ok && bad++ < 5)
+                            fprintf(stderr, "span pos %u block %u splits %u solo %u: split %u is [%u, %u), live %u\n",
+                                    pos, bs, nb, so, b, lo, hi, live);
+                        checked++;
                     }
-                    if (!ok && bad++ < 5)
-                        fprintf(stderr, "span pos %u block %u splits %u: split %u is [%u, %u), live %u\n", pos, bs, nb,
-                                b, lo, hi, live);
-                    checked++;
+                    if ((mk_attn_solo_at(pos, bs, nb, so) != (live == 1) || (pos < so && live != 1)) && bad++ < 5)
+                        fprintf(stderr, "span pos %u block %u splits %u solo %u: solo %d, live %u\n", pos, bs, nb, so,
+                                mk_attn_solo_at(pos, bs, nb, so), live);
+                    if (next != pos + 1 && bad++ < 5)
+                        fprintf(stderr, "span pos %u block %u splits %u solo %u: covers [0, %u)\n", pos, bs, nb, so,
+                                next);
                 }
-                if (mk_attn_solo_at(pos, bs, nb) != (live == 1) && bad++ < 5)
-                    fprintf(stderr, "span pos %u block %u splits %u: solo %d, live %u\n", pos, bs, nb,
-                            mk_attn_solo_at(pos, bs, nb), live);
-                if (next != pos + 1 && bad++ < 5)
-                    fprintf(stderr, "span pos %u block %u splits %u: covers [0, %u)\n", pos, bs, nb, next);
-            }
     MK_CHECK_MSG(bad == 0, "%u of %u attention splits wrong", bad, checked);
     printf("attention splits: %u checked\n", checked);
 }

@@ -42,6 +42,7 @@ const char mk_cli_gpu_usage[] =
     "    --schedule static|dynamic  per-block task lists (default) or one work counter\n"
     "    --tasks-per-worker N       matvec tiling target (0 = compiler default)\n"
     "    --attn-block N             positions per unit of an attention split (0 = compiler default)\n"
+    "    --attn-solo N              below position N one split holds every position (0 = compiler default)\n"
     "    --attn-splits N            attention splits of the sequence per KV head (0 = compiler default)\n"
     "    --fuse-attn-output         fold the attention combine into the attention-output tasks\n"
     "    --attn-merge auto|split|op who merges the attention splits: each KV head's last split, an op\n"
@@ -78,9 +79,9 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
         return 1;
     }
     if (strcmp(a, "--schedule") && strcmp(a, "--tasks-per-worker") && strcmp(a, "--attn-block") &&
-        strcmp(a, "--attn-splits") && strcmp(a, "--blocks-per-sm") && strcmp(a, "--trace") &&
-        strcmp(a, "--kernel-image") && strcmp(a, "--chunk-dequant-min") && strcmp(a, "--mv-blocks") &&
-        strcmp(a, "--attn-merge"))
+        strcmp(a, "--attn-solo") && strcmp(a, "--attn-splits") && strcmp(a, "--blocks-per-sm") &&
+        strcmp(a, "--trace") && strcmp(a, "--kernel-image") && strcmp(a, "--chunk-dequant-min") &&
+        strcmp(a, "--mv-blocks") && strcmp(a, "--attn-merge"))
         return 0;
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     if (!v) {
@@ -90,6 +91,7 @@ int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gp
     *i += 1;
     if (!strcmp(a, "--tasks-per-worker")) return mk_cli_uint(cmd, a, v, 0, 1u << 16, &s->tasks_per_worker) ? -1 : 1;
     if (!strcmp(a, "--attn-block")) return mk_cli_uint(cmd, a, v, 0, 1u << 20, &s->attn_block) ? -1 : 1;
+    if (!strcmp(a, "--attn-solo")) return mk_cli_uint(cmd, a, v, 0, 1u << 24, &s->attn_solo) ? -1 : 1;
     if (!strcmp(a, "--attn-splits")) return mk_cli_uint(cmd, a, v, 0, 1u << 16, &s->attn_splits) ? -1 : 1;
     if (!strcmp(a, "--chunk-dequant-min")) return mk_cli_uint(cmd, a, v, 0, 1u << 20, &s->chunk_dequant_min) ? -1 : 1;
     if (!strcmp(a, "--mv-blocks")) return mk_cli_uint(cmd, a, v, 0, 1u << 20, &s->mv_blocks) ? -1 : 1;
@@ -134,6 +136,7 @@ void mk_cli_gpu_params(const struct mk_gpu_settings *s, struct mk_gpu_params *ou
     out->dynamic_schedule = s->dynamic_schedule;
     out->tasks_per_worker = s->tasks_per_worker;
     out->attn_block = s->attn_block;
+    out->attn_solo = s->attn_solo;
     out->attn_splits = s->attn_splits;
     out->fuse_attn_output = s->fuse_attn_output;
     out->attn_merge = (int)s->attn_merge;

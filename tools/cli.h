@@ -18,7 +18,7 @@ int mk_cli_uint(const char *cmd, const char *opt, const char *v, uint32_t lo, ui
 extern const char mk_cli_gpu_usage[];
 
 /* argv[*i] as one of the GPU backend flags (--schedule static|dynamic, --tasks-per-worker N,
- * --attn-block N, --fuse-attn-output, --blocks-per-sm N, --no-rope-table, --chunk-dequant-min N, --trace off|on|fetch,
+ * --attn-block N, --attn-solo N, --fuse-attn-output, --blocks-per-sm N, --no-rope-table, --chunk-dequant-min N, --trace off|on|fetch,
  * --kernel-image FILE) into *s, *i moved past its value: 1 when it is one, 0 when argv[*i] is
  * something else, -1 after printing why its value is bad. */
 int mk_cli_gpu_flag(const char *cmd, int argc, char **argv, int *i, struct mk_gpu_settings *s);

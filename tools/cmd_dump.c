@@ -12,7 +12,7 @@ static void mk_dump_usage(FILE *f) {
     fprintf(f,
             "usage: mk dump -m FILE [--workers N] [--ctx N] [--schedule dynamic|static] [--barriers]\n"
             "               [--fuse-attn-output] [--attn-merge auto|split|op] [--tasks-per-worker N] [--attn-block N] "
-            "[--attn-splits N]\n"
+            "[--attn-solo N] [--attn-splits N]\n"
             "               [--ubatch N] [--kv-type f16|f32] [--chunk-act bf16|f32] [--json]\n"
             "  Compiles one decode step of FILE for N workers (default 132, an H100's SM count) and a\n"
             "  KV cache of --ctx positions (default 512), validates it, and prints every instruction:\n"
@@ -24,8 +24,8 @@ static void mk_dump_usage(FILE *f) {
             "  --fuse-attn-output folds the attention combine into the attention-output matvec.\n"
             "  --attn-merge: each KV head's last split merges the attention splits (split), an op of their\n"
             "  own does (op), or (auto, the default) the split where the heads' partials are small.\n"
-            "  --tasks-per-worker, --attn-block and --attn-splits tile as the GPU backends' flags of those\n"
-            "  names do.\n"
+            "  --tasks-per-worker, --attn-block, --attn-solo and --attn-splits tile as the GPU backends'\n"
+            "  flags of those names do.\n"
             "  --ubatch N compiles the chunk program of up to N tokens per step (megakernel/abi.h).\n"
             "  --kv-type f16|f32 sets the KV cache's elements (default f16).\n"
             "  --chunk-act bf16|f32: a chunk program's products over bf16 weights round their inputs to\n"
@@ -79,6 +79,9 @@ int mk_cmd_dump(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--attn-block")) {
             if (mk_cli_uint("dump", a, v, 0, 1u << 20, &cp.attn_block)) return 2;
+            i++;
+        } else if (!strcmp(a, "--attn-solo")) {
+            if (mk_cli_uint("dump", a, v, 0, 1u << 24, &cp.attn_solo)) return 2;
             i++;
         } else if (!strcmp(a, "--attn-splits")) {
             if (mk_cli_uint("dump", a, v, 0, 1u << 16, &cp.attn_splits)) return 2;

@@ -263,6 +263,7 @@ static int mk_trace_run_gpu(const char *tool, const struct mk_model *m, struct m
     cp.n_workers = info.grid;
     cp.tasks_per_worker = gs->tasks_per_worker;
     cp.attn_block = gs->attn_block;
+    cp.attn_solo = gs->attn_solo;
     cp.attn_splits = gs->attn_splits;
     cp.fuse_attn_output = gs->fuse_attn_output;
     cp.attn_merge = (enum mk_attn_merge)gs->attn_merge;

@@ -15,7 +15,7 @@ __device__ void mk_op_attn_output(const struct mk_task_ctx *c) {
     const uint32_t nb = ao->n_blocks, bs = ao->block, nh = ao->n_head, hd = ao->head_dim, n = nh * hd;
     struct mk_wdesc w = mk_weight(c, in->weight[0]);
     /* Splits past the position are empty: only the live ones count. */
-    const uint32_t live = mk_attn_live((uint32_t)c->cmd->pos, bs, nb);
+    const uint32_t live = mk_attn_live((uint32_t)c->cmd->pos, bs, nb, ao->solo);
     const float *part = mk_arena(c) + in->buf[0];
     float *xs = c->smem;                       /* (n) the attention vector */
     float *ms = c->smem + mk_layout_align4(n); /* (nh, live) block maxima, then weights */

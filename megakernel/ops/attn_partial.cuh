@@ -438,7 +438,7 @@ __device__ void mk_attn_partial_split(const struct mk_task_ctx *c, uint32_t kvh,
     const struct mk_args_attn *at = &in->args.attn;
     const uint32_t nb = at->n_blocks, hd = at->head_dim, g = at->n_head / at->n_head_kv;
     uint32_t lo, hi;
-    mk_attn_span((uint32_t)c->cmd->pos, at->block, nb, solo ? 0u : b, &lo, &hi);
+    mk_attn_span((uint32_t)c->cmd->pos, at->block, nb, at->solo, solo ? 0u : b, &lo, &hi);
     if (lo >= hi) {
         float *out = mk_arena(c) + in->buf[1]; /* (n_head, n_blocks, hd + 2) */
         for (uint32_t i = threadIdx.x; i < g * (hd + 2u); i += MK_BLOCK_THREADS) {
@@ -460,7 +460,7 @@ __device__ void mk_attn_partial_split(const struct mk_task_ctx *c, uint32_t kvh,
 __device__ __forceinline__ bool mk_attn_solo(const struct mk_args_attn *at, uint32_t pos) {
     const uint32_t hd = at->head_dim;
     return at->arrive && at->n_head <= MK_ATTN_WARPS_MAX_G * at->n_head_kv && (hd == 64u || hd == 128u) &&
-           mk_attn_solo_at(pos, at->block, at->n_blocks);
+           mk_attn_solo_at(pos, at->block, at->n_blocks, at->solo);
 }
 
 __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
@@ -496,7 +496,8 @@ __device__ void mk_op_attn_partial(const struct mk_task_ctx *c) {
     float *xq = in->buf[3] != MK_NO_BUF ? mk_arena(c) + in->buf[3] : NULL;
     /* As many of the KV head's query heads a round as the op's shared memory holds; only the splits
      * that hold positions, which at depth 128 are 2 of llama-1b's 16 at n_ctx 4096. */
-    const uint32_t per = mk_layout_attn_merge_heads(hd, g, nb), live = mk_attn_live((uint32_t)pos, at->block, nb);
+    const uint32_t per = mk_layout_attn_merge_heads(hd, g, nb),
+                   live = mk_attn_live((uint32_t)pos, at->block, nb, at->solo);
     for (uint32_t h = kvh * g; h < (kvh + 1u) * g; h += per) {
         const uint32_t nh = min(per, (kvh + 1u) * g - h);
         mk_attn_combine_heads(c, part + (uint64_t)h * nb * (hd + 2u), nb, live, hd, h, nh, at->n_head,
