@@ -293,7 +293,7 @@ static void test_hf_models(void) {
 }
 
 /* The device sampler must pick what the host sampler picks from the same (device) logits. */
-static void test_sampling(const struct mk_model *m) {
+static void test_sampling(const struct mk_model *m, const char *what) {
     static const struct {
         float temperature, top_p, min_p;
         int32_t top_k;
@@ -329,8 +329,8 @@ static void test_sampling(const struct mk_model *m) {
             else
                 fprintf(stderr, "%s sampling step %d (setting %d): device %d, host %d\n", b->vt->name, i, s, tok, want);
         }
-        printf("RESULT sampling %s, vocab %u: %d of %d draws equal the host sampler's on the device logits\n",
-               b->vt->name, m->cfg.n_vocab, agree, total);
+        printf("RESULT sampling %s, %s, vocab %u: %d of %d draws equal the host sampler's on the device logits\n",
+               b->vt->name, what, m->cfg.n_vocab, agree, total);
         MK_CHECK(agree == total && total == 48);
         /* Chunk steps: every output row j samples at its own position (pos + n - n_out + j). */
         agree = total = 0;
@@ -361,9 +361,9 @@ static void test_sampling(const struct mk_model *m) {
                 if (want == outs[j]) agree++;
             }
         }
-        printf(
-            "RESULT sampling %s chunk rows, vocab %u: %d of %d draws equal the host sampler's on the device logits\n",
-            b->vt->name, m->cfg.n_vocab, agree, total);
+        printf("RESULT sampling %s chunk rows, %s, vocab %u: %d of %d draws equal the host sampler's on the device "
+               "logits\n",
+               b->vt->name, what, m->cfg.n_vocab, agree, total);
         MK_CHECK(agree == total && total == 24);
         free(lg);
         b->vt->free(b);
@@ -550,6 +550,34 @@ static struct mk_model *load_or_generate(const char *path, const char *preset, c
     return m;
 }
 
+/* test_sampling over LM heads that make ties, for the device sampler's paths that real logits
+ * rarely take: a head of zeros (every logit 0, so every key ties: past the tile count the k-th's
+ * digit holds more logits than the fallback's buffer and the selection over all logits breaks its
+ * ties by index), then every other row ones (the logits are 0 and one sum s: with s > 0 every tile's
+ * maximum is s, so the bound from the tile maxima leaves half the vocab above it, fewer than top-k
+ * 1024 or 2000 on a small vocab; with s < 0 the zeros tie). The host sampler takes ties in index
+ * order, and the device must too. The head is replaced in memory; it needs f32 (the tiny models'). */
+static void test_sampling_ties(const struct mk_model *m) {
+    if (m->output.type != MK_DTYPE_F32 || m->output.row_bytes != (uint64_t)m->output.cols * sizeof(float)) {
+        printf("SKIP sampling over tied logits: the head of %s is not plain f32\n", m->output.name);
+        return;
+    }
+    const uint64_t rows = (uint64_t)m->output.rows, cols = (uint64_t)m->output.cols;
+    float *w = calloc(rows * cols, sizeof *w);
+    if (!w) {
+        MK_CHECK(0);
+        return;
+    }
+    struct mk_model v = *m; /* shares everything but the head, which it does not own */
+    v.output.data = w;
+    v.cfg.tied_output = false;
+    test_sampling(&v, "a head of zeros");
+    for (uint64_t r = 0; r < rows; r += 2)
+        for (uint64_t c = 0; c < cols; c++) w[r * cols + c] = 1.0f;
+    test_sampling(&v, "every other row of the head ones");
+    free(w);
+}
+
 /* test_sampling over the GPT-2 vocab (50,257 tokens, not a multiple of 4): the device sampler reads
  * the logits four at a time, and a chunk's row j starts j * 50,257 floats into the buffer, so rows
  * 1 and 2 start off a 16-byte boundary. */
@@ -566,7 +594,8 @@ static void test_sampling_odd_vocab(const char *dir) {
     struct mk_model *m = load_or_generate(path, "tiny", "f32", vocab);
     if (!m) return;
     MK_CHECK(m->cfg.n_vocab % 4u != 0u);
-    test_sampling(m);
+    test_sampling(m, "its head");
+    test_sampling_ties(m);
     mk_model_free(m);
 }
 
@@ -1443,7 +1472,8 @@ int main(int argc, char **argv) {
     if (all || !strcmp(only, "stories")) test_stories(m);
     if (all || !strcmp(only, "chunk")) test_chunk_stories(m);
     if (all || !strcmp(only, "sampling")) {
-        test_sampling(m);
+        test_sampling(m, "its head");
+        test_sampling_ties(m);
         test_sampling_odd_vocab(dir);
     }
     if (all || !strcmp(only, "context")) test_context_limit(m);
