@@ -578,6 +578,62 @@ static void test_sampling_ties(const struct mk_model *m) {
     free(w);
 }
 
+/* A head that makes NaN logits (every 97th row NaN, the rest the model's): what the host and device
+ * samplers draw there is not defined, but every step must end with a token of the vocab, no error
+ * and no hang, greedy and sampled, past the tile count too. */
+static void test_sampling_nan(const struct mk_model *m) {
+    if (m->output.type != MK_DTYPE_F32 || m->output.row_bytes != (uint64_t)m->output.cols * sizeof(float)) {
+        printf("SKIP sampling over NaN logits: the head of %s is not plain f32\n", m->output.name);
+        return;
+    }
+    const uint64_t rows = (uint64_t)m->output.rows, cols = (uint64_t)m->output.cols;
+    float *w = malloc(rows * cols * sizeof *w);
+    if (!w) {
+        MK_CHECK(0);
+        return;
+    }
+    memcpy(w, m->output.data, rows * cols * sizeof *w);
+    for (uint64_t r = 3; r < rows; r += 97)
+        for (uint64_t c = 0; c < cols; c++) w[r * cols + c] = NAN;
+    struct mk_model v = *m; /* shares everything but the head, which it does not own */
+    v.output.data = w;
+    v.cfg.tied_output = false;
+    static const int32_t top_ks[] = { 40, 0, 2000, 1 };
+    for (int k = 0; k < N_GPU_KINDS; k++) {
+        struct mk_backend *b = create_gpu(&v, gpu_kinds[k], 512, 0);
+        if (!b) continue;
+        int32_t tok = 1;
+        int ok = 0, total = 0;
+        struct mk_error err;
+        for (int i = 0; i < 40; i++) {
+            struct mk_step_cmd c = greedy_cmd(tok, i);
+            if (i % 5 != 4) {
+                c.temperature = 0.8f;
+                c.top_p = 0.95f;
+                c.min_p = 0.05f;
+                c.top_k = top_ks[i % 5];
+                c.seed = 77u + (uint64_t)i;
+            }
+            total++;
+            if (b->vt->step(b, &c, &tok, &err) != MK_OK) {
+                fprintf(stderr, "%s NaN sampling step %d: %s\n", b->vt->name, i, err.msg);
+                break;
+            }
+            if (tok >= 0 && (uint32_t)tok < m->cfg.n_vocab)
+                ok++;
+            else {
+                fprintf(stderr, "%s NaN sampling step %d: token %d outside the vocab\n", b->vt->name, i, tok);
+                tok = 1;
+            }
+        }
+        printf("RESULT sampling %s, NaN logits, vocab %u: %d of %d steps gave a token of the vocab\n", b->vt->name,
+               m->cfg.n_vocab, ok, total);
+        MK_CHECK(ok == total && total == 40);
+        b->vt->free(b);
+    }
+    free(w);
+}
+
 /* test_sampling over the GPT-2 vocab (50,257 tokens, not a multiple of 4): the device sampler reads
  * the logits four at a time, and a chunk's row j starts j * 50,257 floats into the buffer, so rows
  * 1 and 2 start off a 16-byte boundary. */
@@ -596,6 +652,7 @@ static void test_sampling_odd_vocab(const char *dir) {
     MK_CHECK(m->cfg.n_vocab % 4u != 0u);
     test_sampling(m, "its head");
     test_sampling_ties(m);
+    test_sampling_nan(m);
     mk_model_free(m);
 }
 
@@ -1474,6 +1531,7 @@ int main(int argc, char **argv) {
     if (all || !strcmp(only, "sampling")) {
         test_sampling(m, "its head");
         test_sampling_ties(m);
+        test_sampling_nan(m);
         test_sampling_odd_vocab(dir);
     }
     if (all || !strcmp(only, "context")) test_context_limit(m);
