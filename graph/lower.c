@@ -475,9 +475,9 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
     /* Past the first unit, too, split 0 alone holds the positions below MK_ATTN_SOLO_DEFAULT where
      * the megakernel's solo step runs (the splits merge themselves; up to 8 query heads a KV head,
      * of 64 or 128): a task per query head over all of them ends sooner than two to four splits of
-     * four heads and their merge, llama-1b's token 6 % faster at positions 128-255 and 2 % at
-     * 384-511, level past 512 (BENCHMARKS.md, forty-third session). A chunk program takes the same
-     * value, so that its rows stay equal to one-token steps. */
+     * four heads and their merge: llama-1b's token 6 % faster at positions 128-255, 2 % at 384-511
+     * and 1 % at 512-639, level past 640 (BENCHMARKS.md, forty-third session). A chunk program
+     * takes the same value, so that its rows stay equal to one-token steps. */
     const bool solo_step = !L->p->fuse_attn_output && mk_lower_merge_in_splits(L->p, c, k.n_blocks) &&
                            c->n_head <= 8u * c->n_head_kv && (c->head_dim == 64 || c->head_dim == 128);
     k.attn_solo = L->p->attn_solo ? L->p->attn_solo : solo_step ? MK_ATTN_SOLO_DEFAULT : 0u;

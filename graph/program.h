@@ -37,7 +37,7 @@ enum mk_attn_merge {
     MK_ATTN_MERGE_OP = 2,     /* an ATTN_COMBINE op */
 };
 #define MK_ATTN_MERGE_SPLIT_MAX 8320u
-#define MK_ATTN_SOLO_DEFAULT    512u
+#define MK_ATTN_SOLO_DEFAULT    640u
 
 struct mk_compile_params {
     uint32_t n_workers; /* workers (GPU blocks or CPU threads) the tiling aims at */
