@@ -414,9 +414,11 @@ __device__ int32_t mk_sample_topk(const struct mk_task_ctx *c) {
         __syncthreads();
         /* Only the logits at or above lb are counted: half the tile maxima's spread below the
          * least of them. Each maximum is the greatest of a tile's thousand logits, so the k-th
-         * greatest logit lies about the least of them, and a few percent of the logits reach lb;
-         * counting them all, one shared-memory atomic each or a warp's match per logit, took
-         * 0.15 ms a pass (run161). If fewer than k reach it, the selection over all logits. */
+         * greatest logit lies about the least of them, and lb lets through the top of the
+         * distribution (how many logits reach it was not counted; this pass takes about what a
+         * collection pass does, run162); counting them all, one shared-memory atomic each or a
+         * warp's match per logit, took 0.15 ms a pass (run161). If fewer than k reach it, the
+         * selection over all logits. */
         const float hi = mk_logit_of_key(ext[0]), lo = mk_logit_of_key(ext[1]), lbf = lo - 0.5f * (hi - lo);
         const uint32_t lb = isfinite(lbf) ? mk_logit_key(lbf) : 0u;
         mk_sample_stream(
