@@ -557,20 +557,32 @@ static struct mk_model *load_or_generate(const char *path, const char *preset, c
  * maximum is s, so the bound from the tile maxima leaves half the vocab above it, fewer than top-k
  * 1024 or 2000 on a small vocab; with s < 0 the zeros tie). The host sampler takes ties in index
  * order, and the device must too. The head is replaced in memory; it needs f32 (the tiny models'). */
-static void test_sampling_ties(const struct mk_model *m) {
+/* *v = m with a head of its own in memory, a copy of m's (zeros unless `copy`), returned for the
+ * caller to change and free after every backend on v; NULL (a skip, or a failed check when out of
+ * memory) unless m's head is plain f32. v shares everything else with m and owns nothing. */
+static float *test_head_replace(const struct mk_model *m, struct mk_model *v, bool copy, const char *what) {
     if (m->output.type != MK_DTYPE_F32 || m->output.row_bytes != (uint64_t)m->output.cols * sizeof(float)) {
-        printf("SKIP sampling over tied logits: the head of %s is not plain f32\n", m->output.name);
-        return;
+        printf("SKIP sampling over %s: the head of %s is not plain f32\n", what, m->output.name);
+        return NULL;
     }
-    const uint64_t rows = (uint64_t)m->output.rows, cols = (uint64_t)m->output.cols;
-    float *w = calloc(rows * cols, sizeof *w);
+    const uint64_t n = (uint64_t)m->output.rows * (uint64_t)m->output.cols;
+    float *w = calloc(n, sizeof *w);
     if (!w) {
         MK_CHECK(0);
-        return;
+        return NULL;
     }
-    struct mk_model v = *m; /* shares everything but the head, which it does not own */
-    v.output.data = w;
-    v.cfg.tied_output = false;
+    if (copy) memcpy(w, m->output.data, n * sizeof *w);
+    *v = *m;
+    v->output.data = w;
+    v->cfg.tied_output = false;
+    return w;
+}
+
+static void test_sampling_ties(const struct mk_model *m) {
+    struct mk_model v;
+    float *w = test_head_replace(m, &v, false, "tied logits");
+    if (!w) return;
+    const uint64_t rows = (uint64_t)m->output.rows, cols = (uint64_t)m->output.cols;
     test_sampling(&v, "a head of zeros");
     for (uint64_t r = 0; r < rows; r += 2)
         for (uint64_t c = 0; c < cols; c++) w[r * cols + c] = 1.0f;
@@ -582,22 +594,12 @@ static void test_sampling_ties(const struct mk_model *m) {
  * samplers draw there is not defined, but every step must end with a token of the vocab, no error
  * and no hang, greedy and sampled, past the tile count too. */
 static void test_sampling_nan(const struct mk_model *m) {
-    if (m->output.type != MK_DTYPE_F32 || m->output.row_bytes != (uint64_t)m->output.cols * sizeof(float)) {
-        printf("SKIP sampling over NaN logits: the head of %s is not plain f32\n", m->output.name);
-        return;
-    }
+    struct mk_model v;
+    float *w = test_head_replace(m, &v, true, "NaN logits");
+    if (!w) return;
     const uint64_t rows = (uint64_t)m->output.rows, cols = (uint64_t)m->output.cols;
-    float *w = malloc(rows * cols * sizeof *w);
-    if (!w) {
-        MK_CHECK(0);
-        return;
-    }
-    memcpy(w, m->output.data, rows * cols * sizeof *w);
     for (uint64_t r = 3; r < rows; r += 97)
         for (uint64_t c = 0; c < cols; c++) w[r * cols + c] = NAN;
-    struct mk_model v = *m; /* shares everything but the head, which it does not own */
-    v.output.data = w;
-    v.cfg.tied_output = false;
     static const int32_t top_ks[] = { 40, 0, 2000, 1 };
     for (int k = 0; k < N_GPU_KINDS; k++) {
         struct mk_backend *b = create_gpu(&v, gpu_kinds[k], 512, 0);
