@@ -479,7 +479,7 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
      * and 1 % at 512-639, level past 640 (BENCHMARKS.md, forty-third session). A chunk program
      * takes the same value, so that its rows stay equal to one-token steps. */
     const bool solo_step = !L->p->fuse_attn_output && mk_lower_merge_in_splits(L->p, c, k.n_blocks) &&
-                           c->n_head <= 8u * c->n_head_kv && (c->head_dim == 64 || c->head_dim == 128);
+                           mk_attn_solo_fits(c->n_head, c->n_head_kv, c->head_dim);
     k.attn_solo = L->p->attn_solo ? L->p->attn_solo : solo_step ? MK_ATTN_SOLO_DEFAULT : 0u;
     k.kv_buf0 = (int)g->n_values;
     k.scratch = k.kv_buf0 + (int)c->n_layer;

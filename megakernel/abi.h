@@ -196,6 +196,14 @@ MK_ABI_FN uint32_t mk_attn_live(uint32_t pos, uint32_t block, uint32_t n_blocks,
 MK_ABI_FN int mk_attn_solo_at(uint32_t pos, uint32_t block, uint32_t n_blocks, uint32_t solo) {
     return n_blocks <= 1u || pos < block || pos < solo;
 }
+/* Query heads a KV head that the megakernel's solo step takes (its warps' merge holds that many). */
+#define MK_ATTN_SOLO_MAX_G 8u
+/* Whether the megakernel's solo step can run a model's attention: at most MK_ATTN_SOLO_MAX_G query
+ * heads a KV head, head size 64 or 128. The kernel (mk_attn_solo) and the lowering, which sets
+ * mk_args_attn.solo past the unit only where the step can run, both ask this. */
+MK_ABI_FN int mk_attn_solo_fits(uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim) {
+    return n_head <= MK_ATTN_SOLO_MAX_G * n_head_kv && (head_dim == 64u || head_dim == 128u);
+}
 
 /* wait until counter[ctr] >= step * mul + add (compared wrap-safe as int32 of the difference). */
 struct mk_wait {

@@ -199,6 +199,7 @@ __device__ __forceinline__ void mk_attn_rows(const struct mk_task_ctx *c, uint32
 
 /* Heads of this many query heads per KV head and head_dim = 32 * VW take mk_attn_warps. */
 #define MK_ATTN_WARPS_MAX_G 8
+static_assert(MK_ATTN_SOLO_MAX_G == MK_ATTN_WARPS_MAX_G, "mk_attn_solo repeats mk_attn_solo_fits with this bound");
 
 /* Positions per warp batch of mk_attn_warps: 16 / VW rows of f32 or f16 (32 / VW rows of f32
  * spilled; 32 / VW of f16 measured 1.5 % slower on llama-1b Q4_K_M's H200 token, no faster on
@@ -458,6 +459,8 @@ __device__ void mk_attn_partial_split(const struct mk_task_ctx *c, uint32_t kvh,
  * took about 2.4 us a layer on the H200, as long as the split. Only where a split would merge
  * (arrive) and on the paths that end in mk_attn_merge_warps. */
 __device__ __forceinline__ bool mk_attn_solo(const struct mk_args_attn *at, uint32_t pos) {
+    /* mk_attn_solo_fits written out: calling it compiled to other machine code for the whole kernel
+     * (tools/cubin_diff.sh), which would need timing over every position range again. */
     const uint32_t hd = at->head_dim;
     return at->arrive && at->n_head <= MK_ATTN_WARPS_MAX_G * at->n_head_kv && (hd == 64u || hd == 128u) &&
            mk_attn_solo_at(pos, at->block, at->n_blocks, at->solo);

@@ -259,7 +259,7 @@ __device__ __forceinline__ float mk_sample_prefix(float *p, uint32_t n) {
 __device__ int32_t mk_sample_pick_block(const float *logit, const int32_t *id, uint32_t n,
                                         const struct mk_step_cmd *cmd, float *p, float *q) {
     __shared__ float s_sum;
-    __shared__ uint32_t s_cut, s_keep, s_at;
+    __shared__ uint32_t s_cut, s_pick, s_at;
     if (n == 0) return -1;
     const float mx = logit[0], top_p = cmd->top_p, min_p = cmd->min_p;
     /* p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p); the first below cuts */
@@ -293,15 +293,16 @@ __device__ int32_t mk_sample_pick_block(const float *logit, const int32_t *id, u
         p[i] = __builtin_expf((logit[i] - mx) / cmd->temperature);
     __syncthreads();
     if (threadIdx.x == 0) {
+        /* s_sum, read above into sum, holds the draw's target from here */
         s_sum = mk_sample_uniform(cmd->seed, cmd->pos) * mk_sample_prefix(p, keep);
-        s_keep = keep; /* none reaches the target: the last */
+        s_pick = keep; /* none reaches the target: the last */
     }
     __syncthreads();
     const float target = s_sum;
     for (uint32_t i = threadIdx.x; i < keep; i += MK_BLOCK_THREADS)
-        if (target < p[i] && (i == 0u || !(target < p[i - 1u]))) s_keep = i;
+        if (target < p[i] && (i == 0u || !(target < p[i - 1u]))) s_pick = i;
     __syncthreads();
-    return id[s_keep < keep ? s_keep : keep - 1u];
+    return id[s_pick < keep ? s_pick : keep - 1u];
 }
 
 /* Top-k, then mk_sample_pick's draw: the CPU executor's choice from the same logits.
