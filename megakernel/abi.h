@@ -199,8 +199,8 @@ MK_ABI_FN int mk_attn_solo_at(uint32_t pos, uint32_t block, uint32_t n_blocks, u
 /* Query heads a KV head that the megakernel's solo step takes (its warps' merge holds that many). */
 #define MK_ATTN_SOLO_MAX_G 8u
 /* Whether the megakernel's solo step can run a model's attention: at most MK_ATTN_SOLO_MAX_G query
- * heads a KV head, head size 64 or 128. The kernel (mk_attn_solo) and the lowering, which sets
- * mk_args_attn.solo past the unit only where the step can run, both ask this. */
+ * heads a KV head, head size 64 or 128. The lowering asks it before it sets mk_args_attn.solo past
+ * the unit; the kernel's mk_attn_solo (ops/attn_partial.cuh) makes the same test. */
 MK_ABI_FN int mk_attn_solo_fits(uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim) {
     return n_head <= MK_ATTN_SOLO_MAX_G * n_head_kv && (head_dim == 64u || head_dim == 128u);
 }
