@@ -550,13 +550,6 @@ static struct mk_model *load_or_generate(const char *path, const char *preset, c
     return m;
 }
 
-/* test_sampling over LM heads that make ties, for the device sampler's paths that real logits
- * rarely take: a head of zeros (every logit 0, so every key ties: past the tile count the k-th's
- * digit holds more logits than the fallback's buffer and the selection over all logits breaks its
- * ties by index), then every other row ones (the logits are 0 and one sum s: with s > 0 every tile's
- * maximum is s, so the bound from the tile maxima leaves half the vocab above it, fewer than top-k
- * 1024 or 2000 on a small vocab; with s < 0 the zeros tie). The host sampler takes ties in index
- * order, and the device must too. The head is replaced in memory; it needs f32 (the tiny models'). */
 /* *v = m with a head of its own in memory, a copy of m's (zeros unless `copy`), returned for the
  * caller to change and free after every backend on v; NULL (a skip, or a failed check when out of
  * memory) unless m's head is plain f32. v shares everything else with m and owns nothing. */
@@ -578,6 +571,13 @@ static float *test_head_replace(const struct mk_model *m, struct mk_model *v, bo
     return w;
 }
 
+/* test_sampling over LM heads that make ties, for the device sampler's paths that real logits
+ * rarely take: a head of zeros (every logit 0, so every key ties: past the tile count the k-th's
+ * digit holds more logits than the fallback's buffer and the selection over all logits breaks its
+ * ties by index), then every other row ones (the logits are 0 and one sum s: with s > 0 every tile's
+ * maximum is s, so the bound from the tile maxima leaves half the vocab above it, fewer than top-k
+ * 1024 or 2000 on a small vocab; with s < 0 the zeros tie). The host sampler takes ties in index
+ * order, and the device must too. The head is replaced in memory; it needs f32 (the tiny models'). */
 static void test_sampling_ties(const struct mk_model *m) {
     struct mk_model v;
     float *w = test_head_replace(m, &v, false, "tied logits");

@@ -43,10 +43,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 dd if="$1" of="$tmp/a" iflag=skip_bytes,count_bytes bs=64K skip="$oa" count="$sa" status=none
 dd if="$2" of="$tmp/b" iflag=skip_bytes,count_bytes bs=64K skip="$ob" count="$sb" status=none
-# Instructions are 16 bytes on sm_70 and later; count the 16-byte slots with any differing byte, by
-# position (after an inserted instruction every later one counts: the figure then says only that
-# the code differs and from where).
-n=$(cmp -l "$tmp/a" "$tmp/b" 2>/dev/null | awk '{ print int(($1 - 1) / 16) }' | uniq | wc -l || true)
-first=$(cmp "$tmp/a" "$tmp/b" 2>/dev/null | awk '/ differ: / { sub(",", "", $5); print int(($5 - 1) / 16) }' || true)
+# Instructions are 16 bytes on sm_70 and later: count the 16-byte slots with any differing byte and
+# note the first, by position (after an inserted instruction every later one counts: the figure then
+# says only that the code differs and from where).
+read -r n first < <(cmp -l "$tmp/a" "$tmp/b" 2>/dev/null |
+    awk '{ i = int(($1 - 1) / 16); if (!c || i != last) { if (!c) f = i; c++; last = i } }
+         END { print c + 0, (c ? f : "") }')
 echo "$kernel: $((sa / 16)) instructions in $1, $((sb / 16)) in $2; $n of the first $(( (sa < sb ? sa : sb) / 16 )) differ${first:+, the first at instruction $first}"
 [ "$sa" -eq "$sb" ] && [ "$n" -eq 0 ]
