@@ -54,6 +54,14 @@ MK_LAYOUT_FN uint32_t mk_layout_attn_words(uint32_t head_dim, uint32_t group) {
            mk_layout_align4(group * tile) + 3u * mk_layout_align4(group);
 }
 
+/* mk_attn_rows's merge (megakernel/ops/attn_partial.cuh, mk_attn_merge_parts): an (o, m, l) row of
+ * head_dim + 2 and a weight for each of the group's heads in each of the block's row groups (256 /
+ * head_dim a warp), then a maximum and a sum per head. Only head sizes 64 and 128 take that path. */
+MK_LAYOUT_FN uint32_t mk_layout_attn_parts_words(uint32_t head_dim, uint32_t group) {
+    if (head_dim != 64u && head_dim != 128u) return 0u;
+    return MK_BLOCK_WARPS * (256u / head_dim) * group * (head_dim + 3u) + 2u * group;
+}
+
 /* A merge of the nb splits of nh heads (megakernel/ops/attn_combine.cuh): their (o, m, l) rows of
  * head_dim + 2, then a weight for each. */
 MK_LAYOUT_FN uint32_t mk_layout_attn_merge_words(uint32_t nh, uint32_t nb, uint32_t head_dim) {
@@ -118,7 +126,8 @@ MK_LAYOUT_FN uint32_t mk_layout_smem_words(const struct mk_instr *in, const stru
     }
     case MK_OP_ATTN_PARTIAL: {
         const uint32_t hd = in->args.attn.head_dim, g = in->args.attn.n_head / in->args.attn.n_head_kv,
-                       nb = in->args.attn.n_blocks, words = mk_layout_attn_words(hd, g);
+                       nb = in->args.attn.n_blocks, tiles = mk_layout_attn_words(hd, g),
+                       parts = mk_layout_attn_parts_words(hd, g), words = tiles > parts ? tiles : parts;
         const uint32_t merge =
             in->args.attn.arrive ? mk_layout_attn_merge_words(mk_layout_attn_merge_heads(hd, g, nb), nb, hd) : 0u;
         return words > merge ? words : merge;

@@ -10,7 +10,8 @@
  * 32: whole warps run each pass, a warp's 32 elements one group of the copy). A row of no positions
  * (m = -inf, o = l = 0) weighs 0. fac: ns * nh floats of shared memory for the rows' weights,
  * computed once rather than per element. The splits of an ATTN_COMBINE and the warps of a split
- * that writes the output itself (attn_partial.cuh) both end here: the same sums in the same order.
+ * of mk_attn_warps that writes the output itself (attn_partial.cuh) both end here: the same sums in
+ * the same order.
  * Out of line and its loops over the splits not unrolled: one copy for every path that merges, 7 KB.
  * Unrolled it was 14 KB and llama-1b's token 2-3 % slower (run135, BENCHMARKS.md, thirty-eighth
  * session). */

@@ -61,30 +61,77 @@ __device__ __forceinline__ void mk_attn_merge_warps(float *ws, uint32_t g, uint3
     __syncthreads(); /* ws is read above by other threads than its writers */
 }
 
+/* The block's partial, or a solo task's output, from np (o, m, l) rows per head in ws (np, g, hd + 2),
+ * np <= 32, in one pass: warp h finds head h's maximum, the rows' weights and the sum l, then every
+ * thread sums one output element over the rows. mk_attn_rows's 32 row groups (8 warps of 4) went
+ * through shuffles within each warp, then mk_attn_merge_warps over the warps: two chains of
+ * exponentials and barriers that took 2.4 us of a 7.8 us split at position 1000 on the H200, and of
+ * a 4.1 us solo task at 100 (clock64 marks; BENCHMARKS.md, forty-fifth session). */
+__device__ __forceinline__ void mk_attn_merge_parts(float *ws, uint32_t np, uint32_t g, uint32_t hd,
+                                                    const struct mk_attn_dst *d) {
+    const uint32_t w2 = hd + 2u, warp = threadIdx.x / 32u, lane = threadIdx.x % 32u;
+    float *fac = ws + np * g * w2; /* (g, np) weights, then (g) maxima and (g) sums */
+    __syncthreads();
+    if (warp < g) {
+        const float *row = ws + ((uint64_t)min(lane, np - 1u) * g + warp) * w2; /* lanes past np read a row, unused */
+        const float m = lane < np ? row[hd] : -INFINITY, mx = mk_warp_max(m);
+        const float f = m == -INFINITY ? 0.0f : expf(m - mx); /* a row group with no position weighs 0 */
+        const float ls = mk_warp_sum(f == 0.0f ? 0.0f : f * row[hd + 1u]);
+        if (lane < np) fac[warp * np + lane] = f;
+        if (lane == 0) {
+            fac[g * np + warp] = mx;
+            fac[g * np + g + warp] = ls;
+        }
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < g * hd; i += MK_BLOCK_THREADS) {
+        const uint32_t h = i / hd, e = i % hd;
+        const float *fh = fac + h * np;
+        float acc = 0.0f;
+        for (uint32_t k = 0; k < np; k++) acc += ws[((uint64_t)k * g + h) * w2 + e] * fh[k];
+        if (d->final) {
+            const float v = acc / fac[g * np + g + h];
+            d->final[(uint64_t)d->h0 * hd + i] = v;
+            if (d->xq) mk_warp_store_xq(v, (d->h0 * hd + i) / 32u, d->n_head * hd, d->xq);
+        } else {
+            d->part[((uint64_t)(d->h0 + h) * d->nb + d->b) * w2 + e] = acc;
+        }
+    }
+    if (!d->final && threadIdx.x < 2u * g) {
+        const uint32_t h = threadIdx.x % g, e = hd + threadIdx.x / g;
+        d->part[((uint64_t)(d->h0 + h) * d->nb + d->b) * w2 + e] = fac[g * np + (e - hd) * g + h];
+    }
+    __syncthreads(); /* ws and fac are read above by other threads than their writers */
+}
+
 /* Query heads per KV head that mk_attn_rows takes. */
 #define MK_ATTN_ROWS_MAX_G 4
-/* Row groups each lane loads per batch of mk_attn_rows (16 bytes of K and of V each). Two, not
- * four: a split's batches are its warps' shares, and with four a short split (the first 64
- * positions) left most warps idle while one ran the batch's long chain of dots, shuffles and
- * exponentials for every query head (llama-8b Q4_K_M tg128 3.75 -> 3.67 ms, at depth 1500 3.86 ->
- * 3.80; one row group measured better on llama-1b but worse on llama-8b at depth; BENCHMARKS.md,
- * 2026-11-27 twentieth session). Not instruction fetch: the same pass run twice in a row took
- * twice as long. */
+/* Row groups each lane loads per batch of mk_attn_rows (16 bytes of K and of V each). Four: a
+ * 128-position split is then one batch a warp, one round of loads. Two were chosen when short
+ * splits of four heads took the first positions and four left most warps idle (twentieth
+ * session); the solo step takes those now, a head a task. With the merge in one pass and the
+ * one-head loop for solo tasks, four against two (base) measured llama-1b Q4_K_M 2-6 % faster below
+ * position 640 and 1-2 % past it, llama-8b Q4_K_M 1.2-1.7 % (BENCHMARKS.md, forty-fifth session). */
 #ifndef MK_ATTN_ROWS_U
-#define MK_ATTN_ROWS_U 2
+#define MK_ATTN_ROWS_U 4
 #endif
 
 /* The split over an f16 cache, rows to lanes: a row's HD dimensions lie on HD / 8 lanes, 8 each
  * (one 16-byte load of K and one of V), so a warp covers 32 * 8 / HD rows per load and a score
  * takes log2(HD / 8) shuffles, not the 5 of a whole-warp sum: mk_attn_warps spent about 20
  * shuffles a position at g = 4, which held the attention at a third of the read bandwidth
- * whatever the element size. Each row group keeps its own running (o, m, l) per query head; they
- * merge across the warp's row groups by shuffles, then across warps in shared memory. */
-template <int HD>
+ * whatever the element size. Each row group keeps its own running (o, m, l) per query head, and
+ * all of them merge in shared memory in one pass (mk_attn_merge_parts). G, the heads the loop
+ * runs: 1 for a solo task's head, MK_ATTN_ROWS_MAX_G for a split's (heads past g compute on zero
+ * queries, unwritten). The loop has no per-head control flow: a row group with no position yet
+ * weighs its rows by exp(-inf - 0) = 0 instead of skipping them, so the heads' chains can overlap;
+ * the one-head loop made the solo tasks 1-3 % faster than the four-head one with g = 1 (forty-fourth
+ * session). */
+template <int HD, int G>
 __device__ __forceinline__ void mk_attn_rows(const struct mk_task_ctx *c, uint32_t g, uint32_t lo, uint32_t hi,
                                              const float *q, const __half *kb, const __half *vb,
                                              const struct mk_attn_dst *d) {
-    constexpr int G = MK_ATTN_ROWS_MAX_G, U = MK_ATTN_ROWS_U;
+    constexpr int U = MK_ATTN_ROWS_U;
     constexpr uint32_t LPR = HD / 8u, R = 32u / LPR; /* lanes per row, rows per load */
     const uint32_t kv_dim = c->a->kv_dim, warp = threadIdx.x / 32u, lane = threadIdx.x % 32u;
     const uint32_t dg = lane % LPR, rg = lane / LPR;
@@ -123,7 +170,6 @@ __device__ __forceinline__ void mk_attn_rows(const struct mk_task_ctx *c, uint32
         }
 #pragma unroll
         for (int h = 0; h < G; h++) {
-            if ((uint32_t)h >= g) break;
             float sc[U], mx = -INFINITY;
 #pragma unroll
             for (int u = 0; u < U; u++) {
@@ -140,14 +186,14 @@ __device__ __forceinline__ void mk_attn_rows(const struct mk_task_ctx *c, uint32
                 mx = fmaxf(mx, sc[u]);
             }
             const float m_new = fmaxf(m[h], mx);
-            if (m_new == -INFINITY) continue; /* this row group has no position yet */
-            const float r = expf(m[h] - m_new);
+            const float ms = m_new == -INFINITY ? 0.0f : m_new; /* no position yet: every weight 0 */
+            const float r = expf(m[h] - ms);
             float acc[8], ps = 0.0f;
 #pragma unroll
             for (int e = 0; e < 8; e++) acc[e] = o[h][e] * r;
 #pragma unroll
             for (int u = 0; u < U; u++) {
-                const float p = expf(sc[u] - m_new);
+                const float p = expf(sc[u] - ms);
                 const uint32_t w[4] = { vr[u].x, vr[u].y, vr[u].z, vr[u].w };
                 ps += p;
 #pragma unroll
@@ -163,38 +209,21 @@ __device__ __forceinline__ void mk_attn_rows(const struct mk_task_ctx *c, uint32
             m[h] = m_new;
         }
     }
-    /* The row groups' partials into row group 0: lanes LPR apart hold the same dimensions. */
+    /* Every row group's (o, m, l) as it is, merged with the other warps' in one pass. */
+    float *ws = c->smem; /* (MK_BLOCK_WARPS * R, g, HD + 2), then mk_layout_attn_parts_words in all */
+    const uint32_t w2 = HD + 2u, p = warp * R + rg;
 #pragma unroll
     for (int h = 0; h < G; h++) {
         if ((uint32_t)h >= g) break;
-#pragma unroll
-        for (uint32_t off = LPR; off < 32u; off *= 2u) {
-            const float m2 = __shfl_xor_sync(0xffffffffu, m[h], off), l2 = __shfl_xor_sync(0xffffffffu, l[h], off);
-            const float mx = fmaxf(m[h], m2);
-            const float a = m[h] == -INFINITY ? 0.0f : expf(m[h] - mx), b2 = m2 == -INFINITY ? 0.0f : expf(m2 - mx);
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const float o2 = __shfl_xor_sync(0xffffffffu, o[h][e], off);
-                o[h][e] = o[h][e] * a + o2 * b2;
-            }
-            l[h] = l[h] * a + l2 * b2;
-            m[h] = mx;
-        }
-    }
-    float *ws = c->smem; /* (warps, g, hd + 2) */
-    const uint32_t w2 = HD + 2u;
-#pragma unroll
-    for (int h = 0; h < G; h++) {
-        if ((uint32_t)h >= g || rg != 0) break;
-        float *row = ws + ((uint64_t)warp * g + h) * w2;
+        float *row = ws + ((uint64_t)p * g + h) * w2;
 #pragma unroll
         for (int e = 0; e < 8; e++) row[dg * 8u + e] = o[h][e];
-        if (lane == 0) {
+        if (dg == 0) {
             row[HD] = m[h];
             row[HD + 1u] = l[h];
         }
     }
-    mk_attn_merge_warps(ws, g, HD, d);
+    mk_attn_merge_parts(ws, MK_BLOCK_WARPS * R, g, HD, d);
 }
 
 /* Heads of this many query heads per KV head and head_dim = 32 * VW take mk_attn_warps. */
@@ -320,10 +349,17 @@ __device__ __forceinline__ void mk_attn_split(const struct mk_task_ctx *c, uint3
     const KV *kb = (const KV *)c->a->k_cache + base;
     const KV *vb = (const KV *)c->a->v_cache + base;
     if (sizeof(KV) == 2u && g <= MK_ATTN_ROWS_MAX_G && (hd == 64u || hd == 128u)) {
-        if (hd == 64u)
-            mk_attn_rows<64>(c, gs, lo, hi, q, (const __half *)kb, (const __half *)vb, &d);
-        else
-            mk_attn_rows<128>(c, gs, lo, hi, q, (const __half *)kb, (const __half *)vb, &d);
+        if (gs == 1u) {
+            if (hd == 64u)
+                mk_attn_rows<64, 1>(c, gs, lo, hi, q, (const __half *)kb, (const __half *)vb, &d);
+            else
+                mk_attn_rows<128, 1>(c, gs, lo, hi, q, (const __half *)kb, (const __half *)vb, &d);
+        } else {
+            if (hd == 64u)
+                mk_attn_rows<64, MK_ATTN_ROWS_MAX_G>(c, gs, lo, hi, q, (const __half *)kb, (const __half *)vb, &d);
+            else
+                mk_attn_rows<128, MK_ATTN_ROWS_MAX_G>(c, gs, lo, hi, q, (const __half *)kb, (const __half *)vb, &d);
+        }
         return;
     }
     if (g <= MK_ATTN_WARPS_MAX_G && (hd == 64u || hd == 128u)) {
@@ -457,7 +493,7 @@ __device__ void mk_attn_partial_split(const struct mk_task_ctx *c, uint32_t kvh,
 /* Whether split 0 alone holds positions, so that the KV head's tasks write the output themselves: no
  * partials, no count and no merge, a chain of L2 round trips (the count, then the partials) that
  * took about 2.4 us a layer on the H200, as long as the split. Only where a split would merge
- * (arrive) and on the paths that end in mk_attn_merge_warps. */
+ * (arrive) and on the paths that end in mk_attn_merge_warps or mk_attn_merge_parts. */
 __device__ __forceinline__ bool mk_attn_solo(const struct mk_args_attn *at, uint32_t pos) {
     /* mk_attn_solo_fits written out: calling it compiled to other machine code for the whole kernel
      * (tools/cubin_diff.sh), which would need timing over every position range again. */
