@@ -472,15 +472,19 @@ static enum mk_status mk_lower_ops(struct mk_lower *L, struct mk_error *err) {
     if (!L->p->attn_splits && splits < 2) splits = 2;
     k.n_blocks = mk_lower_div_up(L->p->n_ctx, k.attn_block);
     if (k.n_blocks > splits) k.n_blocks = splits;
-    /* Past the first unit, too, split 0 alone holds the positions below MK_ATTN_SOLO_DEFAULT where
-     * the megakernel's solo step runs (the splits merge themselves; up to 8 query heads a KV head,
-     * of 64 or 128): a task per query head over all of them ends sooner than two to four splits of
-     * four heads and their merge: llama-1b's token 6 % faster at positions 128-255, 2 % at 384-511
-     * and 1 % at 512-639, level past 640 (BENCHMARKS.md, forty-third session). A chunk program
-     * takes the same value, so that its rows stay equal to one-token steps. */
+    /* Past the first unit, too, split 0 alone holds the positions below MK_ATTN_SOLO_DEFAULT(_64)
+     * where the megakernel's solo step runs (the splits merge themselves; up to 8 query heads a KV
+     * head, of 64 or 128): a task per query head over all of them ends sooner than two to four
+     * splits of four heads and their merge: llama-1b's token 6 % faster at positions 128-255, 2 % at
+     * 384-511 and 1 % at 512-639, level past 640 (BENCHMARKS.md, forty-third session). With the
+     * one-pass merge and the one-head loop at four rows a lane, llama-1b's (head size 64) solo step
+     * stays ahead up to about 1,500: 4 % at 640-767, 2 % at 1000-1127, level at 1500; llama-8b's
+     * (128) is 0.7 % behind the splits at 1000-1127 (forty-fifth session), so it keeps 640. A chunk
+     * program takes the same value, so that its rows stay equal to one-token steps. */
     const bool solo_step = !L->p->fuse_attn_output && mk_lower_merge_in_splits(L->p, c, k.n_blocks) &&
                            mk_attn_solo_fits(c->n_head, c->n_head_kv, c->head_dim);
-    k.attn_solo = L->p->attn_solo ? L->p->attn_solo : solo_step ? MK_ATTN_SOLO_DEFAULT : 0u;
+    const uint32_t solo_default = c->head_dim <= 64u ? MK_ATTN_SOLO_DEFAULT_64 : MK_ATTN_SOLO_DEFAULT;
+    k.attn_solo = L->p->attn_solo ? L->p->attn_solo : solo_step ? solo_default : 0u;
     k.kv_buf0 = (int)g->n_values;
     k.scratch = k.kv_buf0 + (int)c->n_layer;
     k.voff = calloc(g->n_values ? g->n_values : 1, sizeof *k.voff);

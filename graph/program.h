@@ -37,7 +37,10 @@ enum mk_attn_merge {
     MK_ATTN_MERGE_OP = 2,     /* an ATTN_COMBINE op */
 };
 #define MK_ATTN_MERGE_SPLIT_MAX 8320u
+/* The solo step's bound by head size (graph/lower.c): a solo task reads its KV head's whole K and
+ * V, so the larger heads hand over to the splits sooner. */
 #define MK_ATTN_SOLO_DEFAULT    640u
+#define MK_ATTN_SOLO_DEFAULT_64 1536u
 
 struct mk_compile_params {
     uint32_t n_workers; /* workers (GPU blocks or CPU threads) the tiling aims at */
@@ -45,7 +48,8 @@ struct mk_compile_params {
     enum mk_schedule schedule;
     uint32_t attn_block;           /* the unit of an attention split, in positions; 0 = auto (128) */
     uint32_t attn_solo;            /* below this position split 0 alone holds every position (at least the
-                                * unit); 0 = auto (MK_ATTN_SOLO_DEFAULT where the megakernel's solo step
+                                * unit); 0 = auto (MK_ATTN_SOLO_DEFAULT_64 at head size 64 or less,
+                                * MK_ATTN_SOLO_DEFAULT above, where the megakernel's solo step
                                 * runs, else the unit) */
     uint32_t attn_splits;          /* splits of the sequence per KV head (attention tasks n_head_kv x splits);
                                 * 0 = auto: enough for one task per worker, at least 2 */

@@ -249,8 +249,8 @@ struct mk_gpu_params {
                                  * model whose weights are all f32, f16 or bf16 (by default those run
                                  * a build without the block formats where it has the GPU's SASS) */
     uint32_t attn_solo;         /* below this position one attention split holds every position (at
-                                 * least the unit); 0 = the compiler's (640 where the merge is in the
-                                 * splits) */
+                                 * least the unit); 0 = the compiler's (where the merge is in the
+                                 * splits 1536 at head size 64, 640 at 128) */
 };
 
 /* Speculative decoding (mk_session_params.spec). */

@@ -41,6 +41,9 @@ static enum mk_kv_type test_kv_type(void) {
 /* Who merges the attention splits (enum mk_attn_merge) where a test sets it; -1: the settings'
  * (MK_CUDA_ATTN_MERGE, else the backend's choice). */
 static int g_attn_merge = -1;
+/* The position below which split 0 alone holds every position (mk_gpu_settings.attn_solo) where a
+ * test sets it; 0: the settings'. */
+static uint32_t g_attn_solo = 0;
 
 static struct mk_backend_params params(enum mk_backend_kind kind, uint32_t n_ctx) {
     struct mk_backend_params p;
@@ -60,6 +63,7 @@ static struct mk_backend_params params(enum mk_backend_kind kind, uint32_t n_ctx
         exit(2);
     }
     if (g_attn_merge >= 0) p.gpu.attn_merge = g_attn_merge;
+    if (g_attn_solo) p.gpu.attn_solo = g_attn_solo;
     return p;
 }
 
@@ -979,13 +983,19 @@ static void check_generated(const char *preset, const char *format, uint32_t n_c
  * where the split tasks share the query heads while split 0 holds every position (up to 127) and
  * the last one merges two to nine live splits. */
 static void test_attn_gqa4(void) {
-    static const int merge[] = { MK_ATTN_MERGE_OP, MK_ATTN_MERGE_SPLITS };
-    for (int i = 0; i < 2; i++) {
-        printf("INFO tiny-gqa4: the attention merged by %s\n", i ? "each KV head's last split" : "an op");
+    static const int merge[] = { MK_ATTN_MERGE_OP, MK_ATTN_MERGE_SPLITS, MK_ATTN_MERGE_SPLITS };
+    /* The third pass sets the solo step's bound to the unit: with the default (1536 at this head
+     * size) all 1,100 steps would be solo, and the splits that merge themselves would go untested. */
+    static const uint32_t solo[] = { 0, 0, 128 };
+    for (int i = 0; i < 3; i++) {
+        printf("INFO tiny-gqa4: the attention merged by %s%s\n", i ? "each KV head's last split" : "an op",
+               solo[i] ? ", the solo step only below the first unit (128)" : "");
         g_attn_merge = merge[i];
+        g_attn_solo = solo[i];
         check_generated("tiny-gqa4", "bf16", 2048, 1100, (const uint32_t[]){ 0 });
     }
     g_attn_merge = -1;
+    g_attn_solo = 0;
 }
 
 /* Every weight type and llama.cpp mix on the tiny preset: each GPU backend against the CPU
