@@ -741,7 +741,7 @@ __device__ __forceinline__ void mk_chunk_mm_wx(const struct mk_kernel_args *a, c
     if (!mk_mm_place_of<SILU, BN, BM>(&mm, l, &pl)) return;
     const uint32_t N = pl.N, K = pl.K, n0 = pl.n0, m0 = pl.m0, splits = pl.splits, kb = pl.kb, ke = pl.ke;
     const float *x = (const float *)a->arena + l->x_off;
-    const uint32_t tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;
+    const uint32_t tid = threadIdx.x, warp = tid >> 5;
     const uint32_t lr = tid >> 2, lc = tid & 3u, lk = lc * 8u;
     const __nv_bfloat16 *wrow[FW]; /* mk_mm_wrow */
     const bool wfast = mk_mm_wvec<false>(&mm, l, K);

@@ -133,6 +133,8 @@ __device__ __forceinline__ void mk_attn_rows(const struct mk_task_ctx *c, uint32
                                              const struct mk_attn_dst *d) {
     constexpr int U = MK_ATTN_ROWS_U;
     constexpr uint32_t LPR = HD / 8u, R = 32u / LPR; /* lanes per row, rows per load */
+    static_assert(MK_BLOCK_WARPS * R <= 32u && G <= (int)MK_BLOCK_WARPS,
+                  "mk_attn_merge_parts: a warp a head, a lane a row");
     const uint32_t kv_dim = c->a->kv_dim, warp = threadIdx.x / 32u, lane = threadIdx.x % 32u;
     const uint32_t dg = lane % LPR, rg = lane / LPR;
     const float scale = 1.0f / sqrtf((float)HD);
@@ -349,6 +351,10 @@ __device__ __forceinline__ void mk_attn_split(const struct mk_task_ctx *c, uint3
     const KV *kb = (const KV *)c->a->k_cache + base;
     const KV *vb = (const KV *)c->a->v_cache + base;
     if (sizeof(KV) == 2u && g <= MK_ATTN_ROWS_MAX_G && (hd == 64u || hd == 128u)) {
+        /* Two or three heads a KV head take the four-head loop too (the rest on zero queries): a
+         * two-head instantiation made llama-1b's token 8-11 % slower at every position (the
+         * whole kernel's code moved; run7, BENCHMARKS.md, forty-fifth session), and gained
+         * nothing measurable on tiny-hd128 (two heads of 128) at 1000-1927. */
         if (gs == 1u) {
             if (hd == 64u)
                 mk_attn_rows<64, 1>(c, gs, lo, hi, q, (const __half *)kb, (const __half *)vb, &d);
