@@ -679,6 +679,65 @@ static void test_qkv_split(void) {
     mk_test_remove_tree(tmp);
 }
 
+/* The solo step's bound (mk_args_attn.solo) of every ATTN_PARTIAL: where the splits merge
+ * themselves, the compiler's default by head size (graph/lower.c: MK_ATTN_SOLO_DEFAULT_64 at 64,
+ * MK_ATTN_SOLO_DEFAULT at 128); 0 where an op merges them; the caller's value where it sets one. */
+static void test_attn_solo_default(void) {
+    char tmp[1024];
+    if (!mk_test_make_tmp_dir(tmp, sizeof tmp, "mk_program_test")) {
+        MK_CHECK_MSG(0, "no temporary directory");
+        return;
+    }
+    static const struct {
+        const char *preset;
+        uint32_t head_dim, want;
+    } cases[] = { { "tiny-gqa4", 64, MK_ATTN_SOLO_DEFAULT_64 }, { "tiny-hd128", 128, MK_ATTN_SOLO_DEFAULT } };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[1100];
+        struct mk_gen_params gp = mk_gen_default_params();
+        gp.preset = cases[i].preset;
+        gp.dtype = "f16";
+        snprintf(path, sizeof path, "%s/%s.gguf", tmp, cases[i].preset);
+        struct mk_error err = { 0 };
+        struct mk_model *m = NULL;
+        if (mk_gen_write(path, &gp, &err) != MK_OK || mk_model_load(path, &m, &err) != MK_OK) {
+            MK_CHECK_MSG(0, "%s: %s", cases[i].preset, err.msg);
+            mk_model_free(m);
+            continue;
+        }
+        MK_CHECK_MSG(m->cfg.head_dim == cases[i].head_dim, "%s: head size %u, want %u", cases[i].preset,
+                     m->cfg.head_dim, cases[i].head_dim);
+        for (int k = 0; k < 3; k++) { /* splits merge (default bound), an op merges, splits merge at 300 */
+            struct mk_compile_params cp = mk_compile_default_params();
+            cp.n_workers = 132;
+            cp.n_ctx = 2048;
+            cp.attn_merge = k == 1 ? MK_ATTN_MERGE_OP : MK_ATTN_MERGE_SPLITS;
+            cp.attn_solo = k == 2 ? 300u : 0u;
+            const uint32_t want = k == 0 ? cases[i].want : k == 1 ? 0u : 300u;
+            struct mk_program *p = NULL;
+            if (mk_program_compile(m, &cp, &p, &err) != MK_OK) {
+                MK_CHECK_MSG(0, "%s: compile (case %d): %s", cases[i].preset, k, err.msg);
+                continue;
+            }
+            MK_CHECK_MSG(mk_program_validate(p, &err) == MK_OK, "%s: rejected: %s", cases[i].preset, err.msg);
+            uint32_t n = 0;
+            for (uint32_t j = 0; j < p->n_instr; j++) {
+                const struct mk_instr *in = &p->instrs[j];
+                if (in->op != MK_OP_ATTN_PARTIAL) continue;
+                n++;
+                MK_CHECK_MSG(in->args.attn.solo == want && (in->args.attn.arrive != 0) == (k != 1),
+                             "%s case %d: instr %u has solo %u and arrive %u, want solo %u", cases[i].preset, k, j,
+                             in->args.attn.solo, in->args.attn.arrive, want);
+            }
+            MK_CHECK_MSG(n == m->cfg.n_layer, "%s case %d: %u attention instructions for %u layers", cases[i].preset, k,
+                         n, m->cfg.n_layer);
+            mk_program_free(p);
+        }
+        mk_model_free(m);
+    }
+    mk_test_remove_tree(tmp);
+}
+
 static void test_xq_copies(void) {
     char tmp[1024];
     if (!mk_test_make_tmp_dir(tmp, sizeof tmp, "mk_program_test")) {
@@ -704,6 +763,7 @@ static void test_xq_copies(void) {
 
 int main(void) {
     test_attn_span();
+    test_attn_solo_default();
     test_xq_copies();
     test_qkv_split();
     const char *dir = mk_test_models_dir("stories260K-f32.gguf");
