@@ -979,9 +979,10 @@ static void check_generated(const char *preset, const char *format, uint32_t n_c
 
 /* 1100 steps of four query heads a KV head (the other tiny presets have two) at 16 splits a KV head
  * (n_ctx 2048, unit 128; 132 workers give 66), on each GPU executor against the CPU executor's
- * logits: once merged by an ATTN_COMBINE op, once by each KV head's last split (auto's choice here),
- * where the split tasks share the query heads while split 0 holds every position (up to 127) and
- * the last one merges two to nine live splits. */
+ * logits: once merged by an ATTN_COMBINE op, then twice by each KV head's last split (auto's choice
+ * here), where the split tasks share the query heads while split 0 holds every position (below the
+ * solo bound: every step at the default, the first 128 in the third pass) and past that the last
+ * one merges two to nine live splits. */
 static void test_attn_gqa4(void) {
     static const int merge[] = { MK_ATTN_MERGE_OP, MK_ATTN_MERGE_SPLITS, MK_ATTN_MERGE_SPLITS };
     /* The third pass sets the solo step's bound to the unit: with the default (1536 at this head
