@@ -16,6 +16,7 @@
 #include "core/gen.h"
 #include "core/model.h"
 #include "tools/bench_chunk.h"
+#include "tools/bench_stats.h"
 #include "tools/cli.h"
 #include "tools/cmds.h"
 #include "tools/trace.h"
@@ -53,7 +54,8 @@ struct mk_bench_row {
     const char *backend;
     char test[16];
     double p50_ms, p99_ms, mean_ms, dev_p50_ms;
-    double cpu_ms; /* host CPU time (all threads of the process) per token */
+    double p99_local; /* p99 of each token's time over its neighbours' median (tools/bench_stats.h), 0: none */
+    double cpu_ms;    /* host CPU time (all threads of the process) per token */
     enum mk_kv_type kv_type;
     double bw_gbs, bw_ratio, floor_ms;
     double device_bw_gbs;
@@ -73,7 +75,10 @@ static void mk_bench_usage(FILE *f) {
                "  The note 'host +N us' is the median of each step's wall time minus the time the backend\n"
                "  measured for the step itself (the GPU's own clock): the host's share of a token; 'device\n"
                "  p99' is the p99 of that time alone, so a slow wall p99 shows whether the GPU or the host\n"
-               "  took it.\n"
+               "  took it. 'p99 X x local median' (past 31 tokens; p99_over_local_median in --json) is the\n"
+               "  p99 of each token's time over the median of the 31 tokens around it: a step that grows\n"
+               "  with the position (the attention reading more of the cache) cancels there, so it is the\n"
+               "  run's jitter, where p99 / p50 is the jitter and the growth together.\n"
                "  -d N (--depth) starts the timed steps and the timed prompt at position N, after N untimed\n"
                "  ones (tg<n>@d<N>, pp<p>@d<N>, like llama-bench -d); --ctx then defaults to the larger of\n"
                "  512, N + n and N + p. -n 0 leaves the prompt test alone (like llama-bench -n 0).\n"
@@ -245,6 +250,12 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
         double sum = 0;
         for (uint32_t i = 0; i < o->n; i++) sum += ms[i];
         row->mean_ms = sum / o->n;
+        row->p99_local = mk_bench_local_quantile(ms, o->n, 0.99); /* before mk_percentile sorts ms */
+        if (row->p99_local > 0 && o->n > 2u * MK_BENCH_LOCAL_HALF + 1u) {
+            const size_t len = strlen(row->note);
+            snprintf(row->note + len, sizeof row->note - len, "%sp99 %.3f x local median", len ? ", " : "",
+                     row->p99_local);
+        }
         row->p99_ms = mk_percentile(ms, o->n, 0.99);
         row->p50_ms = mk_percentile(ms, o->n, 0.50);
         row->bw_gbs = bytes / (row->p50_ms * 1e-3) / 1e9;
@@ -267,7 +278,7 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
             snprintf(pp[k].test, sizeof pp[k].test, "pp%u", n_prompt);
         pp[k].p50_ms = pp[k].mean_ms = r.ms_per_token_p50;
         pp[k].p99_ms = r.ms_per_token_max;
-        pp[k].dev_p50_ms = 0;
+        pp[k].dev_p50_ms = pp[k].p99_local = 0;
         /* A chunk step reads the weights once for all its tokens. */
         pp[k].bw_gbs = (double)bytes * r.steps / (r.ttft_ms * 1e-3) / 1e9;
         snprintf(pp[k].note, sizeof pp[k].note, "ttft %.1f ms, %u step%s", r.ttft_ms, r.steps,
@@ -363,10 +374,10 @@ static void mk_bench_print(const struct mk_bench_row *r, bool json, bool *first)
                "\"ms_p50\":%.4f,\"ms_p99\":%.4f,\"ms_mean\":%.4f,\"host_cpu_ms\":%.4f,\"device_ms_p50\":%.4f,"
                "\"tokens_per_s\":%.2f,"
                "\"weight_gb_s\":%.1f,\"device_read_gb_s\":%.1f,\"ratio_to_read_bw\":%.3f,\"floor_ms\":%.4f,"
-               "\"kv_type\":\"%s\",\"note\":\"%s\"}",
+               "\"kv_type\":\"%s\",\"p99_over_local_median\":%.4f,\"note\":\"%s\"}",
                *first ? "" : ",\n", r->model, r->size, r->backend, r->test, r->p50_ms, r->p99_ms, r->mean_ms, r->cpu_ms,
                r->dev_p50_ms, 1e3 / r->mean_ms, r->bw_gbs, r->device_bw_gbs, r->bw_ratio, r->floor_ms,
-               mk_kv_type_name(r->kv_type), r->note);
+               mk_kv_type_name(r->kv_type), r->p99_local, r->note);
     } else {
         printf("| %-24s | %9.2f GB | %-10s | %-6s | %8.3f | %8.3f | %8.3f | %9.1f | %8.1f | %8.1f | %5.2f | %s |\n",
                r->model, r->size / 1e9, r->backend, r->test, r->p50_ms, r->p99_ms, r->cpu_ms, 1e3 / r->mean_ms,
@@ -394,7 +405,7 @@ static int mk_bench_spec_rows(const char *path, enum mk_backend_kind kind, const
             double tok_s = on ? res[k].tok_s_on : res[k].tok_s_off;
             snprintf(r.test, sizeof r.test, "%s%s", res[k].task, on ? "+lk" : "");
             r.p50_ms = r.p99_ms = r.mean_ms = tok_s > 0 ? 1e3 / tok_s : 0;
-            r.dev_p50_ms = 0;
+            r.dev_p50_ms = r.p99_local = 0;
             r.bw_gbs = tok_s * r.size / 1e9 / (on && res[k].n_gen ? (double)res[k].n_gen / (res[k].steps_on + 1) : 1);
             r.bw_ratio = r.device_bw_gbs > 0 ? r.bw_gbs / r.device_bw_gbs : 0;
             if (on)
