@@ -562,22 +562,25 @@ static void check_xqn_program(const char *name, const struct mk_model *m, uint32
     mk_program_free(p);
 }
 
-/* The tiny synthetic model in dtype, written under tmp and loaded (NULL, the failure counted, when
+/* A synthetic model of preset in dtype, written under tmp and loaded (NULL, the failure counted, when
  * either step fails). */
-static struct mk_model *load_tiny(const char *tmp, const char *dtype) {
+static struct mk_model *load_preset(const char *tmp, const char *preset, const char *dtype) {
     char path[1100];
     struct mk_gen_params gp = mk_gen_default_params();
+    gp.preset = preset;
     gp.dtype = dtype;
-    snprintf(path, sizeof path, "%s/tiny-%s.gguf", tmp, dtype);
+    snprintf(path, sizeof path, "%s/%s-%s.gguf", tmp, preset, dtype);
     struct mk_error err = { 0 };
     struct mk_model *m = NULL;
     if (mk_gen_write(path, &gp, &err) != MK_OK || mk_model_load(path, &m, &err) != MK_OK) {
-        MK_CHECK_MSG(0, "tiny %s: %s", dtype, err.msg);
+        MK_CHECK_MSG(0, "%s %s: %s", preset, dtype, err.msg);
         mk_model_free(m);
         return NULL;
     }
     return m;
 }
+
+static struct mk_model *load_tiny(const char *tmp, const char *dtype) { return load_preset(tmp, "tiny", dtype); }
 
 /* NORM_QKV_ROPE's tasks over a costlier wv (abi.h, v_rows_per_task): where Q4_K_M gives a layer a
  * Q6_K wv, the compiler sizes those tasks apart from the wq/wk ones, the tasks cover every row of
@@ -693,18 +696,9 @@ static void test_attn_solo_default(void) {
         uint32_t head_dim, want;
     } cases[] = { { "tiny-gqa4", 64, MK_ATTN_SOLO_DEFAULT_64 }, { "tiny-hd128", 128, MK_ATTN_SOLO_DEFAULT } };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char path[1100];
-        struct mk_gen_params gp = mk_gen_default_params();
-        gp.preset = cases[i].preset;
-        gp.dtype = "f16";
-        snprintf(path, sizeof path, "%s/%s.gguf", tmp, cases[i].preset);
+        struct mk_model *m = load_preset(tmp, cases[i].preset, "f16");
+        if (!m) continue;
         struct mk_error err = { 0 };
-        struct mk_model *m = NULL;
-        if (mk_gen_write(path, &gp, &err) != MK_OK || mk_model_load(path, &m, &err) != MK_OK) {
-            MK_CHECK_MSG(0, "%s: %s", cases[i].preset, err.msg);
-            mk_model_free(m);
-            continue;
-        }
         MK_CHECK_MSG(m->cfg.head_dim == cases[i].head_dim, "%s: head size %u, want %u", cases[i].preset,
                      m->cfg.head_dim, cases[i].head_dim);
         for (int k = 0; k < 3; k++) { /* splits merge (default bound), an op merges, splits merge at 300 */

@@ -10,6 +10,12 @@ static int mk_bench_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+double mk_bench_quantile(double *v, uint32_t n, double q) {
+    qsort(v, n, sizeof *v, mk_bench_cmp);
+    const uint32_t i = (uint32_t)ceil(q * n) - 1u;
+    return v[i < n ? i : n - 1u];
+}
+
 double mk_bench_local_quantile(const double *ms, uint32_t n, double q) {
     const uint32_t w = 2u * MK_BENCH_LOCAL_HALF + 1u;
     double win[2u * MK_BENCH_LOCAL_HALF + 1u];
@@ -32,9 +38,7 @@ double mk_bench_local_quantile(const double *ms, uint32_t n, double q) {
         }
         r[i] = ms[i] / med;
     }
-    qsort(r, n, sizeof *r, mk_bench_cmp);
-    const uint32_t at = (uint32_t)ceil(q * n) - 1u;
-    const double v = r[at < n ? at : n - 1u];
+    const double v = mk_bench_quantile(r, n, q);
     free(r);
     return v;
 }

@@ -4,6 +4,9 @@
 
 #include <stdint.h>
 
+/* The q-quantile (0 < q <= 1) of v[0 .. n), n > 0, as the value at rank ceil(q n); sorts v in place. */
+double mk_bench_quantile(double *v, uint32_t n, double q);
+
 /* Tokens on each side of a token whose times give its local median. */
 #define MK_BENCH_LOCAL_HALF 15u
 

@@ -1,6 +1,5 @@
 /* mk bench: llama-bench-style decode timings per backend, against the memory-bandwidth floor. */
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,17 +117,6 @@ static double mk_now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static int mk_cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double mk_percentile(double *v, uint32_t n, double q) {
-    qsort(v, n, sizeof *v, mk_cmp_double);
-    uint32_t i = (uint32_t)ceil(q * n) - 1;
-    return v[i < n ? i : n - 1];
-}
-
 /* Greedy steps at positions 0 .. n - 1 from *tok, untimed; *tok ends as the last step's token. */
 static enum mk_status mk_bench_untimed(struct mk_backend *b, struct mk_step_cmd *cmd, int32_t *tok, uint32_t n,
                                        struct mk_error *err) {
@@ -219,8 +207,8 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
             if (bg.dev_ns[i]) dev[n_dev++] = bg.dev_ns[i] / 1e6;
         const double dev_total = r.t_end_ns > r.t_start_ns ? (r.t_end_ns - r.t_start_ns) / 1e6 : 0;
         snprintf(row->note, sizeof row->note, "device loop, host +%.1f us, device p99 %.3f ms",
-                 (wall - dev_total) / o->n * 1e3, n_dev ? mk_percentile(dev, n_dev, 0.99) : 0.0);
-        row->dev_p50_ms = n_dev ? mk_percentile(dev, n_dev, 0.50) : 0;
+                 (wall - dev_total) / o->n * 1e3, n_dev ? mk_bench_quantile(dev, n_dev, 0.99) : 0.0);
+        row->dev_p50_ms = n_dev ? mk_bench_quantile(dev, n_dev, 0.50) : 0;
         free(bg.dev_ns);
     } else if (o->n) {
         uint32_t n_dev = 0;
@@ -241,23 +229,23 @@ static int mk_bench_one(const struct mk_model *m, const char *name, enum mk_back
             /* With the device's own p99 beside the wall p99, a slow step shows whether the GPU or the
              * host (wake-up, preemption) took the time. */
             snprintf(row->note, sizeof row->note, "host +%.1f us, device p99 %.3f ms",
-                     mk_percentile(host, n_dev, 0.50) * 1e3, mk_percentile(dev, n_dev, 0.99));
+                     mk_bench_quantile(host, n_dev, 0.50) * 1e3, mk_bench_quantile(dev, n_dev, 0.99));
             free(host);
         }
-        row->dev_p50_ms = n_dev ? mk_percentile(dev, n_dev, 0.50) : 0;
+        row->dev_p50_ms = n_dev ? mk_bench_quantile(dev, n_dev, 0.50) : 0;
     }
     if (o->n) { /* -n 0: the prompt test alone, as llama-bench -n 0 */
         double sum = 0;
         for (uint32_t i = 0; i < o->n; i++) sum += ms[i];
         row->mean_ms = sum / o->n;
-        row->p99_local = mk_bench_local_quantile(ms, o->n, 0.99); /* before mk_percentile sorts ms */
+        row->p99_local = mk_bench_local_quantile(ms, o->n, 0.99); /* before mk_bench_quantile sorts ms */
         if (row->p99_local > 0 && o->n > 2u * MK_BENCH_LOCAL_HALF + 1u) {
             const size_t len = strlen(row->note);
             snprintf(row->note + len, sizeof row->note - len, "%sp99 %.3f x local median", len ? ", " : "",
                      row->p99_local);
         }
-        row->p99_ms = mk_percentile(ms, o->n, 0.99);
-        row->p50_ms = mk_percentile(ms, o->n, 0.50);
+        row->p99_ms = mk_bench_quantile(ms, o->n, 0.99);
+        row->p50_ms = mk_bench_quantile(ms, o->n, 0.50);
         row->bw_gbs = bytes / (row->p50_ms * 1e-3) / 1e9;
         if (o->depth)
             snprintf(row->test, sizeof row->test, "tg%u@d%u", o->n, o->depth);
